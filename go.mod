@@ -1,6 +1,6 @@
 module github.com/sluicehq/sluice
 
-go 1.26
+go 1.26.0
 
 require (
 	github.com/openai/openai-go/v3 v3.98.0
