@@ -1,0 +1,298 @@
+package admission
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Gate is the blocking shell around a [Core]: the semaphore in front of the
+// dependency. Safe for concurrent use.
+//
+// A mutex guards the Core; channels are used only to wake waiters, and a
+// waiter is always woken after the mutex is released.
+type Gate struct {
+	mu struct {
+		sync.Mutex
+		core *Core
+	}
+	// epoch anchors the gate's clock: now is epoch + time.Since(epoch), one
+	// monotonic clock read, where time.Now reads the wall clock too and
+	// costs twice as much on the admission path. The result carries a
+	// monotonic reading, so comparisons with context deadlines are exact.
+	epoch time.Time
+	// waiters recycles queue entries: a waiter goes back only after its
+	// owner has consumed its wake-up, so a recycled one never holds a stale
+	// signal.
+	waiters sync.Pool
+}
+
+type waiter struct {
+	t     Ticket
+	ready chan struct{} // buffered: the waker never blocks
+}
+
+// New returns a gate for cfg, or an error naming the invalid field.
+func New(cfg Config) (*Gate, error) {
+	core, err := NewCore(cfg)
+	if err != nil {
+		return nil, err
+	}
+	g := &Gate{epoch: time.Now()}
+	g.mu.core = core
+	g.waiters.New = func() any {
+		w := &waiter{ready: make(chan struct{}, 1)}
+		w.t.Owner = w
+		return w
+	}
+	return g, nil
+}
+
+// Acquire waits for a slot until it is granted, the request is refused, or
+// ctx ends. A refusal is a *[Rejection]; a cancelled ctx returns ctx.Err(),
+// and a ctx whose deadline passes while waiting returns a Rejection with
+// reason expired that also matches context.DeadlineExceeded. The request's
+// deadline defaults to ctx's. On success the caller must call Done (or Drop)
+// on the permit.
+func (g *Gate) Acquire(ctx context.Context, req Request) (*Permit, error) {
+	// Kept small enough to inline, so that a caller that does not let the
+	// permit escape gets it on its own stack: Acquire+Done allocates nothing.
+	var p Permit
+	return g.acquire(ctx, &req, &p, true)
+}
+
+// TryAcquire takes a free slot or refuses at once; it never waits. A request
+// that would have had to queue is refused with reason queue_wait, carrying the
+// wait it would have had.
+func (g *Gate) TryAcquire(req Request) (*Permit, error) {
+	var p Permit
+	return g.acquire(nil, &req, &p, false)
+}
+
+// acquire takes the request by pointer only to keep Acquire cheap enough to
+// inline; it copies it and never retains the pointer.
+//
+// It is not inlined so that Acquire stays cheap enough to be.
+//
+//go:noinline
+func (g *Gate) acquire(ctx context.Context, reqp *Request, p *Permit, wait bool) (*Permit, error) {
+	if err := g.admit(ctx, reqp, p, wait); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+func (g *Gate) admit(ctx context.Context, reqp *Request, p *Permit, wait bool) error {
+	req := *reqp
+	var done <-chan struct{}
+	if ctx != nil {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		done = ctx.Done()
+		if req.Deadline.IsZero() {
+			req.Deadline, _ = ctx.Deadline()
+		}
+	}
+	now := g.now()
+	var w *waiter
+	var t *Ticket
+	if wait {
+		// Only a request that may wait needs a queue entry.
+		w = g.waiters.Get().(*waiter)
+		t = &w.t
+	}
+	var buf [4]*waiter
+	g.mu.Lock()
+	d, err := g.mu.core.arrive(now, &req, t, wait)
+	woken := g.eventsLocked(buf[:0])
+	g.mu.Unlock()
+	wake(woken)
+	if err != nil || d.Verdict != Queued {
+		if w != nil {
+			g.waiters.Put(w)
+		}
+		if err != nil {
+			return err
+		}
+		if d.Verdict == Rejected {
+			return d.Rejection()
+		}
+		p.grant(g, req.Key, d.Rank, now, 0)
+		return nil
+	}
+
+	// Queued. A deadline of the request's own that is earlier than ctx's
+	// needs a timer; otherwise ctx carries it.
+	var expiry <-chan time.Time
+	if ctxDeadline, ok := contextDeadline(ctx); !req.Deadline.IsZero() && (!ok || req.Deadline.Before(ctxDeadline)) {
+		timer := time.NewTimer(req.Deadline.Sub(now))
+		defer timer.Stop()
+		expiry = timer.C
+	}
+	select {
+	case <-w.ready:
+		return g.decided(w, p)
+	case <-done:
+		reason := reasonNone
+		if ctx.Err() == context.DeadlineExceeded {
+			reason = ReasonExpired
+		}
+		return g.abandon(w, reason, ctx.Err())
+	case <-expiry:
+		return g.abandon(w, ReasonExpired, nil)
+	}
+}
+
+func (g *Gate) now() time.Time { return g.epoch.Add(time.Since(g.epoch)) }
+
+func contextDeadline(ctx context.Context) (time.Time, bool) {
+	if ctx == nil {
+		return time.Time{}, false
+	}
+	return ctx.Deadline()
+}
+
+// decided turns a woken waiter's ticket into a permit or a rejection.
+func (g *Gate) decided(w *waiter, p *Permit) error {
+	defer g.waiters.Put(w)
+	if w.t.Granted() {
+		p.grant(g, w.t.req.Key, w.t.rank, g.now(), w.t.QueueTime())
+		return nil
+	}
+	return w.t.Rejection()
+}
+
+// abandon takes a waiter out of the queue because its caller stopped
+// waiting. If the Core decided it concurrently, that decision stands and is
+// undone: a grant nobody will use gives its slot straight back.
+func (g *Gate) abandon(w *waiter, reason Reason, cause error) error {
+	defer g.waiters.Put(w)
+	now := g.now()
+	g.mu.Lock()
+	queued := g.mu.core.Cancel(now, &w.t, reason)
+	g.mu.Unlock()
+	if !queued {
+		<-w.ready // the waker signals after unlocking; wait for it before reuse
+		if w.t.Granted() {
+			g.release(g.now(), w.t.req.Key, Outcome{Result: Unused})
+		}
+	}
+	if reason == reasonNone {
+		return cause
+	}
+	rej := &Rejection{Reason: reason, EstimatedWait: w.t.wait, RetryAfter: w.t.retry, Rank: w.t.rank,
+		ContextDeadline: cause == context.DeadlineExceeded}
+	if rej.RetryAfter == 0 {
+		g.mu.Lock()
+		rej.RetryAfter = g.mu.core.perSlot()
+		g.mu.Unlock()
+	}
+	return rej
+}
+
+func (g *Gate) release(now time.Time, key string, o Outcome) {
+	var buf [4]*waiter
+	g.mu.Lock()
+	g.mu.core.Release(now, key, o)
+	woken := g.eventsLocked(buf[:0])
+	g.mu.Unlock()
+	wake(woken)
+}
+
+// eventsLocked collects the waiters the Core decided during the last call.
+func (g *Gate) eventsLocked(buf []*waiter) []*waiter {
+	for _, t := range g.mu.core.Events() {
+		buf = append(buf, t.Owner.(*waiter))
+	}
+	return buf
+}
+
+func wake(ws []*waiter) {
+	for _, w := range ws {
+		w.ready <- struct{}{}
+	}
+}
+
+// SetConcurrency changes the number of slots without losing queued work (see
+// [Core.SetConcurrency]). n must be at least 1.
+func (g *Gate) SetConcurrency(n int) error {
+	var buf [16]*waiter
+	g.mu.Lock()
+	err := g.mu.core.SetConcurrency(g.now(), n)
+	woken := g.eventsLocked(buf[:0])
+	g.mu.Unlock()
+	wake(woken)
+	return err
+}
+
+// Estimate says what would happen to req if it arrived now, without queuing
+// it. A zero Deadline means none.
+func (g *Gate) Estimate(req Request) (Decision, error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.mu.core.Estimate(g.now(), req)
+}
+
+// Stats returns a snapshot of the gate's state and counters.
+func (g *Gate) Stats() Stats {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.mu.core.Stats(g.now())
+}
+
+// KeyStats returns the service-time statistics of one key.
+func (g *Gate) KeyStats(key string) KeyStats {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.mu.core.KeyStats(key)
+}
+
+// Rank returns the rank req would get.
+func (g *Gate) Rank(req Request) (int, error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.mu.core.Rank(req)
+}
+
+// Permit is a granted slot. Call Done when the work ends, or Drop if it was
+// never done; both are safe to call more than once and from any goroutine,
+// and only the first call counts.
+type Permit struct {
+	g        *Gate
+	key      string
+	start    time.Time
+	queued   time.Duration
+	rank     int
+	released atomic.Bool
+}
+
+func (p *Permit) grant(g *Gate, key string, rank int, start time.Time, queued time.Duration) {
+	p.g, p.key, p.rank, p.start, p.queued = g, key, rank, start, queued
+}
+
+// Done releases the slot and reports how the work went; the service time
+// feeds the estimator (see [Result] for which outcomes count).
+func (p *Permit) Done(o Outcome) {
+	if p == nil || p.g == nil || !p.released.CompareAndSwap(false, true) {
+		return
+	}
+	// One monotonic clock read gives both the service time and the current
+	// time (start + elapsed): a full time.Now costs twice as much here and
+	// this is the hot path.
+	elapsed := time.Since(p.start)
+	if o.ServiceTime <= 0 {
+		o.ServiceTime = elapsed
+	}
+	p.g.release(p.start.Add(elapsed), p.key, o)
+}
+
+// Drop gives the slot back without doing the work; nothing is recorded.
+func (p *Permit) Drop() { p.Done(Outcome{Result: Unused}) }
+
+// QueueTime is how long the request waited for its slot.
+func (p *Permit) QueueTime() time.Duration { return p.queued }
+
+// Rank is the rank the request was served at.
+func (p *Permit) Rank() int { return p.rank }
