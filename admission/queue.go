@@ -14,14 +14,14 @@ type Ticket struct {
 	rank     int
 	enqueued time.Time
 	// The decision, valid once state is decided.
-	state    ticketState
-	reason   Reason
-	wait     time.Duration // estimated at arrival
-	retry    time.Duration // RetryAfter of a rejection
-	decided  time.Time
-	tq       *tenantQueue
-	prev     *Ticket // within its tenant's queue of its rank
-	next     *Ticket
+	state   ticketState
+	reason  Reason
+	wait    time.Duration // estimated at arrival
+	retry   time.Duration // RetryAfter of a rejection
+	decided time.Time
+	tq      *tenantQueue
+	prev    *Ticket // within its tenant's queue of its rank
+	next    *Ticket
 }
 
 type ticketState uint8
