@@ -1,0 +1,142 @@
+package client
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+	"net/http"
+	"net/url"
+	"strconv"
+	"time"
+)
+
+// EstimatePath is the gateway endpoint Estimate queries, under Config.BaseURL.
+const EstimatePath = "/sluice/v1/estimate"
+
+// Estimate is the gateway's answer to "what if I sent a request now?".
+//
+// On the wire (the contract with the gateway) it is a JSON object with
+// durations in whole milliseconds:
+//
+//	{"priority":"interactive","rank":4,"estimated_wait_ms":1234,
+//	 "service_p50_ms":800,"service_p95_ms":2100,"admit":true,"reason":"",
+//	 "retry_after_ms":0,"queue_depth":12,"mode":"fifo"}
+//
+// Unknown fields are ignored, so the gateway may add to it.
+type Estimate struct {
+	// Priority is the class the estimate is for, after the gateway's default.
+	Priority string
+	// Rank is the class's shedding rank: higher is served first and shed last.
+	Rank int
+	// EstimatedWait is how long a request of this class would queue.
+	EstimatedWait time.Duration
+	// ServiceP50 and ServiceP95 are the recent service-time percentiles.
+	ServiceP50, ServiceP95 time.Duration
+	// Admit reports whether a request with the given timeout would be admitted.
+	Admit bool
+	// Reason is the rejection reason (queue_wait, ...) when Admit is false.
+	Reason string
+	// RetryAfter is when trying again has a chance, when Admit is false.
+	RetryAfter time.Duration
+	// QueueDepth is the number of requests queued.
+	QueueDepth int
+	// Mode is the queue's current order: "fifo", or "lifo" under overload.
+	Mode string
+}
+
+type estimateWire struct {
+	Priority        string `json:"priority"`
+	Rank            int    `json:"rank"`
+	EstimatedWaitMs int64  `json:"estimated_wait_ms"`
+	ServiceP50Ms    int64  `json:"service_p50_ms"`
+	ServiceP95Ms    int64  `json:"service_p95_ms"`
+	Admit           bool   `json:"admit"`
+	Reason          string `json:"reason"`
+	RetryAfterMs    int64  `json:"retry_after_ms"`
+	QueueDepth      int    `json:"queue_depth"`
+	Mode            string `json:"mode"`
+}
+
+// maxEstimateBody bounds the estimate response read; the real one is ~200 bytes.
+const maxEstimateBody = 1 << 20
+
+// Estimate asks the gateway at Config.BaseURL how long a request of priority
+// would wait and whether one with the given timeout would be admitted.
+// An empty priority means the gateway's default class; a zero timeout means
+// the class's default timeout. The query is sent once through Config.Base,
+// without retries, throttling or the retry budget: it is cheap, and a caller
+// asking is deciding whether to send at all.
+func (c *Client) Estimate(ctx context.Context, priority string, timeout time.Duration) (Estimate, error) {
+	if c.cfg.BaseURL == "" {
+		return Estimate{}, fmt.Errorf("client: Estimate needs Config.BaseURL, which is empty")
+	}
+	q := url.Values{}
+	if priority != "" {
+		if err := checkPriority(priority); err != nil {
+			return Estimate{}, fmt.Errorf("client: Estimate priority: %w", err)
+		}
+		q.Set("priority", priority)
+	}
+	switch {
+	case timeout < 0:
+		return Estimate{}, fmt.Errorf("client: Estimate timeout must not be negative, got %v", timeout)
+	case timeout > 0:
+		q.Set("timeout_ms", strconv.FormatInt(timeoutMs(timeout), 10))
+	}
+	u, err := url.JoinPath(c.cfg.BaseURL, EstimatePath)
+	if err != nil {
+		return Estimate{}, fmt.Errorf("client: Estimate URL: %w", err)
+	}
+	if len(q) > 0 {
+		u += "?" + q.Encode()
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	if err != nil {
+		return Estimate{}, fmt.Errorf("client: Estimate: %w", err)
+	}
+	req.Header.Set("Accept", "application/json")
+	resp, err := c.cfg.Base.RoundTrip(req)
+	if err != nil {
+		return Estimate{}, fmt.Errorf("client: Estimate: %w", err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, maxEstimateBody))
+	if err != nil {
+		return Estimate{}, fmt.Errorf("client: Estimate: reading the response: %w", err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		return Estimate{}, fmt.Errorf("client: Estimate: %s answered %s: %.200s", u, resp.Status, body)
+	}
+	var w estimateWire
+	if err := json.Unmarshal(body, &w); err != nil {
+		return Estimate{}, fmt.Errorf("client: Estimate: decoding the response from %s: %w", u, err)
+	}
+	// Durations must be representable; a negative wait or depth is a broken
+	// gateway, and passing it on would only move the confusion downstream.
+	for _, f := range []struct {
+		name string
+		v    int64
+	}{
+		{"estimated_wait_ms", w.EstimatedWaitMs}, {"service_p50_ms", w.ServiceP50Ms},
+		{"service_p95_ms", w.ServiceP95Ms}, {"retry_after_ms", w.RetryAfterMs},
+		{"queue_depth", int64(w.QueueDepth)},
+	} {
+		if f.v < 0 || f.v > math.MaxInt64/int64(time.Millisecond) {
+			return Estimate{}, fmt.Errorf("client: Estimate: field %s is out of range (%d) in the response from %s", f.name, f.v, u)
+		}
+	}
+	return Estimate{
+		Priority:      w.Priority,
+		Rank:          w.Rank,
+		EstimatedWait: time.Duration(w.EstimatedWaitMs) * time.Millisecond,
+		ServiceP50:    time.Duration(w.ServiceP50Ms) * time.Millisecond,
+		ServiceP95:    time.Duration(w.ServiceP95Ms) * time.Millisecond,
+		Admit:         w.Admit,
+		Reason:        w.Reason,
+		RetryAfter:    time.Duration(w.RetryAfterMs) * time.Millisecond,
+		QueueDepth:    w.QueueDepth,
+		Mode:          w.Mode,
+	}, nil
+}
