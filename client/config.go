@@ -83,8 +83,9 @@ type Config struct {
 	// a request is refused locally with probability
 	// max(0, (requests - K×accepts) / (requests + 1)) over ThrottleWindow,
 	// where requests counts attempts (including those refused locally) and
-	// accepts counts those the server did not reject with 429 or 503. Lower
-	// K throttles harder. Zero means off; otherwise it must be at least 1,
+	// accepts counts those answered with anything but 429 or 503 (a
+	// connection error is not an accept; an attempt the caller cancelled is
+	// not counted at all). Lower K throttles harder. Zero means off; otherwise it must be at least 1,
 	// since below 1 a client would refuse requests that a healthy server
 	// accepts. DefaultThrottleK (2) is the usual choice.
 	ThrottleK float64

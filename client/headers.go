@@ -74,7 +74,7 @@ func headerInt(h http.Header, name string) (int64, bool, error) {
 	return n, true, nil
 }
 
-// serverDelay reads a millisecond count sent by the server (retry-after-ms,
+// serverDelayMs reads a millisecond count sent by the server (retry-after-ms,
 // X-Sluice-Estimated-Wait-Ms). OpenAI's servers send fractions, so floats are
 // accepted; anything unparsable, negative or not finite counts as absent,
 // since a server's bad header is no reason to fail the caller's request.

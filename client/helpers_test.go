@@ -111,7 +111,8 @@ func newTestClient(t *testing.T, cfg Config) *Client {
 	return c
 }
 
-// get sends a GET for url through c with ctx and returns the status, or the error.
+// do sends req through c as an http.Client would, drains and closes the
+// response body, and returns the response (for its status) or the error.
 func do(t *testing.T, c *Client, req *http.Request) (*http.Response, error) {
 	t.Helper()
 	resp, err := c.HTTPClient().Do(req)
