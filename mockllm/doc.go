@@ -1,0 +1,72 @@
+// Package mockllm is a fake LLM provider that behaves like a real one under
+// overload: finite capacity, slow and skewed service times, a mid-run
+// slowdown, per-call billing, faults, and a provider that keeps generating
+// (and billing) after its client has gone. The project's demo measures what
+// a queue does to such a dependency, so the mock's job is to be honest
+// about exactly those properties, and to count what was paid for nothing.
+//
+// # Model
+//
+// A Server has Config.Slots slots. A request that arrives when all are busy
+// waits in an unbounded FIFO (ModeQueue: nobody is refused, everybody waits
+// longer) or is refused at once with 429 and Retry-After (Mode429). A
+// request holds its slot for its service time:
+//
+//	Median × exp(Sigma × N(0,1)) × model's LatencyFactor × StepFactor (once StepAt has passed)
+//
+// Time is read with time.Now and waited with timers, so tests run the real
+// server in virtual time inside testing/synctest. A zero Median is exactly
+// zero: no draw, no timer. Streamed answers are cut into up to 16 pieces
+// spread evenly over the service time and flushed as they are "generated".
+//
+// Billing follows the provider: a request is billed from the moment it takes
+// a slot. Usage is estimated, not tokenized: prompt tokens are the prompt
+// text's characters / 4 (at least 1); completion tokens are the request's
+// max_tokens (max_completion_tokens, max_output_tokens) when given, else
+// Config.OutputTokens. Costs come from the model table (BuiltinModels or
+// Config.Models). Stats says what was received, started (billed), delivered,
+// wasted (billed, but the client had gone: the money the demo is about),
+// aborted, abandoned in the queue (never billed), refused and faulted.
+//
+// # Endpoints
+//
+//	POST /v1/chat/completions  OpenAI chat, JSON or SSE ("stream": true)
+//	POST /v1/completions       OpenAI legacy completions, JSON or SSE
+//	POST /v1/embeddings        OpenAI embeddings (float or base64)
+//	POST /v1/responses         OpenAI Responses, JSON or typed SSE events
+//	POST /v1/messages          Anthropic Messages, JSON or named SSE events
+//	GET  /v1/models            the model table
+//	GET  /mock/v1/stats        Stats as JSON
+//
+// OpenAI streams end with a usage chunk (empty choices) only when the
+// request sets stream_options.include_usage, as OpenAI does, then
+// "data: [DONE]". Anthropic and Responses streams always carry usage.
+// Errors use each API's error shape and name the offending field or header.
+// The headers X-Mock-Fault and X-Mock-Latency-Ms override one request's
+// fault and service time; answers carry X-Mock-Queue-Ms and
+// X-Mock-Service-Ms, and, with finite slots, x-ratelimit-limit-requests and
+// x-ratelimit-remaining-requests.
+//
+// # Goals
+//
+//   - Overload that looks like a provider's: queueing delay grows without a
+//     bound in ModeQueue; capacity refusals carry Retry-After and
+//     retry-after-ms in Mode429.
+//   - Exact accounting of waste, with a stated rule for when an answer was
+//     delivered (see Stats and serveBody).
+//   - Wire compatibility with the official OpenAI Go SDK (plain and
+//     streaming) and with Anthropic's documented shapes.
+//   - Deterministic in tests: Sigma 0 gives exact service times, synctest
+//     gives virtual time, headers force faults.
+//
+// # Non-goals
+//
+//   - Model behaviour: the text is filler, tools, images, audio, logprobs
+//     and n > 1 are not generated (n > 1 is refused, not ignored).
+//   - Token-exact usage: there is no tokenizer.
+//   - Token-rate limits (TPM) and per-key quotas: capacity is concurrency.
+//   - Service time proportional to output length: it is one draw per
+//     request, so that the median the demo is measured against is the
+//     median you configured.
+//   - Authentication: any or no API key is accepted.
+package mockllm

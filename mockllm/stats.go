@@ -1,0 +1,157 @@
+package mockllm
+
+import "net/http"
+
+// Stats is a snapshot of what the server has done since New. It is the
+// provider's own view: what it received, what it billed, and which of the
+// answers it billed reached somebody.
+//
+// When no request is in flight the counters add up:
+//
+//	Received = BadRequests + Faults.Total() + Rejected429 + Abandoned + Dropped + Started
+//	Started  = Delivered + Wasted + Aborted      (Completed = Delivered + Wasted)
+//
+// While requests are in flight, QueueDepth and InService hold the ones not
+// yet settled.
+type Stats struct {
+	// Received counts POSTs to a generation endpoint (chat completions,
+	// completions, embeddings, responses, messages), bad ones included.
+	Received int64 `json:"received"`
+	// BadRequests counts requests refused with 400 or 413 because of their
+	// body or of a malformed X-Mock-* header. They never take a slot.
+	BadRequests int64 `json:"bad_requests"`
+	// Faults counts injected faults by kind (random or X-Mock-Fault).
+	Faults FaultStats `json:"faults"`
+	// Rejected429 counts refusals because every slot was busy (Mode429).
+	Rejected429 int64 `json:"rejected_429"`
+	// Abandoned counts requests whose client went away while they waited in
+	// the FIFO (or by the time a slot came free): removed, never billed.
+	Abandoned int64 `json:"abandoned"`
+	// Dropped counts requests still in the FIFO when Close was called: they
+	// were answered 503 and never billed.
+	Dropped int64 `json:"dropped"`
+
+	// Started counts requests that took a slot. Every started request is
+	// billed (in full, or pro rata when aborted).
+	Started int64 `json:"started"`
+	// Completed counts started requests whose service time ran to its end:
+	// Delivered plus Wasted.
+	Completed int64 `json:"completed"`
+	// Delivered counts completed requests whose whole answer was handed to
+	// the connection while the client was still there. It is counted just
+	// before the last bytes are written (and moved to Wasted if writing them
+	// fails), so a client that has read its answer finds it counted.
+	Delivered int64 `json:"delivered"`
+	// Wasted counts completed requests nobody received: the client had gone
+	// (its request context was done) when the service time ended or while
+	// the answer was streamed, or writing the answer failed. They were
+	// billed in full. With AbortOnDisconnect false, every client that leaves
+	// after its request started ends up here.
+	Wasted int64 `json:"wasted"`
+	// Aborted counts started requests stopped before their service time
+	// ended: the client left and AbortOnDisconnect is set, or Close was
+	// called. They were billed for the prompt and for the share of the
+	// completion generated so far.
+	Aborted int64 `json:"aborted"`
+
+	// QueueDepth is the number of requests waiting in the FIFO now.
+	QueueDepth int `json:"queue_depth"`
+	// InService is the number of requests holding a slot now.
+	InService int `json:"in_service"`
+	// Hanging is the number of requests held by the hang fault now.
+	Hanging int `json:"hanging"`
+
+	// TokensIn and TokensOut are the billed prompt and completion tokens of
+	// settled requests (Delivered, Wasted and Aborted).
+	TokensIn  int64 `json:"tokens_in"`
+	TokensOut int64 `json:"tokens_out"`
+	// CostUSD is what settled requests cost, from the model table.
+	CostUSD float64 `json:"cost_usd"`
+	// WastedCostUSD is the part of CostUSD spent on Wasted and Aborted
+	// requests: money paid for answers nobody got.
+	WastedCostUSD float64 `json:"wasted_cost_usd"`
+}
+
+// FaultStats counts injected faults by kind.
+type FaultStats struct {
+	Error     int64 `json:"error"`
+	Hang      int64 `json:"hang"`
+	Reset     int64 `json:"reset"`
+	RateLimit int64 `json:"429"`
+}
+
+// Total is the number of injected faults of every kind.
+func (f FaultStats) Total() int64 { return f.Error + f.Hang + f.Reset + f.RateLimit }
+
+// Stats returns a consistent snapshot of the counters.
+func (s *Server) Stats() Stats {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st := s.mu.stats
+	st.QueueDepth = s.mu.queue.Len()
+	st.InService = s.mu.inService
+	return st
+}
+
+// outcome is how a started request ended.
+type outcome int
+
+const (
+	delivered outcome = iota
+	wasted
+	aborted
+)
+
+// settle books a started request: its tokens, its cost and its outcome.
+// tokensOut is what was generated, which is less than c.tokensOut when
+// the request was aborted.
+func (s *Server) settle(c *call, o outcome, tokensOut int) {
+	cost := c.spec.Cost(int64(c.tokensIn), int64(tokensOut))
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st := &s.mu.stats
+	st.TokensIn += int64(c.tokensIn)
+	st.TokensOut += int64(tokensOut)
+	st.CostUSD += cost
+	switch o {
+	case delivered:
+		st.Completed++
+		st.Delivered++
+	case wasted:
+		st.Completed++
+		st.Wasted++
+		st.WastedCostUSD += cost
+	case aborted:
+		st.Aborted++
+		st.WastedCostUSD += cost
+	}
+}
+
+// undeliver moves a request settled as delivered to wasted, when writing
+// its last bytes failed after all. Answers are booked as delivered just
+// before those bytes go out, so that a client holding its whole answer
+// always finds it counted.
+func (s *Server) undeliver(c *call) {
+	cost := c.spec.Cost(int64(c.tokensIn), int64(c.tokensOut))
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st := &s.mu.stats
+	st.Delivered--
+	st.Wasted++
+	st.WastedCostUSD += cost
+}
+
+// count applies f to the counters under the lock.
+func (s *Server) count(f func(st *Stats)) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	f(&s.mu.stats)
+}
+
+func (s *Server) serveStats(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodGet {
+		writeMethodNotAllowed(w, http.MethodGet)
+		return
+	}
+	writeJSON(w, http.StatusOK, s.Stats())
+}
