@@ -296,3 +296,10 @@ func (p *Permit) QueueTime() time.Duration { return p.queued }
 
 // Rank is the rank the request was served at.
 func (p *Permit) Rank() int { return p.rank }
+
+// Keys returns the keys that have service-time statistics of their own.
+func (g *Gate) Keys() []string {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.mu.core.Keys()
+}

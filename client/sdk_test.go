@@ -1,18 +1,4 @@
-//go:build sdk
-
-// These tests drive the official OpenAI Go SDK through a Client. They are
-// behind the "sdk" build tag only because importing the SDK outside the tools
-// file needs the module's go directive to read "go 1.26.0" (the SDK's own
-// go.mod says 1.26.0, and "go 1.26" sorts below it), and go.mod is not this
-// package's to change. Run them with
-//
-//	go test -race -tags sdk ./client/
-//
-// and, until go.mod is updated, with a patched copy of it:
-//
-//	mkdir -p /tmp/modfix && cp go.mod go.sum /tmp/modfix/ &&
-//	sed -i 's/^go 1.26$/go 1.26.0/' /tmp/modfix/go.mod &&
-//	go test -race -tags sdk -modfile=/tmp/modfix/go.mod ./client/
+// These tests drive the official OpenAI Go SDK through a Client.
 
 package client
 

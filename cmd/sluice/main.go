@@ -74,3 +74,7 @@ func usage(w io.Writer) {
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "Run 'sluice <command> -h' for the flags of one command.")
 }
+
+// stdinReader is where commands read standard input (a variable so tests
+// can supply it).
+var stdinReader io.Reader = os.Stdin

@@ -1,0 +1,160 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"time"
+
+	"github.com/sluicehq/sluice/gateway"
+)
+
+func init() {
+	register("serve", "run the gateway: an OpenAI-compatible reverse proxy with admission control", runServe)
+	register("check-config", "validate a gateway config file", runCheckConfig)
+	register("hash-key", "print the SHA-256 digest of a tenant API key read from stdin, for the config", runHashKey)
+}
+
+// serveFlags are the flags that override the config file.
+type serveFlags struct {
+	config      string
+	upstream    string
+	concurrency int
+	listen      string
+	admin       string
+	maxQueue    int
+	apiKeyEnv   string
+	initial     time.Duration
+}
+
+func (f *serveFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&f.config, "config", "", "YAML config `file` (flags below override it)")
+	fs.StringVar(&f.upstream, "upstream", "", "provider base `URL`, e.g. https://api.openai.com")
+	fs.IntVar(&f.concurrency, "concurrency", 0, "upstream calls allowed at once")
+	fs.StringVar(&f.listen, "listen", "", "proxy `address` (default 127.0.0.1:8080)")
+	fs.StringVar(&f.admin, "admin", "", "admin `address` for /metrics, /healthz, /readyz, /admin/v1/state (default 127.0.0.1:9090)")
+	fs.IntVar(&f.maxQueue, "max-queue", -1, "hard bound on waiting requests (default from the config, else 0: no waiting room)")
+	fs.StringVar(&f.apiKeyEnv, "api-key-env", "", "environment `variable` holding the provider's API key")
+	fs.DurationVar(&f.initial, "initial-service-time", 0, "service time assumed before the first call completes")
+}
+
+// load reads the config file, if any, and applies the flags that were set.
+func (f *serveFlags) load(fs *flag.FlagSet) (gateway.Config, error) {
+	var cfg gateway.Config
+	if f.config != "" {
+		var err error
+		if cfg, err = gateway.LoadConfig(f.config); err != nil {
+			return cfg, err
+		}
+	}
+	var bad error
+	fs.Visit(func(fl *flag.Flag) {
+		switch fl.Name {
+		case "upstream":
+			cfg.Upstream.URL = f.upstream
+		case "concurrency":
+			if f.concurrency < 1 {
+				bad = fmt.Errorf("--concurrency: %d, want ≥ 1", f.concurrency)
+			}
+			cfg.Admission.Concurrency = f.concurrency
+		case "listen":
+			cfg.Listen = f.listen
+		case "admin":
+			cfg.Admin = f.admin
+		case "max-queue":
+			if f.maxQueue < 0 {
+				bad = fmt.Errorf("--max-queue: %d, want ≥ 0", f.maxQueue)
+			}
+			cfg.Admission.MaxQueue = f.maxQueue
+		case "api-key-env":
+			cfg.Upstream.APIKeyEnv = f.apiKeyEnv
+		case "initial-service-time":
+			if f.initial < 0 {
+				bad = fmt.Errorf("--initial-service-time: %v, want ≥ 0", f.initial)
+			}
+			cfg.Admission.InitialServiceTime = gateway.Duration(f.initial)
+		}
+	})
+	if bad != nil {
+		return cfg, bad
+	}
+	if f.config == "" && cfg.Upstream.URL == "" {
+		return cfg, errors.New("--upstream (or --config) is required")
+	}
+	if f.config == "" && cfg.Admission.Concurrency == 0 {
+		return cfg, errors.New("--concurrency (or --config) is required")
+	}
+	return cfg, cfg.Validate()
+}
+
+func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var f serveFlags
+	f.register(fs)
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	}
+	cfg, err := f.load(fs)
+	if err != nil {
+		return err
+	}
+	logger := slog.New(slog.NewTextHandler(stderr, nil))
+	g, err := gateway.New(cfg, gateway.Options{Logger: logger})
+	if err != nil {
+		return err
+	}
+	srv, err := gateway.Listen(g)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "sluice listening on http://%s (admin http://%s)\n", srv.API.Addr(), srv.Admin.Addr())
+	return srv.Serve(ctx)
+}
+
+func runCheckConfig(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("check-config", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() != 1 {
+		return errors.New("usage: sluice check-config FILE")
+	}
+	if _, err := gateway.LoadConfig(fs.Arg(0)); err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "%s: ok\n", fs.Arg(0))
+	return nil
+}
+
+func runHashKey(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("hash-key", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	key, err := io.ReadAll(io.LimitReader(stdinReader, 1<<16))
+	if err != nil {
+		return err
+	}
+	k := string(trimNewline(key))
+	if k == "" {
+		return errors.New("no key on standard input (echo -n KEY | sluice hash-key)")
+	}
+	fmt.Fprintln(stdout, gateway.HashKey(k))
+	return nil
+}
+
+func trimNewline(b []byte) []byte {
+	for len(b) > 0 && (b[len(b)-1] == '\n' || b[len(b)-1] == '\r') {
+		b = b[:len(b)-1]
+	}
+	return b
+}

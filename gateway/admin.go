@@ -1,0 +1,140 @@
+package gateway
+
+import (
+	"encoding/json"
+	"net/http"
+	"sort"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/sluicehq/sluice/admission"
+)
+
+// AdminHandler serves /healthz, /readyz, /metrics and the JSON state dump at
+// /admin/v1/state. Mount it on a loopback listener: it names tenants and
+// shows the gateway's state.
+func (g *Gateway) AdminHandler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
+		_, _ = w.Write([]byte("ok\n"))
+	})
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
+		if g.draining.Load() {
+			http.Error(w, "draining", http.StatusServiceUnavailable)
+			return
+		}
+		_, _ = w.Write([]byte("ready\n"))
+	})
+	mux.Handle("GET /metrics", promhttp.HandlerFor(g.metrics.reg, promhttp.HandlerOpts{Registry: g.metrics.reg}))
+	mux.HandleFunc("GET /admin/v1/state", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		_ = enc.Encode(g.State())
+	})
+	return mux
+}
+
+// State is the JSON state dump. It never contains a key: tenants are named,
+// the provider key only by the variable that holds it.
+type State struct {
+	Time          time.Time         `json:"time"`
+	Draining      bool              `json:"draining"`
+	Upstream      string            `json:"upstream"`
+	APIKeyEnv     string            `json:"api_key_env,omitempty"`
+	Concurrency   int               `json:"concurrency"`
+	InFlight      int               `json:"in_flight"`
+	Queued        int               `json:"queued"`
+	MaxQueue      int               `json:"max_queue"`
+	Mode          string            `json:"mode"`
+	LIFOQueues    int               `json:"lifo_queues"`
+	Ranks         []RankState       `json:"ranks"`
+	Service       ServiceState      `json:"service"`
+	Models        map[string]ServiceState `json:"models"`
+	Counters      map[string]uint64 `json:"counters"`
+	Rejected      map[string]uint64 `json:"rejected"`
+	Classes       map[string]ClassState `json:"classes"`
+	Tenants       []TenantState     `json:"tenants"`
+}
+
+type RankState struct {
+	Rank            int   `json:"rank"`
+	Depth           int   `json:"depth"`
+	EstimatedWaitMs int64 `json:"estimated_wait_ms"`
+}
+
+type ServiceState struct {
+	P50Ms   int64 `json:"p50_ms"`
+	P95Ms   int64 `json:"p95_ms"`
+	MeanMs  int64 `json:"mean_ms"`
+	Samples int   `json:"samples"`
+}
+
+type ClassState struct {
+	Rank             int   `json:"rank"`
+	DefaultTimeoutMs int64 `json:"default_timeout_ms"`
+}
+
+type TenantState struct {
+	Name string `json:"name"`
+	Tier string `json:"tier"`
+	Keys int    `json:"keys"`
+}
+
+// State returns the gateway's state.
+func (g *Gateway) State() State {
+	st := g.gate.Stats()
+	s := State{
+		Time:        time.Now().UTC(),
+		Draining:    g.draining.Load(),
+		Upstream:    g.upstream.Redacted(),
+		APIKeyEnv:   g.cfg.Upstream.APIKeyEnv,
+		Concurrency: st.Concurrency,
+		InFlight:    st.InFlight,
+		Queued:      st.Queued,
+		MaxQueue:    g.cfg.Admission.MaxQueue,
+		Mode:        st.Mode.String(),
+		LIFOQueues:  st.LIFOQueues,
+		Service: ServiceState{P50Ms: st.ServiceP50.Milliseconds(), P95Ms: st.ServiceP95.Milliseconds(),
+			MeanMs: st.ServiceMean.Milliseconds(), Samples: st.ServiceSamples},
+		Models:   map[string]ServiceState{},
+		Counters: map[string]uint64{"admitted": st.Admitted, "enqueued": st.Enqueued, "granted": st.Granted, "canceled": st.Canceled},
+		Rejected: map[string]uint64{},
+		Classes:  map[string]ClassState{},
+	}
+	for r := range st.Depth {
+		s.Ranks = append(s.Ranks, RankState{Rank: r, Depth: st.Depth[r], EstimatedWaitMs: st.EstimatedWait[r].Milliseconds()})
+	}
+	for reason, n := range st.Rejected {
+		s.Rejected[reason.String()] = n
+	}
+	for result, n := range st.Completed {
+		s.Counters["completed_"+result.String()] = n
+	}
+	for _, model := range g.gate.Keys() {
+		ks := g.gate.KeyStats(model)
+		s.Models[model] = ServiceState{P50Ms: ks.P50.Milliseconds(), P95Ms: ks.P95.Milliseconds(), MeanMs: ks.Mean.Milliseconds(), Samples: ks.Samples}
+	}
+	for name, cl := range g.cfg.Classes {
+		rank, _ := g.gate.Rank(admissionRequest(name))
+		timeout := cl.DefaultTimeout.D()
+		if timeout == 0 {
+			timeout = g.cfg.Limits.MaxTimeout.D()
+		}
+		s.Classes[name] = ClassState{Rank: rank, DefaultTimeoutMs: timeout.Milliseconds()}
+	}
+	for _, t := range g.tenants.all {
+		keys := 0
+		for _, k := range g.tenants.keys {
+			if k.tenant == t {
+				keys++
+			}
+		}
+		s.Tenants = append(s.Tenants, TenantState{Name: t.name, Tier: t.tier.String(), Keys: keys})
+	}
+	sort.Slice(s.Tenants, func(i, j int) bool { return s.Tenants[i].Name < s.Tenants[j].Name })
+	return s
+}
+
+func admissionRequest(class string) admission.Request { return admission.Request{Class: class} }

@@ -1,0 +1,383 @@
+package gateway
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/url"
+	"os"
+	"sort"
+	"strings"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/sluicehq/sluice/admission"
+)
+
+// Config is the gateway's configuration, as read from YAML. Every field
+// documents its zero value; Validate returns an error naming the first bad
+// field by its YAML path.
+type Config struct {
+	// Listen is the address of the proxy. Empty means 127.0.0.1:8080.
+	Listen string `yaml:"listen"`
+	// Admin is the address of the admin listener (/metrics, /healthz,
+	// /readyz, /admin/v1/state). Empty means 127.0.0.1:9090. It should stay
+	// on loopback: it shows tenants and state.
+	Admin string `yaml:"admin"`
+
+	Upstream  UpstreamConfig  `yaml:"upstream"`
+	Admission AdmissionConfig `yaml:"admission"`
+	// Classes are the priority classes callers may name in
+	// X-Sluice-Priority. Empty means interactive (rank 4, 30s), batch (rank
+	// 3, 5m) and speculative (rank 0, 10s).
+	Classes map[string]ClassConfig `yaml:"classes"`
+	// DefaultClass is the class of a request without X-Sluice-Priority.
+	// Empty means interactive.
+	DefaultClass string `yaml:"default_class"`
+	Ranks        RanksConfig `yaml:"ranks"`
+	// Tenants identify callers by API key. Empty means one anonymous
+	// tenant: the Authorization header is not checked (and is forwarded
+	// upstream unless upstream.api_key_env is set).
+	Tenants []TenantConfig `yaml:"tenants"`
+	Limits  LimitsConfig   `yaml:"limits"`
+	// ShutdownGrace is how long in-flight requests may take to finish after
+	// SIGTERM/SIGINT. Zero means 30s.
+	ShutdownGrace Duration `yaml:"shutdown_grace"`
+}
+
+// UpstreamConfig is the provider the gateway forwards to.
+type UpstreamConfig struct {
+	// URL is the provider's base URL, e.g. https://api.openai.com. Required.
+	URL string `yaml:"url"`
+	// APIKeyEnv names the environment variable holding the provider's API
+	// key. Empty means none: the caller's Authorization is forwarded as is
+	// (allowed only without tenants, whose keys must never reach the
+	// provider). The key is never logged nor returned.
+	APIKeyEnv string `yaml:"api_key_env"`
+	// AuthHeader is how the key is sent: "authorization" (Bearer, OpenAI
+	// style) or "x-api-key" (Anthropic style). Empty means authorization.
+	AuthHeader string `yaml:"auth_header"`
+	// MaxIdleConns is the pool of idle connections kept to the provider.
+	// Zero means 1024.
+	MaxIdleConns int `yaml:"max_idle_conns"`
+}
+
+// AdmissionConfig configures the gate (see admission.Config).
+type AdmissionConfig struct {
+	// Concurrency is how many upstream calls may be in flight. Required (≥1).
+	Concurrency int `yaml:"concurrency"`
+	// MaxQueue bounds waiting requests. Zero means no waiting room.
+	MaxQueue int `yaml:"max_queue"`
+	// MaxQueuePerTenant caps one tenant's share of the queue. Zero means no
+	// fixed cap (the bound is still shared fairly).
+	MaxQueuePerTenant int `yaml:"max_queue_per_tenant"`
+	// WaitEstimator is "mean" or "median". Empty means mean.
+	WaitEstimator string `yaml:"wait_estimator"`
+	// InitialServiceTime is assumed before the first call completes. Zero
+	// means none (admission by the queue bound alone until then).
+	InitialServiceTime Duration `yaml:"initial_service_time"`
+	// ServiceWindow is how many recent calls the estimator keeps. Zero
+	// means 256.
+	ServiceWindow int `yaml:"service_window"`
+	// FIFOOnly disables adaptive LIFO.
+	FIFOOnly bool `yaml:"fifo_only"`
+}
+
+// ClassConfig is one priority class.
+type ClassConfig struct {
+	// Rank orders shedding: higher ranks are served first and shed last
+	// (0–15). Required unless the class is one of the built-in three, whose
+	// default ranks are 4, 3 and 0.
+	Rank *int `yaml:"rank"`
+	// DefaultTimeout is the deadline of a request of this class that sends
+	// no X-Sluice-Timeout-Ms. Zero means limits.max_timeout.
+	DefaultTimeout Duration `yaml:"default_timeout"`
+}
+
+// RanksConfig places retries and tiers in the shed order.
+type RanksConfig struct {
+	// Retry is the highest rank of a retry. Nil means 1.
+	Retry *int `yaml:"retry"`
+	// LowTier is the highest rank of a low-tier tenant. Nil means 2.
+	LowTier *int `yaml:"low_tier"`
+	// HighTierBoost lifts high-tier first attempts of classes ranked at
+	// least 3. Nil means 1.
+	HighTierBoost *int `yaml:"high_tier_boost"`
+}
+
+// TenantConfig is one tenant.
+type TenantConfig struct {
+	// Name identifies the tenant in metrics and logs. Required, unique.
+	Name string `yaml:"name"`
+	// Tier is low, standard or high. Empty means standard.
+	Tier string `yaml:"tier"`
+	// APIKeysSHA256 are the hex SHA-256 digests of the tenant's keys (see
+	// `sluice hash-key`). The keys themselves are never stored. At least one.
+	APIKeysSHA256 []string `yaml:"api_keys_sha256"`
+}
+
+// LimitsConfig bounds what a request may ask for.
+type LimitsConfig struct {
+	// MaxBodyBytes bounds a request body; larger → 413. Zero means 10 MiB.
+	MaxBodyBytes int64 `yaml:"max_body_bytes"`
+	// MaxTimeout is the largest X-Sluice-Timeout-Ms accepted; larger → 400.
+	// Zero means 10m.
+	MaxTimeout Duration `yaml:"max_timeout"`
+}
+
+// Duration is a time.Duration written in YAML as a Go duration string
+// ("30s", "5m").
+type Duration time.Duration
+
+// UnmarshalYAML parses a duration string; a bare number is refused, since
+// its unit would be a guess.
+func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
+	var s string
+	if err := n.Decode(&s); err != nil {
+		return fmt.Errorf("want a duration such as \"30s\"")
+	}
+	v, err := time.ParseDuration(s)
+	if err != nil {
+		return fmt.Errorf("want a duration such as \"30s\", got %q", s)
+	}
+	*d = Duration(v)
+	return nil
+}
+
+// MarshalYAML writes the duration string.
+func (d Duration) MarshalYAML() (any, error) { return time.Duration(d).String(), nil }
+
+// D returns the time.Duration.
+func (d Duration) D() time.Duration { return time.Duration(d) }
+
+// LoadConfig reads a YAML file. Unknown keys are errors.
+func LoadConfig(path string) (Config, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return Config{}, err
+	}
+	return ParseConfig(data)
+}
+
+// ParseConfig parses YAML, refusing unknown keys, and validates the result.
+func ParseConfig(data []byte) (Config, error) {
+	var cfg Config
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	dec.KnownFields(true)
+	if err := dec.Decode(&cfg); err != nil && !errors.Is(err, io.EOF) {
+		return Config{}, fmt.Errorf("config: %w", err)
+	}
+	if err := cfg.Validate(); err != nil {
+		return Config{}, err
+	}
+	return cfg, nil
+}
+
+const (
+	defaultListen = "127.0.0.1:8080"
+	defaultAdmin  = "127.0.0.1:9090"
+)
+
+// withDefaults fills the documented defaults into a copy.
+func (c Config) withDefaults() Config {
+	if c.Listen == "" {
+		c.Listen = defaultListen
+	}
+	if c.Admin == "" {
+		c.Admin = defaultAdmin
+	}
+	if c.Upstream.AuthHeader == "" {
+		c.Upstream.AuthHeader = "authorization"
+	}
+	if c.Upstream.MaxIdleConns == 0 {
+		c.Upstream.MaxIdleConns = 1024
+	}
+	if c.Limits.MaxBodyBytes == 0 {
+		c.Limits.MaxBodyBytes = 10 << 20
+	}
+	if c.Limits.MaxTimeout == 0 {
+		c.Limits.MaxTimeout = Duration(10 * time.Minute)
+	}
+	if c.ShutdownGrace == 0 {
+		c.ShutdownGrace = Duration(30 * time.Second)
+	}
+	if len(c.Classes) == 0 {
+		c.Classes = map[string]ClassConfig{
+			admission.ClassInteractive: {DefaultTimeout: Duration(30 * time.Second)},
+			admission.ClassBatch:       {DefaultTimeout: Duration(5 * time.Minute)},
+			admission.ClassSpeculative: {DefaultTimeout: Duration(10 * time.Second)},
+		}
+	}
+	if c.DefaultClass == "" {
+		c.DefaultClass = admission.ClassInteractive
+	}
+	return c
+}
+
+var builtinRanks = admission.DefaultRanks().Classes
+
+// Validate checks every field and returns an error naming the first bad one.
+func (c Config) Validate() error {
+	c = c.withDefaults()
+	for _, a := range []struct{ field, addr string }{{"listen", c.Listen}, {"admin", c.Admin}} {
+		if _, _, err := net.SplitHostPort(a.addr); err != nil {
+			return fmt.Errorf("config: %s: %q is not host:port", a.field, a.addr)
+		}
+	}
+	if c.Upstream.URL == "" {
+		return errors.New("config: upstream.url is required")
+	}
+	u, err := url.Parse(c.Upstream.URL)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return fmt.Errorf("config: upstream.url: %q is not an http(s) URL", c.Upstream.URL)
+	}
+	switch c.Upstream.AuthHeader {
+	case "authorization", "x-api-key":
+	default:
+		return fmt.Errorf("config: upstream.auth_header: %q, want authorization or x-api-key", c.Upstream.AuthHeader)
+	}
+	if c.Upstream.MaxIdleConns < 0 {
+		return fmt.Errorf("config: upstream.max_idle_conns: %d, want ≥ 0", c.Upstream.MaxIdleConns)
+	}
+	if len(c.Tenants) > 0 && c.Upstream.APIKeyEnv == "" {
+		return errors.New("config: upstream.api_key_env is required when tenants are configured: their keys must not be forwarded to the provider")
+	}
+	if c.Limits.MaxBodyBytes < 0 {
+		return fmt.Errorf("config: limits.max_body_bytes: %d, want ≥ 0", c.Limits.MaxBodyBytes)
+	}
+	if c.Limits.MaxTimeout < 0 {
+		return fmt.Errorf("config: limits.max_timeout: %v, want ≥ 0", c.Limits.MaxTimeout.D())
+	}
+	if c.ShutdownGrace < 0 {
+		return fmt.Errorf("config: shutdown_grace: %v, want ≥ 0", c.ShutdownGrace.D())
+	}
+	for _, name := range sortedKeys(c.Classes) {
+		cl := c.Classes[name]
+		if name == "" || strings.ContainsAny(name, " \t,;") {
+			return fmt.Errorf("config: classes: %q is not a valid class name", name)
+		}
+		if cl.Rank == nil {
+			if _, ok := builtinRanks[name]; !ok {
+				return fmt.Errorf("config: classes.%s.rank is required for a class that is not built in", name)
+			}
+		}
+		if cl.DefaultTimeout < 0 || cl.DefaultTimeout > c.Limits.MaxTimeout {
+			return fmt.Errorf("config: classes.%s.default_timeout: %v, want 0..limits.max_timeout (%v)", name, cl.DefaultTimeout.D(), c.Limits.MaxTimeout.D())
+		}
+	}
+	if _, ok := c.Classes[c.DefaultClass]; !ok {
+		return fmt.Errorf("config: default_class: %q is not one of classes", c.DefaultClass)
+	}
+	if _, err := c.admissionConfig(); err != nil {
+		return err
+	}
+	seenTenant := map[string]bool{}
+	seenKey := map[string]string{}
+	for i, t := range c.Tenants {
+		path := fmt.Sprintf("tenants[%d]", i)
+		if t.Name == "" {
+			return fmt.Errorf("config: %s.name is required", path)
+		}
+		if seenTenant[t.Name] {
+			return fmt.Errorf("config: %s.name: %q appears twice", path, t.Name)
+		}
+		seenTenant[t.Name] = true
+		if _, err := admission.ParseTier(t.Tier); err != nil {
+			return fmt.Errorf("config: %s.tier: %v", path, err)
+		}
+		if len(t.APIKeysSHA256) == 0 {
+			return fmt.Errorf("config: %s.api_keys_sha256: at least one key digest is required", path)
+		}
+		for j, h := range t.APIKeysSHA256 {
+			if _, err := parseDigest(h); err != nil {
+				return fmt.Errorf("config: %s.api_keys_sha256[%d]: %v", path, j, err)
+			}
+			if other, dup := seenKey[strings.ToLower(h)]; dup {
+				return fmt.Errorf("config: %s.api_keys_sha256[%d]: the same key is also %s's", path, j, other)
+			}
+			seenKey[strings.ToLower(h)] = t.Name
+		}
+	}
+	return nil
+}
+
+// admissionConfig translates the gate's part of the config.
+func (c Config) admissionConfig() (admission.Config, error) {
+	a := c.Admission
+	if a.Concurrency < 1 {
+		return admission.Config{}, fmt.Errorf("config: admission.concurrency: %d, want ≥ 1", a.Concurrency)
+	}
+	if a.MaxQueue < 0 {
+		return admission.Config{}, fmt.Errorf("config: admission.max_queue: %d, want ≥ 0", a.MaxQueue)
+	}
+	if a.MaxQueuePerTenant < 0 {
+		return admission.Config{}, fmt.Errorf("config: admission.max_queue_per_tenant: %d, want ≥ 0", a.MaxQueuePerTenant)
+	}
+	if a.ServiceWindow < 0 {
+		return admission.Config{}, fmt.Errorf("config: admission.service_window: %d, want ≥ 0", a.ServiceWindow)
+	}
+	if a.InitialServiceTime < 0 {
+		return admission.Config{}, fmt.Errorf("config: admission.initial_service_time: %v, want ≥ 0", a.InitialServiceTime.D())
+	}
+	var est admission.WaitEstimator
+	switch a.WaitEstimator {
+	case "", "mean":
+		est = admission.ByMean
+	case "median":
+		est = admission.ByMedian
+	default:
+		return admission.Config{}, fmt.Errorf("config: admission.wait_estimator: %q, want mean or median", a.WaitEstimator)
+	}
+	ranks := admission.DefaultRanks()
+	ranks.Classes = map[string]int{}
+	for name, cl := range c.Classes {
+		if cl.Rank != nil {
+			ranks.Classes[name] = *cl.Rank
+		} else {
+			ranks.Classes[name] = builtinRanks[name]
+		}
+		if r := ranks.Classes[name]; r < 0 || r >= admission.MaxRanks {
+			return admission.Config{}, fmt.Errorf("config: classes.%s.rank: %d, want 0..%d", name, r, admission.MaxRanks-1)
+		}
+	}
+	ranks.Default = c.DefaultClass
+	for _, r := range []struct {
+		field string
+		v     *int
+		dst   *int
+	}{{"ranks.retry", c.Ranks.Retry, &ranks.Retry}, {"ranks.low_tier", c.Ranks.LowTier, &ranks.LowTier}, {"ranks.high_tier_boost", c.Ranks.HighTierBoost, &ranks.HighTierBoost}} {
+		if r.v == nil {
+			continue
+		}
+		if *r.v < 0 || *r.v >= admission.MaxRanks {
+			return admission.Config{}, fmt.Errorf("config: %s: %d, want 0..%d", r.field, *r.v, admission.MaxRanks-1)
+		}
+		*r.dst = *r.v
+	}
+	cfg := admission.Config{
+		Concurrency:        a.Concurrency,
+		MaxQueue:           a.MaxQueue,
+		MaxQueuePerTenant:  a.MaxQueuePerTenant,
+		Ranks:              ranks,
+		WaitEstimator:      est,
+		ServiceWindow:      a.ServiceWindow,
+		InitialServiceTime: a.InitialServiceTime.D(),
+		FIFOOnly:           a.FIFOOnly,
+	}
+	if _, err := admission.NewCore(cfg); err != nil {
+		return admission.Config{}, fmt.Errorf("config: %w", err)
+	}
+	return cfg, nil
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}

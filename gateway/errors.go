@@ -1,0 +1,151 @@
+package gateway
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/sluicehq/sluice/admission"
+)
+
+// The response headers of the HTTP contract.
+const (
+	HeaderPriority       = "X-Sluice-Priority"
+	HeaderTimeoutMs      = "X-Sluice-Timeout-Ms"
+	HeaderAttempt        = "X-Sluice-Attempt"
+	HeaderStainlessRetry = "X-Stainless-Retry-Count"
+	HeaderReason         = "X-Sluice-Reason"
+	HeaderEstimatedWait  = "X-Sluice-Estimated-Wait-Ms"
+	HeaderQueueMs        = "X-Sluice-Queue-Ms"
+	HeaderModel          = "X-Sluice-Model"
+	HeaderRetryAfterMs   = "retry-after-ms"
+)
+
+// errorBody is an OpenAI-style error, with sluice's fields beside the usual
+// ones so that clients that read only message/type/code still get the gist.
+type errorBody struct {
+	Error errorDetail `json:"error"`
+}
+
+type errorDetail struct {
+	Message         string  `json:"message"`
+	Type            string  `json:"type"`
+	Param           *string `json:"param"`
+	Code            string  `json:"code"`
+	Reason          string  `json:"reason,omitempty"`
+	EstimatedWaitMs *int64  `json:"estimated_wait_ms,omitempty"`
+	RetryAfterMs    *int64  `json:"retry_after_ms,omitempty"`
+}
+
+// writeError writes an OpenAI-style JSON error.
+func writeError(w http.ResponseWriter, status int, typ, code, msg string) {
+	writeJSONError(w, status, errorBody{Error: errorDetail{Message: msg, Type: typ, Code: code}})
+}
+
+func writeJSONError(w http.ResponseWriter, status int, body errorBody) {
+	h := w.Header()
+	h.Set("Content-Type", "application/json")
+	h.Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(body)
+}
+
+// rejectionStatus maps a reason to its status: the caller's own limits are
+// 429, overload is 503.
+func rejectionStatus(r admission.Reason) int {
+	if r.CallersOwnLimit() {
+		return http.StatusTooManyRequests
+	}
+	return http.StatusServiceUnavailable
+}
+
+// ceilMs is d in whole milliseconds, rounded up, at least 1.
+func ceilMs(d time.Duration) int64 {
+	return max(1, int64(math.Ceil(float64(d)/float64(time.Millisecond))))
+}
+
+// ceilSeconds is d in whole seconds, rounded up, at least 1: Retry-After
+// has no fractions, and a zero would invite the immediate retry it exists to
+// prevent.
+func ceilSeconds(d time.Duration) int64 {
+	return max(1, int64(math.Ceil(d.Seconds())))
+}
+
+// writeRejection writes a refusal with every header of the contract.
+func writeRejection(w http.ResponseWriter, rej *admission.Rejection) {
+	status := rejectionStatus(rej.Reason)
+	retryMs := ceilMs(rej.RetryAfter)
+	waitMs := int64(0)
+	if rej.EstimatedWait > 0 {
+		waitMs = ceilMs(rej.EstimatedWait)
+	}
+	h := w.Header()
+	h.Set("Retry-After", strconv.FormatInt(ceilSeconds(rej.RetryAfter), 10))
+	h.Set(HeaderRetryAfterMs, strconv.FormatInt(retryMs, 10))
+	h.Set(HeaderReason, rej.Reason.String())
+	h.Set(HeaderEstimatedWait, strconv.FormatInt(waitMs, 10))
+	typ := "overloaded_error"
+	if status == http.StatusTooManyRequests {
+		typ = "rate_limit_error"
+	}
+	writeJSONError(w, status, errorBody{Error: errorDetail{
+		Message: fmt.Sprintf("sluice refused the request (%s): %s; estimated wait %d ms; retry after %d ms",
+			rej.Reason, explain(rej.Reason), waitMs, retryMs),
+		Type:            typ,
+		Code:            rej.Reason.String(),
+		Reason:          rej.Reason.String(),
+		EstimatedWaitMs: &waitMs,
+		RetryAfterMs:    &retryMs,
+	}})
+}
+
+func explain(r admission.Reason) string {
+	switch r {
+	case admission.ReasonQueueWait:
+		return "the estimated wait plus the expected service time exceeds the request's deadline"
+	case admission.ReasonQueueFull:
+		return "the queue is at its bound"
+	case admission.ReasonEvicted:
+		return "displaced from the queue by higher-priority work"
+	case admission.ReasonExpired:
+		return "the deadline passed before the request could be served"
+	case admission.ReasonRetryBudget:
+		return "retries are over their budget"
+	case admission.ReasonTenantBudget:
+		return "the tenant's spend budget is exhausted"
+	case admission.ReasonSpendCeiling:
+		return "the spend ceiling is reached"
+	case admission.ReasonDraining:
+		return "the gateway is shutting down"
+	}
+	return "refused"
+}
+
+// badRequest is a 4xx answer naming what was wrong.
+type badRequest struct {
+	status int
+	code   string
+	msg    string
+}
+
+func (e *badRequest) Error() string { return e.msg }
+
+func badHeader(name, format string, args ...any) *badRequest {
+	return &badRequest{status: http.StatusBadRequest, code: "invalid_header",
+		msg: name + ": " + fmt.Sprintf(format, args...)}
+}
+
+func writeBadRequest(w http.ResponseWriter, err error) {
+	var br *badRequest
+	if errors.As(err, &br) {
+		writeError(w, br.status, "invalid_request_error", br.code, br.msg)
+		return
+	}
+	writeError(w, http.StatusBadRequest, "invalid_request_error", "invalid_request", err.Error())
+}
+
+func itoa(n int64) string { return strconv.FormatInt(n, 10) }

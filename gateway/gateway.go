@@ -1,0 +1,323 @@
+package gateway
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"os"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/sluicehq/sluice/admission"
+)
+
+// Gateway is an OpenAI-compatible reverse proxy that puts an admission gate
+// in front of the provider. It is an http.Handler a Go program can mount;
+// AdminHandler serves its metrics and state. Safe for concurrent use.
+type Gateway struct {
+	cfg      Config
+	gate     *admission.Gate
+	tenants  *tenants
+	upstream *url.URL
+	apiKey   string // the provider's key: never logged, never returned
+	proxy    *httputil.ReverseProxy
+	metrics  *metrics
+	log      *slog.Logger
+	draining atomic.Bool
+}
+
+var _ http.Handler = (*Gateway)(nil)
+
+// Options are the parts of a gateway that are not configuration.
+type Options struct {
+	// Logger receives the gateway's logs. Nil means slog.Default().
+	Logger *slog.Logger
+	// Transport carries upstream calls. Nil means a transport tuned for one
+	// busy upstream (upstream.max_idle_conns idle connections to it).
+	Transport http.RoundTripper
+	// Getenv reads the provider key's variable. Nil means os.Getenv.
+	Getenv func(string) string
+}
+
+// New builds a gateway from a validated config.
+func New(cfg Config, opts Options) (*Gateway, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg = cfg.withDefaults()
+	acfg, err := cfg.admissionConfig()
+	if err != nil {
+		return nil, err
+	}
+	gate, err := admission.New(acfg)
+	if err != nil {
+		return nil, err
+	}
+	ts, err := newTenants(cfg.Tenants)
+	if err != nil {
+		return nil, fmt.Errorf("config: %w", err)
+	}
+	up, _ := url.Parse(cfg.Upstream.URL) // validated
+	g := &Gateway{cfg: cfg, gate: gate, tenants: ts, upstream: up, log: opts.Logger}
+	if g.log == nil {
+		g.log = slog.Default()
+	}
+	if cfg.Upstream.APIKeyEnv != "" {
+		getenv := opts.Getenv
+		if getenv == nil {
+			getenv = os.Getenv
+		}
+		g.apiKey = getenv(cfg.Upstream.APIKeyEnv)
+		if g.apiKey == "" {
+			return nil, fmt.Errorf("config: upstream.api_key_env: the environment variable %s is empty or unset", cfg.Upstream.APIKeyEnv)
+		}
+	}
+	transport := opts.Transport
+	if transport == nil {
+		transport = newTransport(cfg.Upstream.MaxIdleConns)
+	}
+	g.proxy = &httputil.ReverseProxy{
+		Rewrite:        g.rewrite,
+		Transport:      transport,
+		ModifyResponse: g.modifyResponse,
+		ErrorHandler:   g.proxyError,
+		ErrorLog:       slog.NewLogLogger(g.log.Handler(), slog.LevelWarn),
+		// Streams (text/event-stream) are flushed as they arrive by
+		// ReverseProxy itself; other bodies are copied without delay too.
+		FlushInterval: -1,
+	}
+	g.metrics = newMetrics(g)
+	return g, nil
+}
+
+func newTransport(idle int) *http.Transport {
+	return &http.Transport{
+		Proxy: http.ProxyFromEnvironment,
+		DialContext: (&net.Dialer{
+			Timeout:   10 * time.Second,
+			KeepAlive: 30 * time.Second,
+		}).DialContext,
+		ForceAttemptHTTP2:     true,
+		MaxIdleConns:          idle,
+		MaxIdleConnsPerHost:   idle,
+		IdleConnTimeout:       90 * time.Second,
+		TLSHandshakeTimeout:   10 * time.Second,
+		ExpectContinueTimeout: time.Second,
+	}
+}
+
+// Gate returns the admission gate, for programs that embed the gateway and
+// want to protect other work with the same slots.
+func (g *Gateway) Gate() *admission.Gate { return g.gate }
+
+// Registry returns the gateway's Prometheus registry.
+func (g *Gateway) Registry() *prometheus.Registry { return g.metrics.reg }
+
+// Drain makes the gateway refuse new work (503 draining) and report not
+// ready, so a load balancer moves traffic away while in-flight calls end.
+func (g *Gateway) Drain() { g.draining.Store(true) }
+
+// call is one admitted request on its way through the proxy.
+type call struct {
+	g        *Gateway
+	permit   *admission.Permit
+	class    string
+	tenant   string
+	model    string
+	start    time.Time
+	queue    time.Duration
+	caller   context.Context // the caller's own context: done when it leaves
+	finished atomic.Bool
+}
+
+type callKey struct{}
+
+// finish releases the slot exactly once, with the call's outcome.
+func (c *call) finish(result admission.Result) {
+	if !c.finished.CompareAndSwap(false, true) {
+		return
+	}
+	d := time.Since(c.start)
+	c.permit.Done(admission.Outcome{Result: result, ServiceTime: d})
+	c.g.metrics.service.WithLabelValues(c.g.metrics.models.label(c.model)).Observe(d.Seconds())
+}
+
+// ServeHTTP applies admission to the API endpoints and passes other paths
+// through.
+func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	switch {
+	case r.URL.Path == EstimatePath:
+		g.serveEstimate(w, r)
+		return
+	case !apiPaths[r.URL.Path] || r.Method != http.MethodPost:
+		if g.tenants.identify(r) == nil {
+			g.unauthorized(w)
+			return
+		}
+		g.proxy.ServeHTTP(w, r)
+		return
+	}
+	if g.draining.Load() {
+		g.refuse(w, &admission.Rejection{Reason: admission.ReasonDraining, RetryAfter: g.cfg.ShutdownGrace.D()}, "", "")
+		return
+	}
+	t := g.tenants.identify(r)
+	if t == nil {
+		g.unauthorized(w)
+		return
+	}
+	hdr, err := g.parseHeaders(r.Header)
+	if err != nil {
+		g.badInput(w, err)
+		return
+	}
+	body, err := g.readBody(w, r)
+	if err != nil {
+		g.badInput(w, err)
+		return
+	}
+	if hdr.attempt > 0 {
+		g.metrics.attempts.WithLabelValues("retry").Inc()
+	} else {
+		g.metrics.attempts.WithLabelValues("first").Inc()
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), hdr.timeout)
+	defer cancel()
+	deadline, _ := ctx.Deadline()
+	req := admission.Request{
+		Class:    hdr.class,
+		Tenant:   t.name,
+		Tier:     t.tier,
+		Attempt:  hdr.attempt,
+		Deadline: deadline,
+		Key:      body.model,
+	}
+	permit, err := g.gate.Acquire(ctx, req)
+	if err != nil {
+		var rej *admission.Rejection
+		switch {
+		case errors.As(err, &rej):
+			if r.Context().Err() != nil {
+				return // the caller left while waiting: nobody to answer
+			}
+			g.refuse(w, rej, hdr.class, t.name)
+		case r.Context().Err() != nil:
+			// The caller left while queued; nothing to write.
+		default:
+			g.badInput(w, &badRequest{status: http.StatusBadRequest, code: "invalid_request", msg: err.Error()})
+		}
+		return
+	}
+	c := &call{g: g, permit: permit, class: hdr.class, tenant: t.name, model: body.model,
+		start: time.Now(), queue: permit.QueueTime(), caller: r.Context()}
+	g.metrics.admissions.WithLabelValues(hdr.class, t.name).Inc()
+	g.metrics.queue.WithLabelValues(hdr.class).Observe(c.queue.Seconds())
+
+	out := r.Clone(context.WithValue(ctx, callKey{}, c))
+	out.Body = readCloser{bytes.NewReader(body.raw)}
+	out.ContentLength = int64(len(body.raw))
+	out.Header.Set("Content-Length", strconv.Itoa(len(body.raw)))
+	g.proxy.ServeHTTP(w, out)
+	// The body wrapper released the slot when the body ended; this covers
+	// the paths where no body was ever handed over.
+	c.finish(admission.Canceled)
+}
+
+type readCloser struct{ *bytes.Reader }
+
+func (readCloser) Close() error { return nil }
+
+// rewrite turns the caller's request into the provider's: the upstream URL,
+// the provider's key in place of the caller's, and no sluice headers.
+func (g *Gateway) rewrite(pr *httputil.ProxyRequest) {
+	pr.SetURL(g.upstream)
+	pr.Out.Host = g.upstream.Host
+	h := pr.Out.Header
+	for _, name := range []string{HeaderPriority, HeaderTimeoutMs, HeaderAttempt} {
+		h.Del(name)
+	}
+	if g.apiKey != "" {
+		h.Del("Authorization")
+		h.Del("X-Api-Key")
+		if g.cfg.Upstream.AuthHeader == "x-api-key" {
+			h.Set("X-Api-Key", g.apiKey)
+		} else {
+			h.Set("Authorization", "Bearer "+g.apiKey)
+		}
+	}
+}
+
+// modifyResponse stamps the contract's headers on a proxied response and
+// wraps its body so that the slot is released when the body ends.
+func (g *Gateway) modifyResponse(resp *http.Response) error {
+	c, _ := resp.Request.Context().Value(callKey{}).(*call)
+	if c == nil {
+		return nil // a pass-through path
+	}
+	resp.Header.Set(HeaderQueueMs, strconv.FormatInt(c.queue.Milliseconds(), 10))
+	resp.Header.Set(HeaderModel, c.model)
+	g.metrics.responses.WithLabelValues(c.class, strconv.Itoa(resp.StatusCode)).Inc()
+	result := admission.Success
+	if resp.StatusCode >= 500 || resp.StatusCode == http.StatusTooManyRequests {
+		result = admission.Failure
+	}
+	resp.Body = &releasingBody{ReadCloser: resp.Body, c: c, result: result}
+	return nil
+}
+
+// proxyError answers when no upstream response reached the caller.
+func (g *Gateway) proxyError(w http.ResponseWriter, r *http.Request, err error) {
+	c, _ := r.Context().Value(callKey{}).(*call)
+	callerGone := c != nil && c.caller.Err() != nil
+	switch {
+	case callerGone:
+		c.finish(admission.Canceled)
+		g.metrics.responses.WithLabelValues(c.class, "0").Inc()
+		return // nobody to answer
+	case errors.Is(err, context.DeadlineExceeded):
+		if c != nil {
+			c.finish(admission.Canceled)
+			g.metrics.responses.WithLabelValues(c.class, "0").Inc()
+		}
+		writeError(w, http.StatusGatewayTimeout, "timeout_error", "deadline_exceeded",
+			"the request's deadline (X-Sluice-Timeout-Ms) passed before the provider answered; the upstream call was cancelled")
+		return
+	}
+	if c != nil {
+		c.finish(admission.Failure)
+		g.metrics.responses.WithLabelValues(c.class, "0").Inc()
+	}
+	g.log.Warn("upstream call failed", "path", r.URL.Path, "err", err)
+	writeError(w, http.StatusBadGateway, "upstream_error", "upstream_unreachable",
+		"the provider could not be reached: "+err.Error())
+}
+
+func (g *Gateway) refuse(w http.ResponseWriter, rej *admission.Rejection, class, tenant string) {
+	g.metrics.rejections.WithLabelValues(reasonLabel(rej.Reason), class, tenant).Inc()
+	writeRejection(w, rej)
+}
+
+func (g *Gateway) badInput(w http.ResponseWriter, err error) {
+	code := "invalid_request"
+	var br *badRequest
+	if errors.As(err, &br) {
+		code = br.code
+	}
+	g.metrics.badInput.WithLabelValues(code).Inc()
+	writeBadRequest(w, err)
+}
+
+func (g *Gateway) unauthorized(w http.ResponseWriter) {
+	g.metrics.badInput.WithLabelValues("invalid_api_key").Inc()
+	writeError(w, http.StatusUnauthorized, "invalid_request_error", "invalid_api_key",
+		"missing or unknown API key (Authorization: Bearer <key>)")
+}

@@ -1,0 +1,133 @@
+package gateway
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/sluicehq/sluice/mockllm"
+)
+
+// startMock runs the real mock provider on loopback.
+func startMock(t *testing.T, cfg mockllm.Config) (*mockllm.Server, *httptest.Server) {
+	t.Helper()
+	m, err := mockllm.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(m)
+	t.Cleanup(func() {
+		m.Close()
+		srv.Close()
+	})
+	return m, srv
+}
+
+// startGateway runs a gateway on loopback in front of upstream.
+func startGateway(t *testing.T, cfg Config) (*Gateway, *httptest.Server) {
+	t.Helper()
+	g, err := New(cfg, Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Getenv: func(k string) string {
+		if k == "TEST_PROVIDER_KEY" {
+			return "sk-provider-secret"
+		}
+		return ""
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(g)
+	t.Cleanup(srv.Close)
+	return g, srv
+}
+
+func baseConfig(upstream string) Config {
+	return Config{
+		Upstream:  UpstreamConfig{URL: upstream},
+		Admission: AdmissionConfig{Concurrency: 4, MaxQueue: 16},
+	}
+}
+
+const chatBody = `{"model":"gpt-4o-mini","messages":[{"role":"user","content":"hello there"}],"max_tokens":16}`
+
+// post sends a chat completion with the given headers.
+func post(t *testing.T, ctx context.Context, url string, body string, headers map[string]string) *http.Response {
+	t.Helper()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url+"/v1/chat/completions", strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	for k, v := range headers {
+		req.Header.Set(k, v)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp
+}
+
+// readAll reads and closes a response body.
+func readAll(t *testing.T, resp *http.Response) []byte {
+	t.Helper()
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func decodeError(t *testing.T, b []byte) errorDetail {
+	t.Helper()
+	var e errorBody
+	if err := json.NewDecoder(bytes.NewReader(b)).Decode(&e); err != nil {
+		t.Fatalf("error body %q is not JSON: %v", b, err)
+	}
+	return e.Error
+}
+
+// eventually waits for cond, polling: for conditions that another process
+// (the provider, over real HTTP) makes true at a moment the test cannot
+// observe directly.
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func counter(t *testing.T, g *Gateway, name string, labels ...string) float64 {
+	t.Helper()
+	switch name {
+	case "attempts":
+		return testutil.ToFloat64(g.metrics.attempts.WithLabelValues(labels...))
+	case "rejections":
+		return testutil.ToFloat64(g.metrics.rejections.WithLabelValues(labels...))
+	case "admissions":
+		return testutil.ToFloat64(g.metrics.admissions.WithLabelValues(labels...))
+	}
+	t.Fatalf("unknown counter %s", name)
+	return 0
+}
+
+func decodeJSON(t *testing.T, resp *http.Response, v any) {
+	t.Helper()
+	b := readAll(t, resp)
+	if err := json.Unmarshal(b, v); err != nil {
+		t.Fatalf("status %d body %q: %v", resp.StatusCode, b, err)
+	}
+}

@@ -1,0 +1,142 @@
+package gateway
+
+import (
+	"strconv"
+	"sync"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/sluicehq/sluice/admission"
+)
+
+// metrics are registered on the gateway's own registry, never the global
+// one, so that two gateways in one process (or a program embedding one) do
+// not collide.
+type metrics struct {
+	reg        *prometheus.Registry
+	admissions *prometheus.CounterVec   // class, tenant
+	rejections *prometheus.CounterVec   // reason, class, tenant
+	responses  *prometheus.CounterVec   // class, code
+	service    *prometheus.HistogramVec // model
+	queue      *prometheus.HistogramVec // class
+	badInput   *prometheus.CounterVec   // code
+	attempts   *prometheus.CounterVec   // kind: first, retry
+	models     *labelLimiter
+}
+
+// latencyBuckets span fast embeddings to slow reasoning calls.
+var latencyBuckets = []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 20, 30, 60, 120, 300}
+
+func newMetrics(g *Gateway) *metrics {
+	m := &metrics{
+		reg: prometheus.NewRegistry(),
+		admissions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_admissions_total", Help: "Requests granted a slot, by class and tenant.",
+		}, []string{"class", "tenant"}),
+		rejections: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_rejections_total", Help: "Requests refused, by reason, class and tenant.",
+		}, []string{"reason", "class", "tenant"}),
+		responses: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_upstream_responses_total", Help: "Upstream responses by class and status code (0: no response).",
+		}, []string{"class", "code"}),
+		service: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "sluice_service_time_seconds", Help: "Upstream service time (slot held: grant to end of body), by model.",
+			Buckets: latencyBuckets,
+		}, []string{"model"}),
+		queue: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "sluice_queue_time_seconds", Help: "Time waited for a slot by admitted requests, by class.",
+			Buckets: latencyBuckets,
+		}, []string{"class"}),
+		badInput: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_bad_requests_total", Help: "Requests refused for bad input (4xx), by code.",
+		}, []string{"code"}),
+		attempts: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_attempts_total", Help: "Requests by kind: first attempts and retries (X-Sluice-Attempt or X-Stainless-Retry-Count ≥ 1).",
+		}, []string{"kind"}),
+		models: newLabelLimiter(32),
+	}
+	m.reg.MustRegister(m.attempts, m.admissions, m.rejections, m.responses, m.service, m.queue, m.badInput,
+		&gateCollector{g: g},
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return m
+}
+
+// gateCollector reads the gate's state at scrape time: depths and waits are
+// gauges of now, not counters to keep in step.
+type gateCollector struct{ g *Gateway }
+
+var (
+	descDepth       = prometheus.NewDesc("sluice_queue_depth", "Requests waiting, by rank.", []string{"rank"}, nil)
+	descWait        = prometheus.NewDesc("sluice_estimated_wait_seconds", "Wait a newcomer of each rank would be told now.", []string{"rank"}, nil)
+	descInFlight    = prometheus.NewDesc("sluice_in_flight", "Upstream calls holding a slot.", nil, nil)
+	descConcurrency = prometheus.NewDesc("sluice_concurrency", "Slots: upstream calls allowed at once.", nil, nil)
+	descLIFO        = prometheus.NewDesc("sluice_lifo_queues", "Tenant queues serving newest-first (overloaded).", nil, nil)
+	descServiceQ    = prometheus.NewDesc("sluice_service_time_estimate_seconds", "Service-time estimate over the recent window.", []string{"stat"}, nil)
+	descDraining    = prometheus.NewDesc("sluice_draining", "1 while the gateway refuses new work to shut down.", nil, nil)
+)
+
+func (c *gateCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{descDepth, descWait, descInFlight, descConcurrency, descLIFO, descServiceQ, descDraining} {
+		ch <- d
+	}
+}
+
+func (c *gateCollector) Collect(ch chan<- prometheus.Metric) {
+	st := c.g.gate.Stats()
+	for r := range st.Depth {
+		rank := strconv.Itoa(r)
+		ch <- prometheus.MustNewConstMetric(descDepth, prometheus.GaugeValue, float64(st.Depth[r]), rank)
+		ch <- prometheus.MustNewConstMetric(descWait, prometheus.GaugeValue, st.EstimatedWait[r].Seconds(), rank)
+	}
+	ch <- prometheus.MustNewConstMetric(descInFlight, prometheus.GaugeValue, float64(st.InFlight))
+	ch <- prometheus.MustNewConstMetric(descConcurrency, prometheus.GaugeValue, float64(st.Concurrency))
+	ch <- prometheus.MustNewConstMetric(descLIFO, prometheus.GaugeValue, float64(st.LIFOQueues))
+	ch <- prometheus.MustNewConstMetric(descServiceQ, prometheus.GaugeValue, st.ServiceP50.Seconds(), "p50")
+	ch <- prometheus.MustNewConstMetric(descServiceQ, prometheus.GaugeValue, st.ServiceP95.Seconds(), "p95")
+	ch <- prometheus.MustNewConstMetric(descServiceQ, prometheus.GaugeValue, st.ServiceMean.Seconds(), "mean")
+	draining := 0.0
+	if c.g.draining.Load() {
+		draining = 1
+	}
+	ch <- prometheus.MustNewConstMetric(descDraining, prometheus.GaugeValue, draining)
+}
+
+// labelLimiter keeps a label's cardinality bounded: the first n distinct
+// values are themselves, later ones are "other". Model names come from
+// request bodies, which callers control.
+type labelLimiter struct {
+	mu   sync.RWMutex
+	n    int
+	seen map[string]bool
+}
+
+func newLabelLimiter(n int) *labelLimiter { return &labelLimiter{n: n, seen: map[string]bool{}} }
+
+func (l *labelLimiter) label(v string) string {
+	if v == "" {
+		return "unknown"
+	}
+	l.mu.RLock()
+	ok := l.seen[v]
+	full := len(l.seen) >= l.n
+	l.mu.RUnlock()
+	if ok {
+		return v
+	}
+	if full {
+		return "other"
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if len(l.seen) < l.n {
+		l.seen[v] = true
+		return v
+	}
+	if l.seen[v] {
+		return v
+	}
+	return "other"
+}
+
+func reasonLabel(r admission.Reason) string { return r.String() }

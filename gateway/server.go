@@ -1,0 +1,98 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+)
+
+// Server runs a gateway on its two listeners.
+type Server struct {
+	Gateway *Gateway
+	// API and Admin are the bound listeners; their addresses are known
+	// once Listen returns (port 0 picks a free port).
+	API, Admin net.Listener
+	log        *slog.Logger
+	grace      time.Duration
+}
+
+// Listen binds the proxy and admin addresses of the config. An admin
+// address off loopback is allowed, with a warning: it exposes tenants and
+// state to whoever can reach it.
+func Listen(g *Gateway) (*Server, error) {
+	api, err := net.Listen("tcp", g.cfg.Listen)
+	if err != nil {
+		return nil, fmt.Errorf("listen: %w", err)
+	}
+	admin, err := net.Listen("tcp", g.cfg.Admin)
+	if err != nil {
+		api.Close()
+		return nil, fmt.Errorf("admin: %w", err)
+	}
+	if host, _, _ := net.SplitHostPort(g.cfg.Admin); !isLoopback(host) {
+		g.log.Warn("the admin listener is not on loopback: /metrics and /admin/v1/state are reachable from the network", "admin", g.cfg.Admin)
+	}
+	return &Server{Gateway: g, API: api, Admin: admin, log: g.log, grace: g.cfg.ShutdownGrace.D()}, nil
+}
+
+func isLoopback(host string) bool {
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+// Serve serves until ctx ends, then shuts down gracefully: new requests are
+// refused with 503 draining, /readyz turns 503, and in-flight requests get
+// the grace period to finish. It returns nil after a clean shutdown.
+func (s *Server) Serve(ctx context.Context) error {
+	api := &http.Server{Handler: s.Gateway, ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelWarn)}
+	admin := &http.Server{Handler: s.Gateway.AdminHandler(), ReadHeaderTimeout: 10 * time.Second}
+	errs := make(chan error, 2)
+	go func() { errs <- api.Serve(s.API) }()
+	go func() { errs <- admin.Serve(s.Admin) }()
+	s.log.Info("sluice gateway serving", "listen", s.API.Addr().String(), "admin", s.Admin.Addr().String(),
+		"upstream", s.Gateway.upstream.Redacted(), "concurrency", s.Gateway.cfg.Admission.Concurrency, "max_queue", s.Gateway.cfg.Admission.MaxQueue)
+
+	select {
+	case err := <-errs:
+		api.Close()
+		admin.Close()
+		return err
+	case <-ctx.Done():
+	}
+	s.log.Info("draining: refusing new requests, waiting for in-flight ones", "grace", s.grace)
+	s.Gateway.Drain()
+	shutdownCtx, cancel := context.WithTimeout(context.Background(), s.grace)
+	defer cancel()
+	// Keep the listener open while admitted work finishes, so that callers
+	// get 503 draining with a Retry-After — an answer they can act on —
+	// rather than a refused connection.
+	tick := time.NewTicker(25 * time.Millisecond)
+	for st := s.Gateway.gate.Stats(); st.InFlight+st.Queued > 0 && shutdownCtx.Err() == nil; st = s.Gateway.gate.Stats() {
+		select {
+		case <-tick.C:
+		case <-shutdownCtx.Done():
+		}
+	}
+	tick.Stop()
+	err := api.Shutdown(shutdownCtx)
+	if errors.Is(err, context.DeadlineExceeded) {
+		s.log.Warn("grace period over: closing the remaining connections")
+		api.Close()
+		err = nil
+	}
+	admin.Close()
+	for range 2 {
+		if e := <-errs; e != nil && !errors.Is(e, http.ErrServerClosed) && err == nil {
+			err = e
+		}
+	}
+	s.log.Info("stopped")
+	return err
+}
