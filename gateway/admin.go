@@ -39,23 +39,23 @@ func (g *Gateway) AdminHandler() http.Handler {
 // State is the JSON state dump. It never contains a key: tenants are named,
 // the provider key only by the variable that holds it.
 type State struct {
-	Time          time.Time         `json:"time"`
-	Draining      bool              `json:"draining"`
-	Upstream      string            `json:"upstream"`
-	APIKeyEnv     string            `json:"api_key_env,omitempty"`
-	Concurrency   int               `json:"concurrency"`
-	InFlight      int               `json:"in_flight"`
-	Queued        int               `json:"queued"`
-	MaxQueue      int               `json:"max_queue"`
-	Mode          string            `json:"mode"`
-	LIFOQueues    int               `json:"lifo_queues"`
-	Ranks         []RankState       `json:"ranks"`
-	Service       ServiceState      `json:"service"`
-	Models        map[string]ServiceState `json:"models"`
-	Counters      map[string]uint64 `json:"counters"`
-	Rejected      map[string]uint64 `json:"rejected"`
-	Classes       map[string]ClassState `json:"classes"`
-	Tenants       []TenantState     `json:"tenants"`
+	Time        time.Time               `json:"time"`
+	Draining    bool                    `json:"draining"`
+	Upstream    string                  `json:"upstream"`
+	APIKeyEnv   string                  `json:"api_key_env,omitempty"`
+	Concurrency int                     `json:"concurrency"`
+	InFlight    int                     `json:"in_flight"`
+	Queued      int                     `json:"queued"`
+	MaxQueue    int                     `json:"max_queue"`
+	Mode        string                  `json:"mode"`
+	LIFOQueues  int                     `json:"lifo_queues"`
+	Ranks       []RankState             `json:"ranks"`
+	Service     ServiceState            `json:"service"`
+	Models      map[string]ServiceState `json:"models"`
+	Counters    map[string]uint64       `json:"counters"`
+	Rejected    map[string]uint64       `json:"rejected"`
+	Classes     map[string]ClassState   `json:"classes"`
+	Tenants     []TenantState           `json:"tenants"`
 }
 
 type RankState struct {

@@ -36,7 +36,7 @@ type Config struct {
 	Classes map[string]ClassConfig `yaml:"classes"`
 	// DefaultClass is the class of a request without X-Sluice-Priority.
 	// Empty means interactive.
-	DefaultClass string `yaml:"default_class"`
+	DefaultClass string      `yaml:"default_class"`
 	Ranks        RanksConfig `yaml:"ranks"`
 	// Tenants identify callers by API key. Empty means one anonymous
 	// tenant: the Authorization header is not checked (and is forwarded
