@@ -135,13 +135,9 @@ type Duration time.Duration
 // UnmarshalYAML parses a duration string; a bare number is refused, since
 // its unit would be a guess.
 func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
-	var s string
-	if err := n.Decode(&s); err != nil {
-		return fmt.Errorf("want a duration such as \"30s\"")
-	}
-	v, err := time.ParseDuration(s)
-	if err != nil {
-		return fmt.Errorf("want a duration such as \"30s\", got %q", s)
+	v, err := time.ParseDuration(n.Value)
+	if n.Kind != yaml.ScalarNode || err != nil {
+		return fmt.Errorf("line %d: want a duration such as `30s`, got `%s`", n.Line, n.Value)
 	}
 	*d = Duration(v)
 	return nil
@@ -165,10 +161,14 @@ func LoadConfig(path string) (Config, error) {
 // ParseConfig parses YAML, refusing unknown keys, and validates the result.
 func ParseConfig(data []byte) (Config, error) {
 	var cfg Config
+	var root yaml.Node
+	if err := yaml.Unmarshal(data, &root); err != nil {
+		return Config{}, fmt.Errorf("config: %w", err)
+	}
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	dec.KnownFields(true)
 	if err := dec.Decode(&cfg); err != nil && !errors.Is(err, io.EOF) {
-		return Config{}, fmt.Errorf("config: %w", err)
+		return Config{}, fmt.Errorf("config: %w", namedYAMLError(&root, err))
 	}
 	if err := cfg.Validate(); err != nil {
 		return Config{}, err
@@ -205,10 +205,12 @@ func (c Config) withDefaults() Config {
 		c.ShutdownGrace = Duration(30 * time.Second)
 	}
 	if len(c.Classes) == 0 {
+		// The default timeouts never exceed the configured maximum.
+		cap := func(d time.Duration) Duration { return Duration(min(d, c.Limits.MaxTimeout.D())) }
 		c.Classes = map[string]ClassConfig{
-			admission.ClassInteractive: {DefaultTimeout: Duration(30 * time.Second)},
-			admission.ClassBatch:       {DefaultTimeout: Duration(5 * time.Minute)},
-			admission.ClassSpeculative: {DefaultTimeout: Duration(10 * time.Second)},
+			admission.ClassInteractive: {DefaultTimeout: cap(30 * time.Second)},
+			admission.ClassBatch:       {DefaultTimeout: cap(5 * time.Minute)},
+			admission.ClassSpeculative: {DefaultTimeout: cap(10 * time.Second)},
 		}
 	}
 	if c.DefaultClass == "" {

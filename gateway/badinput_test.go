@@ -1,0 +1,94 @@
+package gateway
+
+import (
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/mockllm"
+)
+
+// TestBadInputIsRefusedAndNothingIsForwarded: every malformed request gets a
+// clear 4xx naming what was wrong, and the provider never sees it.
+func TestBadInputIsRefusedAndNothingIsForwarded(t *testing.T) {
+	mock, up := startMock(t, mockllm.Config{})
+	cfg := baseConfig(up.URL)
+	cfg.Limits.MaxBodyBytes = 1024
+	cfg.Limits.MaxTimeout = Duration(time.Minute)
+	g, gw := startGateway(t, cfg)
+	for _, tc := range []struct {
+		name    string
+		body    string
+		headers map[string]string
+		status  int
+		names   string // the message must contain this
+	}{
+		{"body too large", `{"model":"m","pad":"` + strings.Repeat("x", 2000) + `"}`, nil, 413, "max_body_bytes"},
+		{"malformed JSON", `{"model": "m",`, nil, 400, "JSON"},
+		{"not an object", `["model"]`, nil, 400, "JSON object"},
+		{"empty body", ``, nil, 400, "JSON object"},
+		{"model not a string", `{"model": 7}`, nil, 400, "model"},
+		{"negative max_tokens", `{"model":"m","max_tokens":-1}`, nil, 400, "max_tokens"},
+		{"non-numeric timeout", chatBody, map[string]string{HeaderTimeoutMs: "soon"}, 400, HeaderTimeoutMs},
+		{"negative timeout", chatBody, map[string]string{HeaderTimeoutMs: "-5"}, 400, HeaderTimeoutMs},
+		{"zero timeout", chatBody, map[string]string{HeaderTimeoutMs: "0"}, 400, HeaderTimeoutMs},
+		{"absurd timeout", chatBody, map[string]string{HeaderTimeoutMs: "86400000"}, 400, HeaderTimeoutMs},
+		{"overflowing timeout", chatBody, map[string]string{HeaderTimeoutMs: "99999999999999999999999"}, 400, HeaderTimeoutMs},
+		{"unknown priority", chatBody, map[string]string{HeaderPriority: "urgent"}, 400, HeaderPriority},
+		{"non-numeric attempt", chatBody, map[string]string{HeaderAttempt: "two"}, 400, HeaderAttempt},
+		{"negative attempt", chatBody, map[string]string{HeaderAttempt: "-1"}, 400, HeaderAttempt},
+		{"bad SDK retry count", chatBody, map[string]string{HeaderStainlessRetry: "x"}, 400, HeaderStainlessRetry},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			resp := post(t, t.Context(), gw.URL, tc.body, tc.headers)
+			b := readAll(t, resp)
+			if resp.StatusCode != tc.status {
+				t.Fatalf("status %d, want %d: %s", resp.StatusCode, tc.status, b)
+			}
+			e := decodeError(t, b)
+			if !strings.Contains(e.Message, tc.names) || e.Type != "invalid_request_error" {
+				t.Fatalf("error %+v does not name %q", e, tc.names)
+			}
+		})
+	}
+	if st := mock.Stats(); st.Received != 0 {
+		t.Fatalf("the provider received %d bad requests", st.Received)
+	}
+	if st := g.gate.Stats(); st.InFlight != 0 || st.Admitted != 0 {
+		t.Fatalf("bad input took a slot: %+v", st)
+	}
+}
+
+func TestUpstreamUnreachableIs502(t *testing.T) {
+	// A port that was free a moment ago: nothing listens there.
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	g, gw := startGateway(t, baseConfig("http://"+addr))
+	resp := post(t, t.Context(), gw.URL, chatBody, nil)
+	b := readAll(t, resp)
+	if resp.StatusCode != http.StatusBadGateway || decodeError(t, b).Code != "upstream_unreachable" {
+		t.Fatalf("status %d: %s", resp.StatusCode, b)
+	}
+	if st := g.gate.Stats(); st.InFlight != 0 || st.Completed[1] != 1 {
+		t.Fatalf("the failed call was not released as a failure: %+v", st)
+	}
+}
+
+func TestUpstreamFaultsReleaseTheSlot(t *testing.T) {
+	_, up := startMock(t, mockllm.Config{Slots: 2})
+	g, gw := startGateway(t, baseConfig(up.URL))
+	for _, fault := range []string{"error", "reset", "429"} {
+		resp := post(t, t.Context(), gw.URL, chatBody, map[string]string{"X-Mock-Fault": fault})
+		b := readAll(t, resp)
+		if resp.StatusCode < 400 {
+			t.Errorf("fault %s: status %d %s", fault, resp.StatusCode, b)
+		}
+	}
+	eventually(t, "every slot released", func() bool { return g.gate.Stats().InFlight == 0 })
+}
