@@ -1,0 +1,57 @@
+// Package loadgen is an open-loop load generator for OpenAI-compatible chat
+// completion endpoints. It measures what the callers of a slow, per-call-billed
+// dependency feel — whether an answer reached them before they stopped
+// listening — rather than what the server is busy with.
+//
+// # Model
+//
+// Logical requests arrive as a Poisson process: inter-arrival times are drawn
+// from an exponential distribution with a seeded generator (see [Arrivals]),
+// so a seed always yields the same schedule. The loop is open: an arrival
+// never waits for an earlier request to finish, which is how independent users
+// behave and the only way overload can build up the way it does in
+// production. A closed loop (N workers, each waiting for its answer) slows
+// down exactly when the server does and hides the overload being measured.
+//
+// Each logical request belongs to a class (interactive, batch, speculative by
+// default) and carries a deadline: its scheduled arrival plus the class's
+// deadline. Latency is measured from the scheduled arrival, not from the moment
+// the runner got round to sending, so a runner that falls behind cannot hide
+// queueing it caused (coordinated omission).
+//
+// A [Policy] plays the retrying client. It is an http.RoundTripper factory:
+// the runner sends each logical request through the policy's transport, and
+// the policy sends each attempt through the runner's, which counts, times and
+// bounds it. Any retrying client written as a RoundTripper (sluice's client
+// package, an SDK's transport) therefore plugs in unchanged. The built-in
+// policies are [Rule]s — two pure decisions, time as an input — driven by a
+// shared loop: [Naive] is the client most SDKs ship, with a fixed per-attempt
+// timeout and immediate retries that ignore Retry-After and the caller's
+// deadline; [Polite] honours Retry-After and never spends time the caller
+// does not have.
+//
+// The [Report] counts an answer as good only if its last byte arrived before
+// the request's deadline; goodput is the rate of such answers. Late answers,
+// attempts per request, rejection reasons and the estimated waits the server
+// advertised are reported beside it, because amplification and late work are
+// exactly what backpressure is meant to prevent.
+//
+// # Goals
+//
+//   - Reproducible: same seed, same arrival schedule and class mix.
+//   - Bounded: a run stops accepting arrivals after Config.Duration or
+//     Config.MaxRequests, and cancels whatever is still in flight once the
+//     longest class deadline has passed since the last arrival (every caller
+//     has stopped listening by then); nothing outlives [Run].
+//   - Honest: every arrival is accounted for, including those the runner
+//     itself refused because of Config.MaxInFlight (client_overflow).
+//
+// # Non-goals
+//
+//   - Maximum throughput from one process. The runner spends a goroutine per
+//     logical request; it is meant for the hundreds of requests per second an
+//     LLM deployment sees, not for benchmarking a web server.
+//   - Checking response content. Bodies are read to the end and discarded;
+//     only status, the sluice headers and timing are recorded.
+//   - Closed-loop or ramped load shapes.
+package loadgen
