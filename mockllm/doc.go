@@ -53,7 +53,7 @@
 //     bound in ModeQueue; capacity refusals carry Retry-After and
 //     retry-after-ms in Mode429.
 //   - Exact accounting of waste, with a stated rule for when an answer was
-//     delivered (see Stats and serveBody).
+//     delivered (see Stats).
 //   - Wire compatibility with the official OpenAI Go SDK (plain and
 //     streaming) and with Anthropic's documented shapes.
 //   - Deterministic in tests: Sigma 0 gives exact service times, synctest

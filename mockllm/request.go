@@ -60,8 +60,10 @@ type call struct {
 }
 
 // parse reads and checks the body of a generation request.
-func (s *Server) parse(r *http.Request, a api) (*call, error) {
-	body, err := io.ReadAll(http.MaxBytesReader(nil, r.Body, MaxRequestBytes))
+func (s *Server) parse(w http.ResponseWriter, r *http.Request, a api) (*call, error) {
+	// With w, an oversized body also makes the server close the connection
+	// rather than drain it.
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxRequestBytes))
 	if err != nil {
 		if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
 			return nil, &apiError{status: http.StatusRequestEntityTooLarge,

@@ -147,7 +147,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // service.
 func (s *Server) generate(w http.ResponseWriter, r *http.Request, a api) {
 	s.count(func(st *Stats) { st.Received++ })
-	c, err := s.parse(r, a)
+	c, err := s.parse(w, r, a)
 	if err != nil {
 		s.count(func(st *Stats) { st.BadRequests++ })
 		writeError(w, a.dialect(), asAPIError(err))
