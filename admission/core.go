@@ -310,7 +310,7 @@ func (c *Core) dispatch(now time.Time) {
 	for c.inFlight < c.concurrency && c.queued > 0 {
 		t := c.pop(now)
 		if !t.req.Deadline.IsZero() {
-			if _, p95 := c.service(t.req.Key); now.Add(p95).After(t.req.Deadline) {
+			if now.Add(c.startMargin(t.req.Key)).After(t.req.Deadline) {
 				t.state, t.reason, t.decided = ticketRejected, ReasonExpired, now
 				t.retry = c.perSlot()
 				c.c.rejected[ReasonExpired]++
@@ -376,6 +376,22 @@ func (c *Core) service(key string) (p50, p95 time.Duration) {
 		return c.all.quantiles()
 	}
 	return c.cfg.InitialServiceTime, c.cfg.InitialServiceTime
+}
+
+// startMargin is the service time a queued request must still have before
+// its deadline to be started: the p99. Admission at arrival uses the p95 with
+// the wait estimate's own slack; at dequeue the wait is over and only the
+// service time is uncertain, and a start that will be late one time in
+// twenty is money spent on a probable waste — so the bar to start is
+// higher than the bar to wait.
+func (c *Core) startMargin(key string) time.Duration {
+	if w := c.keys[key]; w != nil && w.count() >= minKeySamples {
+		return w.tail()
+	}
+	if c.all.count() > 0 {
+		return c.all.tail()
+	}
+	return c.cfg.InitialServiceTime
 }
 
 // minKeySamples is how many samples a key needs before its own statistics are

@@ -23,8 +23,10 @@ type Stats struct {
 	InFlight    int
 	Queued      int
 	// Depth and EstimatedWait are indexed by rank. EstimatedWait is the wait
-	// a newcomer of that rank, from a tenant with nothing queued, would be
-	// told now.
+	// a newcomer of that rank would be told now if it belonged to the tenant
+	// holding the most queued requests of that rank — with one tenant, what
+	// everyone is told; with several, the worst case (a tenant with little
+	// queued is told less, since tenants of a rank take turns).
 	Depth         []int
 	EstimatedWait []time.Duration
 	// Mode is LIFO when any tenant queue is serving newest-first;
@@ -34,8 +36,8 @@ type Stats struct {
 	LIFOQueues int
 
 	// Service-time statistics over the recent window of all requests.
-	ServiceP50, ServiceP95, ServiceMean time.Duration
-	ServiceSamples                      int
+	ServiceP50, ServiceP95, ServiceP99, ServiceMean time.Duration
+	ServiceSamples                                  int
 
 	// Admitted counts requests granted a slot at once, Enqueued those that
 	// waited, Granted those granted after waiting, Canceled those whose
@@ -54,8 +56,7 @@ type KeyStats struct {
 	Samples        int
 }
 
-// statsTenant names no real tenant: the per-rank wait in Stats is the one a
-// tenant with nothing queued would be told.
+// statsTenant names no real tenant: the per-rank wait of an empty rank.
 const statsTenant = "\x00stats"
 
 // Stats returns a snapshot. It allocates; it is meant for metrics and
@@ -87,12 +88,17 @@ func (c *Core) Stats(now time.Time) Stats {
 			}
 		}
 		s.Depth[r] = c.levels[r].depth
-		s.EstimatedWait[r] = c.waitFor(r, statsTenant)
+		tenant := statsTenant
+		if l := &c.levels[r]; l.ring != nil {
+			tenant = l.heaviest().tenant
+		}
+		s.EstimatedWait[r] = c.waitFor(r, tenant)
 	}
 	if s.LIFOQueues > 0 {
 		s.Mode = LIFO
 	}
 	s.ServiceP50, s.ServiceP95 = c.all.quantiles()
+	s.ServiceP99 = c.all.tail()
 	s.ServiceMean = c.all.mean()
 	s.ServiceSamples = c.all.count()
 	for r := ReasonQueueWait; r < numReasons; r++ {

@@ -59,8 +59,8 @@ type window struct {
 	sum    time.Duration
 	counts [numBuckets]uint32
 
-	stale    int // samples added since p50/p95 were computed
-	p50, p95 time.Duration
+	stale         int // samples added since the quantiles were computed
+	p50, p95, p99 time.Duration
 }
 
 func newWindow(size int) *window {
@@ -100,29 +100,41 @@ func (w *window) mean() time.Duration {
 // quantiles returns p50 and p95, recomputing them when enough samples arrived
 // since the last walk (always while the window is small).
 func (w *window) quantiles() (p50, p95 time.Duration) {
-	if w.n == 0 {
-		return 0, 0
-	}
+	w.refresh()
+	return w.p50, w.p95
+}
+
+// tail returns p99.
+func (w *window) tail() time.Duration {
+	w.refresh()
+	return w.p99
+}
+
+func (w *window) refresh() {
 	if w.stale >= recomputeEvery || w.n <= 2*recomputeEvery && w.stale > 0 {
 		w.walk()
 	}
-	return w.p50, w.p95
 }
 
 func (w *window) walk() {
 	// The q-quantile is the sample of rank ceil(q·n) in sorted order.
 	r50 := uint32((w.n*50 + 99) / 100)
 	r95 := uint32((w.n*95 + 99) / 100)
+	r99 := uint32((w.n*99 + 99) / 100)
 	var cum uint32
-	got50 := false
+	got50, got95 := false, false
 	for i := range w.counts {
 		cum += w.counts[i]
 		if !got50 && cum >= r50 {
 			w.p50 = bucketValue(i)
 			got50 = true
 		}
-		if cum >= r95 {
+		if !got95 && cum >= r95 {
 			w.p95 = bucketValue(i)
+			got95 = true
+		}
+		if cum >= r99 {
+			w.p99 = bucketValue(i)
 			break
 		}
 	}
