@@ -21,7 +21,9 @@ func (r *Result) write(w io.Writer) error {
 	row("  answers nobody got", func(x Storm) string {
 		return fmt.Sprintf("%d (%.1f%%)", x.Upstream.Wasted+x.Upstream.Aborted, 100*x.WastedShare())
 	})
-	row("  spend on them", func(x Storm) string { return fmt.Sprintf("$%.4f of $%.4f", x.Upstream.WastedCostUSD, x.Upstream.CostUSD) })
+	row("  spend on them", func(x Storm) string {
+		return fmt.Sprintf("$%.4f of $%.4f", x.Upstream.WastedCostUSD, x.Upstream.CostUSD)
+	})
 	if err := tw.Flush(); err != nil {
 		return err
 	}
