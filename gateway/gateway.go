@@ -92,9 +92,10 @@ func New(cfg Config, opts Options) (*Gateway, error) {
 		ModifyResponse: g.modifyResponse,
 		ErrorHandler:   g.proxyError,
 		ErrorLog:       slog.NewLogLogger(g.log.Handler(), slog.LevelWarn),
-		// Streams (text/event-stream) are flushed as they arrive by
-		// ReverseProxy itself; other bodies are copied without delay too.
-		FlushInterval: -1,
+		// Zero: ReverseProxy flushes streaming responses (text/event-stream,
+		// or no Content-Length) after every write by itself, and buffers
+		// the rest into as few writes as possible.
+		FlushInterval: 0,
 		BufferPool:    bufferPool{},
 	}
 	g.metrics = newMetrics(g)
@@ -224,7 +225,9 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	g.metrics.admissions.WithLabelValues(hdr.class, t.name).Inc()
 	g.metrics.queue.WithLabelValues(hdr.class).Observe(c.queue.Seconds())
 
-	out := r.Clone(context.WithValue(ctx, callKey{}, c))
+	// A shallow copy: ReverseProxy clones the request again for upstream,
+	// and r is not used after this.
+	out := r.WithContext(context.WithValue(ctx, callKey{}, c))
 	out.Body = readCloser{bytes.NewReader(body.raw)}
 	out.ContentLength = int64(len(body.raw))
 	out.Header.Set("Content-Length", strconv.Itoa(len(body.raw)))
