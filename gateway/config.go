@@ -43,6 +43,10 @@ type Config struct {
 	// upstream unless upstream.api_key_env is set).
 	Tenants []TenantConfig `yaml:"tenants"`
 	Limits  LimitsConfig   `yaml:"limits"`
+	// Retries bounds callers' retries and the gateway's own.
+	Retries RetryConfig `yaml:"retries"`
+	// UpstreamLimit adapts concurrency to the provider's rate limits.
+	UpstreamLimit UpstreamLimitConfig `yaml:"upstream_limit"`
 	// ShutdownGrace is how long in-flight requests may take to finish after
 	// SIGTERM/SIGINT. Zero means 30s.
 	ShutdownGrace Duration `yaml:"shutdown_grace"`
@@ -204,6 +208,12 @@ func (c Config) withDefaults() Config {
 	if c.ShutdownGrace == 0 {
 		c.ShutdownGrace = Duration(30 * time.Second)
 	}
+	if c.Retries.UpstreamAttempts == 0 {
+		c.Retries.UpstreamAttempts = 2
+	}
+	if c.Retries.UpstreamBackoff == 0 {
+		c.Retries.UpstreamBackoff = Duration(100 * time.Millisecond)
+	}
 	if len(c.Classes) == 0 {
 		// The default timeouts never exceed the configured maximum.
 		cap := func(d time.Duration) Duration { return Duration(min(d, c.Limits.MaxTimeout.D())) }
@@ -252,6 +262,12 @@ func (c Config) Validate() error {
 	}
 	if c.Limits.MaxTimeout < 0 {
 		return fmt.Errorf("config: limits.max_timeout: %v, want ≥ 0", c.Limits.MaxTimeout.D())
+	}
+	if err := c.Retries.validate(); err != nil {
+		return err
+	}
+	if err := c.UpstreamLimit.validate(); err != nil {
+		return err
 	}
 	if c.ShutdownGrace < 0 {
 		return fmt.Errorf("config: shutdown_grace: %v, want ≥ 0", c.ShutdownGrace.D())
@@ -374,6 +390,8 @@ func (c Config) admissionConfig() (admission.Config, error) {
 	}
 	return cfg, nil
 }
+
+func errorf(format string, args ...any) error { return fmt.Errorf("config: "+format, args...) }
 
 func sortedKeys[V any](m map[string]V) []string {
 	keys := make([]string, 0, len(m))

@@ -34,6 +34,8 @@ type Gateway struct {
 	metrics  *metrics
 	log      *slog.Logger
 	draining atomic.Bool
+	budgets  *budgets
+	limit    *aimd
 }
 
 var _ http.Handler = (*Gateway)(nil)
@@ -82,10 +84,15 @@ func New(cfg Config, opts Options) (*Gateway, error) {
 			return nil, fmt.Errorf("config: upstream.api_key_env: the environment variable %s is empty or unset", cfg.Upstream.APIKeyEnv)
 		}
 	}
+	if g.budgets, err = newBudgets(cfg.Retries); err != nil {
+		return nil, err
+	}
+	g.limit = newAIMD(cfg.UpstreamLimit, cfg.Admission.Concurrency)
 	transport := opts.Transport
 	if transport == nil {
 		transport = newTransport(cfg.Upstream.MaxIdleConns)
 	}
+	transport = &upstream{g: g, base: transport, maxAttempts: cfg.Retries.UpstreamAttempts, backoff: cfg.Retries.UpstreamBackoff.D()}
 	g.proxy = &httputil.ReverseProxy{
 		Rewrite:        g.rewrite,
 		Transport:      transport,
@@ -136,6 +143,8 @@ type call struct {
 	class    string
 	tenant   string
 	model    string
+	body     []byte    // replayed by the gateway's own upstream retries
+	deadline time.Time // the caller's
 	start    time.Time
 	queue    time.Duration
 	caller   context.Context // the caller's own context: done when it leaves
@@ -193,6 +202,10 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	} else {
 		g.metrics.attempts.WithLabelValues("first").Inc()
 	}
+	if rej := g.budgets.admit(time.Now(), t.name, hdr.attempt); rej != nil {
+		g.refuse(w, rej, hdr.class, t.name)
+		return
+	}
 	ctx, cancel := context.WithTimeout(r.Context(), hdr.timeout)
 	defer cancel()
 	deadline, _ := ctx.Deadline()
@@ -220,8 +233,8 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		return
 	}
-	c := &call{g: g, permit: permit, class: hdr.class, tenant: t.name, model: body.model,
-		start: time.Now(), queue: permit.QueueTime(), caller: r.Context()}
+	c := &call{g: g, permit: permit, class: hdr.class, tenant: t.name, model: body.model, body: body.raw,
+		deadline: deadline, start: time.Now(), queue: permit.QueueTime(), caller: r.Context()}
 	g.metrics.admissions.WithLabelValues(hdr.class, t.name).Inc()
 	g.metrics.queue.WithLabelValues(hdr.class).Observe(c.queue.Seconds())
 

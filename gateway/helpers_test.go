@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/sluicehq/sluice/mockllm"
@@ -131,3 +132,5 @@ func decodeJSON(t *testing.T, resp *http.Response, v any) {
 		t.Fatalf("status %d body %q: %v", resp.StatusCode, b, err)
 	}
 }
+
+func testutilValue(c prometheus.Collector) float64 { return testutil.ToFloat64(c) }

@@ -3,6 +3,7 @@ package gateway
 import (
 	"strconv"
 	"sync"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -14,15 +15,17 @@ import (
 // one, so that two gateways in one process (or a program embedding one) do
 // not collide.
 type metrics struct {
-	reg        *prometheus.Registry
-	admissions *prometheus.CounterVec   // class, tenant
-	rejections *prometheus.CounterVec   // reason, class, tenant
-	responses  *prometheus.CounterVec   // class, code
-	service    *prometheus.HistogramVec // model
-	queue      *prometheus.HistogramVec // class
-	badInput   *prometheus.CounterVec   // code
-	attempts   *prometheus.CounterVec   // kind: first, retry
-	models     *labelLimiter
+	reg             *prometheus.Registry
+	admissions      *prometheus.CounterVec   // class, tenant
+	rejections      *prometheus.CounterVec   // reason, class, tenant
+	responses       *prometheus.CounterVec   // class, code
+	service         *prometheus.HistogramVec // model
+	queue           *prometheus.HistogramVec // class
+	badInput        *prometheus.CounterVec   // code
+	attempts        *prometheus.CounterVec   // kind: first, retry
+	upstreamRetries *prometheus.CounterVec   // why: connection, 429, 5xx
+	limitDecreases  prometheus.Counter
+	models          *labelLimiter
 }
 
 // latencyBuckets span fast embeddings to slow reasoning calls.
@@ -54,9 +57,15 @@ func newMetrics(g *Gateway) *metrics {
 		attempts: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sluice_attempts_total", Help: "Requests by kind: first attempts and retries (X-Sluice-Attempt or X-Stainless-Retry-Count ≥ 1).",
 		}, []string{"kind"}),
+		upstreamRetries: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_upstream_retries_total", Help: "The gateway's own retries of the provider, by cause.",
+		}, []string{"cause"}),
+		limitDecreases: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "sluice_concurrency_decreases_total", Help: "Times the provider's rate limit (429 or x-ratelimit-remaining at 0) lowered concurrency.",
+		}),
 		models: newLabelLimiter(32),
 	}
-	m.reg.MustRegister(m.attempts, m.admissions, m.rejections, m.responses, m.service, m.queue, m.badInput,
+	m.reg.MustRegister(m.attempts, m.upstreamRetries, m.limitDecreases, m.admissions, m.rejections, m.responses, m.service, m.queue, m.badInput,
 		&gateCollector{g: g},
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
@@ -74,10 +83,11 @@ var (
 	descLIFO        = prometheus.NewDesc("sluice_lifo_queues", "Tenant queues serving newest-first (overloaded).", nil, nil)
 	descServiceQ    = prometheus.NewDesc("sluice_service_time_estimate_seconds", "Service-time estimate over the recent window.", []string{"stat"}, nil)
 	descDraining    = prometheus.NewDesc("sluice_draining", "1 while the gateway refuses new work to shut down.", nil, nil)
+	descBudget      = prometheus.NewDesc("sluice_retry_budget_tokens", "Retries the global retry budget would allow now.", nil, nil)
 )
 
 func (c *gateCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descDepth, descWait, descInFlight, descConcurrency, descLIFO, descServiceQ, descDraining} {
+	for _, d := range []*prometheus.Desc{descDepth, descWait, descInFlight, descConcurrency, descLIFO, descServiceQ, descDraining, descBudget} {
 		ch <- d
 	}
 }
@@ -100,6 +110,7 @@ func (c *gateCollector) Collect(ch chan<- prometheus.Metric) {
 		draining = 1
 	}
 	ch <- prometheus.MustNewConstMetric(descDraining, prometheus.GaugeValue, draining)
+	ch <- prometheus.MustNewConstMetric(descBudget, prometheus.GaugeValue, c.g.budgets.global.Balance(time.Now()))
 }
 
 // labelLimiter keeps a label's cardinality bounded: the first n distinct

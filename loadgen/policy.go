@@ -7,6 +7,8 @@ import (
 	"net/http"
 	"sort"
 	"time"
+
+	"github.com/sluicehq/sluice/client"
 )
 
 // Policy is the client being simulated: what a caller does between deciding
@@ -164,6 +166,18 @@ func Retryable(a *Attempt) bool {
 var policies = map[string]func() Policy{
 	"naive":  func() Policy { return Naive{} },
 	"polite": func() Policy { return Polite{} },
+	"client": ClientPolicy,
+}
+
+// ClientPolicy is a caller using sluice's Go client package: it sends its
+// deadline and attempt number, retries only when the gateway's Retry-After
+// fits inside the deadline, keeps a client-side retry budget and throttles
+// adaptively (K = 2) when the gateway keeps refusing. One client serves the
+// whole run, as one process's http.Client would.
+func ClientPolicy() Policy {
+	return ContextPolicy("client", func(attempt http.RoundTripper) (http.RoundTripper, error) {
+		return client.New(client.Config{Base: attempt, ThrottleK: client.DefaultThrottleK})
+	})
 }
 
 // PolicyNames lists the names PolicyByName accepts, sorted.

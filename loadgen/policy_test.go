@@ -115,7 +115,7 @@ func TestPolicyByName(t *testing.T) {
 			t.Errorf("PolicyByName(%q) = %v, %v", name, p, err)
 		}
 	}
-	if !slices.Equal(PolicyNames(), []string{"naive", "polite"}) {
+	if !slices.Equal(PolicyNames(), []string{"client", "naive", "polite"}) {
 		t.Errorf("PolicyNames() = %v", PolicyNames())
 	}
 	if _, err := PolicyByName("eager"); err == nil {

@@ -162,6 +162,19 @@ func (b *Budget) TryWithdraw(now time.Time) bool {
 	return false
 }
 
+// Refund gives back the token of a withdrawal whose retry was not sent after
+// all — for example because a second budget, checked after this one, refused
+// it. The balance stays capped, and the withdrawal is no longer counted.
+func (b *Budget) Refund(now time.Time) {
+	b.mu.Lock()
+	b.advanceLocked(now)
+	b.mu.tokens = min(b.capUnits, b.mu.tokens+unit)
+	if b.mu.stats.Withdrawals > 0 {
+		b.mu.stats.Withdrawals--
+	}
+	b.mu.Unlock()
+}
+
 // RetryAfter returns how long after now a token will be available: zero if
 // one is available at now, and more than zero otherwise.
 //

@@ -320,3 +320,30 @@ func TestConcurrentBooksBalance(t *testing.T) {
 		t.Errorf("Balance = %v, want %v (earned %v tokens, spent %d)", got, float64(wantUnits)/unit, float64(earnedUnits)/unit, st.Withdrawals)
 	}
 }
+
+func TestRefundReturnsTheToken(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	b, err := New(Config{Ratio: 0.5, MinPerSecond: 0.001, MaxTokens: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.Deposit(t0)
+	b.Deposit(t0)
+	if !b.TryWithdraw(t0) {
+		t.Fatal("no token after two deposits of half a token")
+	}
+	if b.TryWithdraw(t0) {
+		t.Fatal("a second token out of one")
+	}
+	b.Refund(t0)
+	if got := b.Balance(t0); got < 0.999 || got > 1 {
+		t.Fatalf("balance after refund %v, want 1", got)
+	}
+	b.Refund(t0) // capped: the cap is one token
+	if got := b.Balance(t0); got > 1 {
+		t.Fatalf("balance %v passed the cap", got)
+	}
+	if st := b.Stats(); st.Withdrawals != 0 || st.Refusals != 1 {
+		t.Fatalf("stats %+v", st)
+	}
+}

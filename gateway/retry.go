@@ -1,0 +1,243 @@
+package gateway
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"net/http"
+	"net/http/httptrace"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/sluicehq/sluice/admission"
+	"github.com/sluicehq/sluice/retrybudget"
+)
+
+// RetryConfig bounds retries: the callers' (X-Sluice-Attempt ≥ 1), through
+// retry budgets, and the gateway's own retries of the provider.
+type RetryConfig struct {
+	// Budget is the budget of all retries through the gateway, callers'
+	// and its own. Zero fields take retrybudget's defaults: 10% of first
+	// attempts, plus 10 a second, capped at 100.
+	Budget BudgetConfig `yaml:"budget"`
+	// PerTenant is each tenant's own budget for its retries. Zero fields
+	// take the same defaults.
+	PerTenant BudgetConfig `yaml:"per_tenant"`
+	// Disabled turns both budgets off: every retry is admitted (at the retry
+	// rank) and the gateway does not retry the provider.
+	Disabled bool `yaml:"disabled"`
+	// UpstreamAttempts bounds the gateway's calls to the provider for one
+	// request, the first included: on a connection failure before anything
+	// was sent, a 5xx or a 429, it may call again inside the caller's
+	// deadline and the budget. Zero means 2; 1 disables them.
+	UpstreamAttempts int `yaml:"upstream_attempts"`
+	// UpstreamBackoff is the wait before the gateway's own retry when the
+	// provider gave no Retry-After. Zero means 100ms.
+	UpstreamBackoff Duration `yaml:"upstream_backoff"`
+}
+
+// BudgetConfig is a retry budget (see package retrybudget).
+type BudgetConfig struct {
+	// Ratio is the share of first attempts that may be retried, in (0, 1].
+	// Zero means 0.1.
+	Ratio float64 `yaml:"ratio"`
+	// MinPerSecond lets quiet callers retry: tokens accrue at this rate
+	// whatever the traffic. Zero means 10.
+	MinPerSecond float64 `yaml:"min_per_second"`
+	// MaxTokens caps the balance. Zero means 10 seconds of MinPerSecond.
+	MaxTokens float64 `yaml:"max_tokens"`
+}
+
+func (b BudgetConfig) budget(field string) (*retrybudget.Budget, error) {
+	rb, err := retrybudget.New(retrybudget.Config{Ratio: b.Ratio, MinPerSecond: b.MinPerSecond, MaxTokens: b.MaxTokens})
+	if err != nil {
+		return nil, fmt.Errorf("config: %s: %w", field, err)
+	}
+	return rb, nil
+}
+
+func (r RetryConfig) validate() error {
+	if _, err := r.Budget.budget("retries.budget"); err != nil {
+		return err
+	}
+	if _, err := r.PerTenant.budget("retries.per_tenant"); err != nil {
+		return err
+	}
+	if r.UpstreamAttempts < 0 {
+		return fmt.Errorf("config: retries.upstream_attempts: %d, want ≥ 0", r.UpstreamAttempts)
+	}
+	if r.UpstreamBackoff < 0 {
+		return fmt.Errorf("config: retries.upstream_backoff: %v, want ≥ 0", r.UpstreamBackoff.D())
+	}
+	return nil
+}
+
+// budgets holds the global retry budget and one per tenant.
+type budgets struct {
+	off    bool
+	global *retrybudget.Budget
+	cfg    BudgetConfig
+	mu     sync.Mutex
+	tenant map[string]*retrybudget.Budget
+}
+
+func newBudgets(cfg RetryConfig) (*budgets, error) {
+	b := &budgets{off: cfg.Disabled, cfg: cfg.PerTenant, tenant: map[string]*retrybudget.Budget{}}
+	var err error
+	if b.global, err = cfg.Budget.budget("retries.budget"); err != nil {
+		return nil, err
+	}
+	return b, nil
+}
+
+// forTenant returns the tenant's budget. Tenants are the configured ones
+// (or the anonymous one), so the map stays bounded.
+func (b *budgets) forTenant(name string) *retrybudget.Budget {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	rb := b.tenant[name]
+	if rb == nil {
+		rb, _ = b.cfg.budget("") // validated at New
+		b.tenant[name] = rb
+	}
+	return rb
+}
+
+// admit books a request against the budgets: a first attempt deposits, a
+// retry withdraws from its tenant's budget and the global one. A refused
+// retry gets a 429 whose Retry-After is when a token will be there.
+func (b *budgets) admit(now time.Time, tenant string, attempt int) *admission.Rejection {
+	if b.off {
+		return nil
+	}
+	tb := b.forTenant(tenant)
+	if attempt == 0 {
+		tb.Deposit(now)
+		b.global.Deposit(now)
+		return nil
+	}
+	if !tb.TryWithdraw(now) {
+		return &admission.Rejection{Reason: admission.ReasonRetryBudget, RetryAfter: max(tb.RetryAfter(now), time.Millisecond)}
+	}
+	if !b.global.TryWithdraw(now) {
+		tb.Refund(now) // this retry is not sent: its tenant keeps the token
+		return &admission.Rejection{Reason: admission.ReasonRetryBudget, RetryAfter: max(b.global.RetryAfter(now), time.Millisecond)}
+	}
+	return nil
+}
+
+// upstream is the transport of the proxy: it retries the provider on the
+// gateway's own account (before any byte of a response reached the caller,
+// since RoundTrip returns before the proxy writes anything), and feeds every
+// answer to the concurrency controller.
+type upstream struct {
+	g           *Gateway
+	base        http.RoundTripper
+	maxAttempts int
+	backoff     time.Duration
+}
+
+func (u *upstream) RoundTrip(req *http.Request) (*http.Response, error) {
+	c, _ := req.Context().Value(callKey{}).(*call)
+	for attempt := 1; ; attempt++ {
+		var wrote atomic.Bool
+		out := req
+		if c != nil {
+			out = req.WithContext(httptrace.WithClientTrace(req.Context(), &httptrace.ClientTrace{
+				WroteHeaders: func() { wrote.Store(true) },
+			}))
+			if attempt > 1 {
+				out.Body = readCloser{bytes.NewReader(c.body)}
+			}
+		}
+		resp, err := u.base.RoundTrip(out)
+		now := time.Now()
+		u.g.limit.observe(now, resp, u.g)
+		if c == nil || attempt >= u.maxAttempts || u.g.budgets.off {
+			return resp, err
+		}
+		wait, why, ok := u.retryable(resp, err, wrote.Load(), attempt)
+		if !ok || !u.worthIt(now, c, wait) || !u.g.budgets.global.TryWithdraw(now) {
+			return resp, err
+		}
+		if resp != nil {
+			_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
+			resp.Body.Close()
+		}
+		u.g.metrics.upstreamRetries.WithLabelValues(why).Inc()
+		if !sleep(req.Context(), wait) {
+			return nil, req.Context().Err()
+		}
+	}
+}
+
+// retryable says whether the gateway may call the provider again, after how
+// long, and why.
+func (u *upstream) retryable(resp *http.Response, err error, wrote bool, attempt int) (time.Duration, string, bool) {
+	backoff := u.backoff << (attempt - 1)
+	switch {
+	case err != nil:
+		// Only a failure before any byte was sent: once the provider may
+		// have the request, a second call could be billed twice.
+		if wrote || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+			return 0, "", false
+		}
+		return backoff, "connection", true
+	case resp.StatusCode == http.StatusTooManyRequests:
+		return providerRetryAfter(resp.Header, backoff), "429", true
+	case resp.StatusCode >= 500:
+		return providerRetryAfter(resp.Header, backoff), "5xx", true
+	}
+	return 0, "", false
+}
+
+// worthIt: a retry must be able to finish inside the caller's deadline.
+func (u *upstream) worthIt(now time.Time, c *call, wait time.Duration) bool {
+	if c.deadline.IsZero() {
+		return true
+	}
+	p95 := u.g.gate.KeyStats(c.model).P95
+	return !now.Add(wait + p95).After(c.deadline)
+}
+
+// providerRetryAfter reads retry-after-ms, else Retry-After (seconds or an
+// HTTP date). A malformed or negative value is ignored, not trusted: the
+// fallback is used.
+func providerRetryAfter(h http.Header, fallback time.Duration) time.Duration {
+	if v := h.Get("retry-after-ms"); v != "" {
+		if ms, err := strconv.ParseFloat(v, 64); err == nil && ms >= 0 && !math.IsInf(ms, 0) && ms < 1e9 {
+			return time.Duration(ms * float64(time.Millisecond))
+		}
+	}
+	if v := h.Get("Retry-After"); v != "" {
+		if s, err := strconv.ParseInt(v, 10, 64); err == nil && s >= 0 && s < 1e6 {
+			return time.Duration(s) * time.Second
+		}
+		if t, err := http.ParseTime(v); err == nil {
+			if d := time.Until(t); d > 0 {
+				return d
+			}
+			return 0
+		}
+	}
+	return fallback
+}
+
+func sleep(ctx context.Context, d time.Duration) bool {
+	if d <= 0 {
+		return ctx.Err() == nil
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
