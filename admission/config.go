@@ -56,6 +56,14 @@ type Config struct {
 	// value enables adaptive LIFO.
 	FIFOOnly bool
 
+	// NoDequeueExpiry grants queued requests in turn even when their
+	// deadline is too close for the work to finish (a request whose caller
+	// has left must still be withdrawn with Core.Cancel, as Gate does). The
+	// zero value drops such requests at dequeue with reason expired, which
+	// is what every deployment wants; the switch exists so that the
+	// simulator can measure what expiry at dequeue is worth.
+	NoDequeueExpiry bool
+
 	// LIFOTarget and LIFOInterval define overload, CoDel-style, for each
 	// tenant's queue within a rank: it is overloaded once the age of its
 	// oldest item has stayed at or above a target for LIFOInterval, and stops

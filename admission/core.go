@@ -309,7 +309,7 @@ func (c *Core) Events() []*Ticket {
 func (c *Core) dispatch(now time.Time) {
 	for c.inFlight < c.concurrency && c.queued > 0 {
 		t := c.pop(now)
-		if !t.req.Deadline.IsZero() {
+		if !t.req.Deadline.IsZero() && !c.cfg.NoDequeueExpiry {
 			if now.Add(c.startMargin(t.req.Key)).After(t.req.Deadline) {
 				t.state, t.reason, t.decided = ticketRejected, ReasonExpired, now
 				t.retry = c.perSlot()
