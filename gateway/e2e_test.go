@@ -109,7 +109,7 @@ func TestTenantKeys(t *testing.T) {
 			t.Errorf("401 body %s", b)
 		}
 	}
-	if n := counter(t, g, "admissions", "interactive", "cheap"); n != 2 {
+	if n := counter(t, g, "admissions", "interactive", "cheap", "first"); n != 2 {
 		t.Errorf("cheap admissions %v, want 2", n)
 	}
 	// Tiers map to ranks: low-tier interactive is rank 2, high-tier 5.

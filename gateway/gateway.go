@@ -197,11 +197,7 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		g.badInput(w, err)
 		return
 	}
-	if hdr.attempt > 0 {
-		g.metrics.attempts.WithLabelValues("retry").Inc()
-	} else {
-		g.metrics.attempts.WithLabelValues("first").Inc()
-	}
+	g.metrics.attempts.WithLabelValues(attemptKind(hdr.attempt)).Inc()
 	if rej := g.budgets.admit(time.Now(), t.name, hdr.attempt); rej != nil {
 		g.refuse(w, rej, hdr.class, t.name)
 		return
@@ -235,7 +231,7 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	c := &call{g: g, permit: permit, class: hdr.class, tenant: t.name, model: body.model, body: body.raw,
 		deadline: deadline, start: time.Now(), queue: permit.QueueTime(), caller: r.Context()}
-	g.metrics.admissions.WithLabelValues(hdr.class, t.name).Inc()
+	g.metrics.admissions.WithLabelValues(hdr.class, t.name, attemptKind(hdr.attempt)).Inc()
 	g.metrics.queue.WithLabelValues(hdr.class).Observe(c.queue.Seconds())
 
 	// A shallow copy: ReverseProxy clones the request again for upstream,
@@ -258,6 +254,13 @@ var copyBuffers = sync.Pool{New: func() any { b := make([]byte, 32<<10); return 
 
 func (bufferPool) Get() []byte  { return *copyBuffers.Get().(*[]byte) }
 func (bufferPool) Put(b []byte) { copyBuffers.Put(&b) }
+
+func attemptKind(attempt int) string {
+	if attempt > 0 {
+		return "retry"
+	}
+	return "first"
+}
 
 type readCloser struct{ *bytes.Reader }
 

@@ -35,8 +35,8 @@ func newMetrics(g *Gateway) *metrics {
 	m := &metrics{
 		reg: prometheus.NewRegistry(),
 		admissions: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "sluice_admissions_total", Help: "Requests granted a slot, by class and tenant.",
-		}, []string{"class", "tenant"}),
+			Name: "sluice_admissions_total", Help: "Requests granted a slot, by class, tenant and attempt (first or retry).",
+		}, []string{"class", "tenant", "attempt"}),
 		rejections: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sluice_rejections_total", Help: "Requests refused, by reason, class and tenant.",
 		}, []string{"reason", "class", "tenant"}),

@@ -188,7 +188,7 @@ func TestNoRetryOnceTheResponseStarted(t *testing.T) {
 // new budget starts empty (a restart banks no retries), and these tests are
 // about the gateway's retry rules, not the budget's.
 func fastBudget(cfg Config) Config {
-	cfg.Retries.Budget = BudgetConfig{MinPerSecond: 1000}
+	cfg.Retries.Budget = BudgetConfig{MinPerSecond: 1e6}
 	return cfg
 }
 
