@@ -203,7 +203,11 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, a api) {
 // computed from the slots, so that clients that read them see the real
 // headroom.
 func (s *Server) setRateLimitHeaders(h http.Header) {
-	if s.cfg.Slots == 0 {
+	// Only a provider that refuses when full has a rate limit to report:
+	// in queue mode nothing is ever refused, and a remaining count of zero
+	// would tell a client (such as sluice's concurrency controller) that
+	// the next call will be refused when it will merely wait.
+	if s.cfg.Slots == 0 || s.cfg.Mode != Mode429 {
 		return
 	}
 	s.mu.Lock()
