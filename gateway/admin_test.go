@@ -53,7 +53,7 @@ func TestAdminEndpoints(t *testing.T) {
 		`sluice_queue_depth{rank="4"}`, `sluice_in_flight `, `sluice_estimated_wait_seconds{rank="0"}`,
 		`sluice_admissions_total{attempt="first",class="interactive",tenant="acme"} 1`,
 		`sluice_service_time_seconds_bucket{model="gpt-4o-mini"`, `sluice_queue_time_seconds_bucket{class="interactive"`,
-		`sluice_attempts_total{kind="first"} 2`, `sluice_concurrency 4`, `go_goroutines`,
+		`sluice_attempts_total{kind="first"} 2`, `sluice_upstream_tokens_total{kind="output",model="gpt-4o-mini"} 16`, `sluice_concurrency 4`, `go_goroutines`,
 	} {
 		if !strings.Contains(metrics, want) {
 			t.Errorf("/metrics lacks %s", want)

@@ -18,6 +18,9 @@ type releasingBody struct {
 
 func (b *releasingBody) Read(p []byte) (int, error) {
 	n, err := b.ReadCloser.Read(p)
+	if n > 0 {
+		b.c.meter.write(p[:n])
+	}
 	switch {
 	case err == nil:
 	case errors.Is(err, io.EOF):

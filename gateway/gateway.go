@@ -149,6 +149,7 @@ type call struct {
 	queue    time.Duration
 	caller   context.Context // the caller's own context: done when it leaves
 	finished atomic.Bool
+	meter    *usageMeter // set when the response arrives
 }
 
 type callKey struct{}
@@ -160,7 +161,15 @@ func (c *call) finish(result admission.Result) {
 	}
 	d := time.Since(c.start)
 	c.permit.Done(admission.Outcome{Result: result, ServiceTime: d})
-	c.g.metrics.service.WithLabelValues(c.g.metrics.models.label(c.model)).Observe(d.Seconds())
+	model := c.g.metrics.models.label(c.model)
+	c.g.metrics.service.WithLabelValues(model).Observe(d.Seconds())
+	if c.meter != nil {
+		if u, ok := c.meter.done(); ok {
+			c.g.metrics.tokens.WithLabelValues(model, "input").Add(float64(u.Input))
+			c.g.metrics.tokens.WithLabelValues(model, "cached_input").Add(float64(u.CachedInput))
+			c.g.metrics.tokens.WithLabelValues(model, "output").Add(float64(u.Output))
+		}
+	}
 }
 
 // ServeHTTP applies admission to the API endpoints and passes other paths
@@ -300,6 +309,7 @@ func (g *Gateway) modifyResponse(resp *http.Response) error {
 	if resp.StatusCode >= 500 || resp.StatusCode == http.StatusTooManyRequests {
 		result = admission.Failure
 	}
+	c.meter = newUsageMeter(resp.Header.Get("Content-Type"))
 	resp.Body = &releasingBody{ReadCloser: resp.Body, c: c, result: result}
 	return nil
 }

@@ -25,6 +25,7 @@ type metrics struct {
 	attempts        *prometheus.CounterVec   // kind: first, retry
 	upstreamRetries *prometheus.CounterVec   // why: connection, 429, 5xx
 	limitDecreases  prometheus.Counter
+	tokens          *prometheus.CounterVec // model, kind
 	models          *labelLimiter
 }
 
@@ -63,9 +64,12 @@ func newMetrics(g *Gateway) *metrics {
 		limitDecreases: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "sluice_concurrency_decreases_total", Help: "Times the provider's rate limit (429 or x-ratelimit-remaining at 0) lowered concurrency.",
 		}),
+		tokens: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_upstream_tokens_total", Help: "Tokens the provider reported in usage, by model and kind (input, cached_input, output).",
+		}, []string{"model", "kind"}),
 		models: newLabelLimiter(32),
 	}
-	m.reg.MustRegister(m.attempts, m.upstreamRetries, m.limitDecreases, m.admissions, m.rejections, m.responses, m.service, m.queue, m.badInput,
+	m.reg.MustRegister(m.tokens, m.attempts, m.upstreamRetries, m.limitDecreases, m.admissions, m.rejections, m.responses, m.service, m.queue, m.badInput,
 		&gateCollector{g: g},
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
