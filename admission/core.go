@@ -2,7 +2,6 @@ package admission
 
 import (
 	"fmt"
-	"math"
 	"time"
 )
 
@@ -156,15 +155,18 @@ func (c *Core) arrive(now time.Time, req *Request, t *Ticket, wait bool) (Decisi
 func (c *Core) decide(now time.Time, req *Request, rank int) Decision {
 	p50, p95 := c.service(req.Key)
 	d := Decision{Rank: rank, ServiceP50: p50, ServiceP95: p95}
-	if !req.Deadline.IsZero() && !now.Before(req.Deadline) {
-		d.Verdict, d.Reason = Rejected, ReasonExpired
-		d.RetryAfter = c.perSlot()
-		return d
+	var budget time.Duration // what is left of the caller's time
+	if hasDeadline := !req.Deadline.IsZero(); hasDeadline {
+		if budget = req.Deadline.Sub(now); budget <= 0 {
+			d.Verdict, d.Reason = Rejected, ReasonExpired
+			d.RetryAfter = c.perSlot()
+			return d
+		}
 	}
 	d.EstimatedWait = c.waitFor(rank, req.Tenant)
-	if !req.Deadline.IsZero() && now.Add(d.EstimatedWait+p95).After(req.Deadline) {
+	if budget > 0 && d.EstimatedWait+p95 > budget {
 		d.Verdict, d.Reason = Rejected, ReasonQueueWait
-		d.RetryAfter = c.retryAfter(d.EstimatedWait, p95, req.Deadline.Sub(now))
+		d.RetryAfter = c.retryAfter(d.EstimatedWait, p95, budget)
 		return d
 	}
 	if c.inFlight < c.concurrency && d.EstimatedWait == 0 {
@@ -369,8 +371,10 @@ func (c *Core) forget(t *Ticket) {
 // once it has enough samples, else all requests', else the configured
 // initial service time.
 func (c *Core) service(key string) (p50, p95 time.Duration) {
-	if w := c.keys[key]; w != nil && w.count() >= minKeySamples {
-		return w.quantiles()
+	if key != "" {
+		if w := c.keys[key]; w != nil && w.count() >= minKeySamples {
+			return w.quantiles()
+		}
 	}
 	if c.all.count() > 0 {
 		return c.all.quantiles()
@@ -439,13 +443,16 @@ func (c *Core) waitFor(rank int, tenant string) time.Duration {
 	return scale(need, s, c.concurrency)
 }
 
-// scale returns n·s/k without overflowing: a wait that does not fit in a
-// Duration is reported as the longest Duration.
+// maxWait caps estimates far below the largest Duration, so that adding a
+// service time (at most maxSample) to one can never overflow.
+const maxWait = time.Duration(1 << 62)
+
+// scale returns n·s/k, capped at maxWait.
 func scale(n int, s time.Duration, k int) time.Duration {
-	if n > 0 && s > 0 && time.Duration(n) > math.MaxInt64/s {
-		return time.Duration(math.MaxInt64) / time.Duration(k)
+	if n > 0 && s > 0 && time.Duration(n) > maxWait/s {
+		return maxWait
 	}
-	return time.Duration(n) * s / time.Duration(k)
+	return min(time.Duration(n)*s/time.Duration(k), maxWait)
 }
 
 func (c *Core) ahead(rank int, tenant string) int {

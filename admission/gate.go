@@ -70,8 +70,8 @@ func (g *Gate) TryAcquire(req Request) (*Permit, error) {
 	return g.acquire(nil, &req, &p, false)
 }
 
-// acquire takes the request by pointer only to keep Acquire cheap enough to
-// inline; it copies it and never retains the pointer.
+// acquire takes the request by pointer to keep Acquire cheap enough to
+// inline; it never retains the pointer.
 //
 // It is not inlined so that Acquire stays cheap enough to be.
 //
@@ -84,7 +84,8 @@ func (g *Gate) acquire(ctx context.Context, reqp *Request, p *Permit, wait bool)
 }
 
 func (g *Gate) admit(ctx context.Context, reqp *Request, p *Permit, wait bool) error {
-	req := *reqp
+	// reqp points at Acquire's own copy of the request: it may be changed.
+	req := reqp
 	var done <-chan struct{}
 	if ctx != nil {
 		if err := ctx.Err(); err != nil {
@@ -105,7 +106,7 @@ func (g *Gate) admit(ctx context.Context, reqp *Request, p *Permit, wait bool) e
 	}
 	var buf [4]*waiter
 	g.mu.Lock()
-	d, err := g.mu.core.arrive(now, &req, t, wait)
+	d, err := g.mu.core.arrive(now, req, t, wait)
 	woken := g.eventsLocked(buf[:0])
 	g.mu.Unlock()
 	wake(woken)
