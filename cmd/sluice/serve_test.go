@@ -1,0 +1,111 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/gateway"
+)
+
+func TestServeFlagErrorsNameTheFlag(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--concurrency", "4"}, "--upstream"},
+		{[]string{"--upstream", "http://127.0.0.1:1"}, "--concurrency"},
+		{[]string{"--upstream", "http://127.0.0.1:1", "--concurrency", "0"}, "--concurrency"},
+		{[]string{"--upstream", "http://127.0.0.1:1", "--concurrency", "2", "--max-queue", "-1"}, "--max-queue"},
+		{[]string{"--upstream", "ftp://x", "--concurrency", "2"}, "upstream.url"},
+		{[]string{"--upstream", "http://127.0.0.1:1", "--concurrency", "2", "--listen", "nope"}, "listen"},
+		{[]string{"--config", "/does/not/exist.yaml"}, "exist.yaml"},
+		{[]string{"--upstream", "http://127.0.0.1:1", "--concurrency", "2", "extra"}, "extra"},
+	} {
+		var out, errOut bytes.Buffer
+		err := runServe(context.Background(), tc.args, &out, &errOut)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("serve %v: %v, want an error naming %s", tc.args, err, tc.want)
+		}
+	}
+}
+
+// TestServeFlagsOverrideTheFile runs the real command: the file says one
+// concurrency, the flag another, and the running gateway follows the flag.
+func TestServeFlagsOverrideTheFile(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "sluice.yaml")
+	if err := os.WriteFile(file, []byte("upstream: {url: \"http://127.0.0.1:1\"}\nadmission: {concurrency: 3, max_queue: 5}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	pr, pw := io.Pipe()
+	done := make(chan error, 1)
+	go func() {
+		done <- runServe(ctx, []string{"--config", file, "--concurrency", "7", "--listen", "127.0.0.1:0", "--admin", "127.0.0.1:0"}, pw, io.Discard)
+		pw.Close()
+	}()
+	line := make([]byte, 256)
+	n, _ := pr.Read(line)
+	// "sluice listening on http://ADDR (admin http://ADDR)"
+	fields := strings.Fields(string(line[:n]))
+	if len(fields) < 6 {
+		t.Fatalf("first line %q", line[:n])
+	}
+	admin := strings.TrimSuffix(fields[5], ")")
+	resp, err := http.Get(admin + "/admin/v1/state")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var st gateway.State
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err := jsonUnmarshal(b, &st); err != nil {
+		t.Fatal(err)
+	}
+	if st.Concurrency != 7 || st.MaxQueue != 5 {
+		t.Fatalf("state %+v: want concurrency 7 from the flag, max_queue 5 from the file", st)
+	}
+	cancel()
+	go io.Copy(io.Discard, pr)
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("serve returned %v after the signal", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("serve did not stop")
+	}
+}
+
+func TestCheckConfigAndHashKey(t *testing.T) {
+	var out bytes.Buffer
+	if err := runCheckConfig(context.Background(), []string{"../../examples/sluice.yaml"}, &out, io.Discard); err != nil || !strings.Contains(out.String(), "ok") {
+		t.Fatalf("check-config example: %v %q", err, out.String())
+	}
+	bad := filepath.Join(t.TempDir(), "bad.yaml")
+	os.WriteFile(bad, []byte("upstream: {url: http://x}\nadmission: {concurrency: 1, max_queue: -2}\n"), 0o600)
+	if err := runCheckConfig(context.Background(), []string{bad}, io.Discard, io.Discard); err == nil || !strings.Contains(err.Error(), "admission.max_queue") {
+		t.Fatalf("check-config bad: %v", err)
+	}
+	stdinReader = strings.NewReader("sk-secret\n")
+	defer func() { stdinReader = os.Stdin }()
+	out.Reset()
+	if err := runHashKey(context.Background(), nil, &out, io.Discard); err != nil || strings.TrimSpace(out.String()) != gateway.HashKey("sk-secret") {
+		t.Fatalf("hash-key: %v %q", err, out.String())
+	}
+	stdinReader = strings.NewReader("")
+	if err := runHashKey(context.Background(), nil, io.Discard, io.Discard); err == nil {
+		t.Fatal("hash-key accepted an empty key")
+	}
+}
+
+func jsonUnmarshal(b []byte, v any) error { return json.Unmarshal(b, v) }
