@@ -1,0 +1,277 @@
+// Package calibrate checks the simulator against reality: it runs one
+// workload twice — in package sim's virtual time, and for real on loopback
+// with the load generator (package loadgen) sending through the gateway
+// (package gateway) to the mock provider (package mockllm) — and reports
+// the figures side by side, so results.md can say how far apart they are.
+//
+// The workload is the retry storm, scaled down so that the real run takes
+// seconds: a provider with a few slots and lognormal service times in the
+// hundreds of milliseconds, naive callers with a two-second deadline.
+//
+// It lives apart from package sim because it imports the gateway, which the
+// simulator must not: the simulator depends only on the cores it drives.
+package calibrate
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/sluicehq/sluice/gateway"
+	"github.com/sluicehq/sluice/loadgen"
+	"github.com/sluicehq/sluice/mockllm"
+	"github.com/sluicehq/sluice/sim"
+)
+
+// Config shapes the calibration. The zero value is the default, which takes
+// about a minute and a half of real time.
+type Config struct {
+	// Slots is the provider's concurrency, and the gateway's. Zero means 8.
+	Slots int
+	// Median and Sigma shape the provider's lognormal service time. Zero
+	// means 200ms and 0.5.
+	Median time.Duration
+	Sigma  float64
+	// Deadline is the callers' deadline; naive callers time each attempt
+	// out at half of it. Zero means 2s.
+	Deadline time.Duration
+	// Loads are the load factors run. Empty means 1, 2 and 5.
+	Loads []float64
+	// Duration is how long arrivals last at each load. Zero means 20s.
+	Duration time.Duration
+	// Seed seeds both runs' arrivals. Zero is a seed too.
+	Seed uint64
+}
+
+func (c Config) withDefaults() (Config, error) {
+	if c.Slots == 0 {
+		c.Slots = 8
+	}
+	if c.Median == 0 {
+		c.Median = 200 * time.Millisecond
+	}
+	if c.Sigma == 0 {
+		c.Sigma = 0.5
+	}
+	if c.Deadline == 0 {
+		c.Deadline = 2 * time.Second
+	}
+	if len(c.Loads) == 0 {
+		c.Loads = []float64{1, 2, 5}
+	}
+	if c.Duration == 0 {
+		c.Duration = 20 * time.Second
+	}
+	switch {
+	case c.Slots < 1:
+		return c, fmt.Errorf("calibrate: Slots = %d, want ≥ 1", c.Slots)
+	case c.Median < time.Millisecond:
+		return c, fmt.Errorf("calibrate: Median = %v, want ≥ 1ms", c.Median)
+	case c.Sigma < 0 || c.Sigma > 2:
+		return c, fmt.Errorf("calibrate: Sigma = %v, want 0 to 2", c.Sigma)
+	case c.Deadline < 10*time.Millisecond:
+		return c, fmt.Errorf("calibrate: Deadline = %v, want ≥ 10ms", c.Deadline)
+	case c.Duration < time.Second:
+		return c, fmt.Errorf("calibrate: Duration = %v, want ≥ 1s", c.Duration)
+	}
+	for _, l := range c.Loads {
+		if !(l > 0 && l <= 20) {
+			return c, fmt.Errorf("calibrate: load %v, want (0, 20]", l)
+		}
+	}
+	return c, nil
+}
+
+// Figures are the measures compared.
+type Figures struct {
+	Requests           int     `json:"requests"`
+	GoodputPct         float64 `json:"goodput_pct"`
+	SuccessPct         float64 `json:"success_pct"`
+	WastePct           float64 `json:"waste_pct"`
+	AttemptsPerRequest float64 `json:"attempts_per_request"`
+	// P50Ms is the median latency of answered requests (loadgen counts late
+	// answers in; the simulator's on-time answers are nearly all of them
+	// under sluice).
+	P50Ms float64 `json:"p50_ms"`
+}
+
+// Row is one load, simulated and real.
+type Row struct {
+	Load      float64 `json:"load"`
+	Sim, Real Figures
+}
+
+// Report is a calibration run.
+type Report struct {
+	Config   Config
+	Capacity float64 // calls per second
+	Rows     []Row
+	Took     time.Duration
+}
+
+// Scenario is the simulator's version of the calibration workload.
+func (c Config) Scenario() *sim.Scenario {
+	dl := c.Deadline
+	return &sim.Scenario{
+		Name: "calibration",
+		Seed: c.Seed,
+		Upstream: sim.Upstream{
+			Concurrency: c.Slots,
+			Service:     sim.Service{Lognormal: &sim.Lognormal{Median: c.Median, Sigma: c.Sigma}},
+		},
+		Classes: []sim.Class{{Name: "interactive", Deadline: dl}},
+		Traffic: []sim.Source{{Class: "interactive", Client: "naive", MaxAttempts: 3}},
+		Sluice:  sim.SluiceConfig{MaxQueue: 8 * c.Slots},
+	}
+}
+
+// Run runs every load in the simulator and for real, one after the other.
+func Run(ctx context.Context, cfg Config, progress io.Writer) (*Report, error) {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	start := time.Now()
+	sc := cfg.Scenario()
+	mean := sc.Upstream.Service.Mean()
+	rep := &Report{Config: cfg, Capacity: float64(cfg.Slots) / mean.Seconds()}
+	for _, load := range cfg.Loads {
+		rate := load * rep.Capacity
+		requests := int(math.Round(rate * cfg.Duration.Seconds()))
+		r, err := sim.Run(ctx, sc, "sluice", load, sim.Options{Requests: requests})
+		if err != nil {
+			return nil, err
+		}
+		row := Row{Load: load, Sim: Figures{
+			Requests: r.Requests, GoodputPct: r.GoodputPct, SuccessPct: r.SuccessPct, WastePct: r.WastePct,
+			AttemptsPerRequest: r.AttemptsPerRequest, P50Ms: r.P50Ms,
+		}}
+		if progress != nil {
+			fmt.Fprintf(progress, "calibrate: %g× for real (%.0f requests/s for %v)...\n", load, rate, cfg.Duration)
+		}
+		row.Real, err = real(ctx, cfg, rate, mean)
+		if err != nil {
+			return nil, fmt.Errorf("real run at %g×: %w", load, err)
+		}
+		rep.Rows = append(rep.Rows, row)
+	}
+	rep.Took = time.Since(start)
+	return rep, nil
+}
+
+// real runs the load generator through the gateway to a fresh mock.
+func real(ctx context.Context, cfg Config, rate float64, mean time.Duration) (Figures, error) {
+	mock, err := mockllm.New(mockllm.Config{
+		Slots:  cfg.Slots,
+		Mode:   mockllm.ModeQueue,
+		Median: cfg.Median,
+		Sigma:  cfg.Sigma,
+		Seed:   cfg.Seed + 1,
+		Models: map[string]mockllm.ModelSpec{"*": {LatencyFactor: 1}},
+	})
+	if err != nil {
+		return Figures{}, err
+	}
+	defer mock.Close()
+	mockURL, stopMock, err := serve(mock)
+	if err != nil {
+		return Figures{}, err
+	}
+	defer stopMock()
+
+	gw, err := gateway.New(gateway.Config{
+		Upstream: gateway.UpstreamConfig{URL: mockURL},
+		Admission: gateway.AdmissionConfig{
+			Concurrency:        cfg.Slots,
+			MaxQueue:           8 * cfg.Slots,
+			InitialServiceTime: gateway.Duration(mean),
+		},
+	}, gateway.Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		return Figures{}, err
+	}
+	gwURL, stopGW, err := serve(gw)
+	if err != nil {
+		return Figures{}, err
+	}
+	defer stopGW()
+
+	lr, err := loadgen.Run(ctx, loadgen.Config{
+		Target:      gwURL,
+		Rate:        rate,
+		Duration:    cfg.Duration,
+		Classes:     []loadgen.Class{{Name: "interactive", Weight: 1, Deadline: cfg.Deadline}},
+		Policy:      loadgen.Naive{},
+		MaxAttempts: 3,
+		Seed:        cfg.Seed,
+		MaxInFlight: 10000,
+	})
+	if err != nil {
+		return Figures{}, err
+	}
+	st := mock.Stats()
+	capacity := float64(cfg.Slots) / mean.Seconds()
+	f := Figures{
+		Requests:           lr.Requests,
+		GoodputPct:         100 * lr.Goodput / capacity,
+		SuccessPct:         100 * lr.SuccessRatio,
+		AttemptsPerRequest: lr.AttemptsPerRequest,
+		P50Ms:              lr.Latency.P50Ms,
+	}
+	// Wasted: billed calls nobody received, plus answers delivered after
+	// their request's deadline (the simulator counts both).
+	if st.Started > 0 {
+		f.WastePct = 100 * float64(st.Wasted+st.Aborted+int64(lr.Late)) / float64(st.Started)
+	}
+	return f, nil
+}
+
+// serve runs h on a loopback port until the returned stop is called.
+func serve(h http.Handler) (string, func(), error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", nil, err
+	}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			slog.Default().Error("calibrate: serving", "err", err)
+		}
+	}()
+	stop := func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := srv.Shutdown(ctx); err != nil {
+			_ = srv.Close()
+		}
+		<-done
+	}
+	return "http://" + ln.Addr().String(), stop, nil
+}
+
+// WriteMarkdown prints the comparison table.
+func (r *Report) WriteMarkdown(w io.Writer) error {
+	fmt.Fprintln(w, "| load | run | requests | goodput % cap | success % | waste % billed | attempts/req | p50 s |")
+	fmt.Fprintln(w, "|---:|---|---:|---:|---:|---:|---:|---:|")
+	for _, row := range r.Rows {
+		for _, x := range []struct {
+			name string
+			f    Figures
+		}{{"simulated", row.Sim}, {"real", row.Real}} {
+			fmt.Fprintf(w, "| %g× | %s | %d | %.1f | %.1f | %.2f | %.2f | %.2f |\n", row.Load, x.name, x.f.Requests,
+				x.f.GoodputPct, x.f.SuccessPct, x.f.WastePct, x.f.AttemptsPerRequest, x.f.P50Ms/1000)
+		}
+		fmt.Fprintf(w, "| %g× | difference (real − simulated) | | %+.1f | %+.1f | %+.2f | %+.2f | %+.2f |\n", row.Load,
+			row.Real.GoodputPct-row.Sim.GoodputPct, row.Real.SuccessPct-row.Sim.SuccessPct, row.Real.WastePct-row.Sim.WastePct,
+			row.Real.AttemptsPerRequest-row.Sim.AttemptsPerRequest, (row.Real.P50Ms-row.Sim.P50Ms)/1000)
+	}
+	return nil
+}

@@ -1,0 +1,75 @@
+// Package sim is a discrete-event simulator of callers, an admission policy
+// and a slow, per-call-billed upstream, in virtual time. It exists to put
+// numbers on the claims sluice is built on — an unbounded queue turns a slow
+// failure into a total one, depth thresholds break on a bad day, expiry and
+// LIFO recover goodput, retry budgets cap amplification — measured on the
+// code sluice ships, and to let a user ask what their own traffic does at
+// three times capacity before an incident answers.
+//
+// # Model
+//
+// A [Scenario] (usually a YAML file, see [LoadScenario]) describes:
+//
+//   - the upstream: a number of slots and a service-time distribution
+//     (lognormal, or empirical samples), which can step mid-run; every call
+//     is billed from the moment it starts;
+//   - priority classes with deadlines;
+//   - traffic sources: Poisson arrivals of one class from one tenant, at a
+//     share of the swept load or at a fixed load, with rate steps and bursts,
+//     sent by naive, polite or client callers (the vocabulary of package
+//     loadgen; see caller.go) that time out and retry.
+//
+// A run plays one policy at one load factor: logical requests arrive, their
+// callers send attempts, the policy grants, queues or refuses them, granted
+// attempts occupy a slot for their service time, and callers give up at
+// their attempt timeout. An answer is good if it reaches a caller still
+// waiting for it by the request's deadline; every other billed call is
+// wasted. [Result] holds goodput as a share of capacity, success per class
+// and source, waste, latency, attempts per request and, when the upstream
+// steps, the time to recover ([Recovery]).
+//
+// The policies ([Policies]) are a ladder. The baselines — unbounded FIFO, a
+// depth threshold, a fixed queue timeout, a small bounded queue — are simple
+// queues written here, the comparison. Every other rung is the real
+// admission.Core, configured to add one feature at a time (wait-based
+// admission by the p50 or by the mean, expiry at dequeue, adaptive LIFO,
+// priority shedding), and full sluice adds the gateway's retry budgets, the
+// real retrybudget.Budget. The cores take time as an input, so the
+// simulator drives the very code the gateway runs; nothing of their policy
+// is modelled a second time. The shell around the Core does what the
+// gateway's does: the request deadline is the attempt's timeout (what the
+// X-Sluice-Timeout-Ms header carries), a queued request whose caller leaves
+// is withdrawn with Core.Cancel, refusals carry the Core's Retry-After.
+//
+// One choice departs from the gateway on purpose: when a caller leaves
+// while its call runs, the upstream keeps generating — and billing — as real
+// providers do, and the policy's slot stays busy until the call ends. The
+// gateway releases its permit at once and the provider's own capacity stays
+// busy; holding the slot models the same capacity without a hidden second
+// queue at the provider.
+//
+// Runs are deterministic for a seed. Arrivals come from a generator per
+// source; service times and jitter are a hash of (seed, request, attempt),
+// so every policy sees the same request take the same time — policies are
+// compared on common random numbers, which removes the noise of different
+// draws from the differences between them.
+//
+// # Goals
+//
+//   - The real admission code, in virtual time, at a million requests in a
+//     second or so on one core (see BenchmarkMillionRequests).
+//   - Every figure reproducible from a file and a seed; [WriteResults]
+//     regenerates docs/results.md and its plots in one command.
+//   - Bad input is an error naming the field by its YAML path ([FieldError]).
+//
+// # Non-goals
+//
+//   - Network, HTTP and process overheads, which package calibrate measures
+//     by running the same workload for real.
+//   - Token-level billing: a call costs a fixed price per traffic source.
+//   - The spend limiter: package spend had not landed when the simulator was
+//     written; the runaway-tenant scenario runs without it, and a policy
+//     rung for it belongs at the end of the ladder once it does.
+//   - Faults (errors, hangs, resets) and the gateway's own retries of the
+//     provider, which only faults trigger.
+package sim

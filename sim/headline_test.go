@@ -1,0 +1,149 @@
+package sim
+
+import (
+	"testing"
+	"time"
+)
+
+// The headline results of docs/results.md, held so that a regression in
+// the admission code (or in the simulator) fails CI. Each run is
+// deterministic for its seed; the thresholds leave room for what a
+// different number of requests changes, not for flakiness.
+
+// headlineRequests is the number of logical requests per headline run.
+func headlineRequests() int {
+	if raceEnabled {
+		return 20_000
+	}
+	return 100_000
+}
+
+func runHeadline(t *testing.T, file, policy string, load float64) *Result {
+	t.Helper()
+	sc, err := LoadScenario("../scenarios/" + file + ".yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := Run(t.Context(), sc, policy, load, Options{Requests: headlineRequests()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%s %s at %g×: goodput %.1f%%, success %.1f%%, waste %.2f%%, attempts/request %.2f, recovery %+v",
+		file, policy, load, r.GoodputPct, r.SuccessPct, r.WastePct, r.AttemptsPerRequest, r.Recovery)
+	return r
+}
+
+// TestHeadlineRetryStorm: at 5× capacity with naive retrying callers, full
+// sluice turns at least 95% of capacity into goodput while an unbounded FIFO
+// collapses below 20%.
+//
+// Waste is held at 1.5%, not the 1% first hoped for: sluice starts queued
+// work only when the p99 service time fits the time left, and in this storm
+// almost every start is at that margin (expiry at dequeue drops the older
+// heads, which keeps adaptive LIFO from switching on), so about 1% of billed
+// calls end late by design — 0.92% to 1.02% depending on the run length.
+func TestHeadlineRetryStorm(t *testing.T) {
+	s := runHeadline(t, "retry-storm", "sluice", 5)
+	if s.GoodputPct < 95 {
+		t.Errorf("full sluice goodput %.1f%% of capacity, want ≥ 95%%", s.GoodputPct)
+	}
+	if s.WastePct > 1.5 {
+		t.Errorf("full sluice wastes %.2f%% of billed calls, want ≤ 1.5%%", s.WastePct)
+	}
+	f := runHeadline(t, "retry-storm", "fifo", 5)
+	if f.GoodputPct >= 20 {
+		t.Errorf("unbounded FIFO goodput %.1f%%, want a collapse below 20%%", f.GoodputPct)
+	}
+	if f.WastePct < 80 {
+		t.Errorf("unbounded FIFO wastes %.1f%% of billed calls, want most of them", f.WastePct)
+	}
+}
+
+// TestHeadlineExpiryAndMeanRecoverGoodput: the essay's claims, rung by rung
+// — dividing by the mean predicts waits better than the p50, and dropping
+// work at dequeue that can no longer finish turns waste into goodput.
+func TestHeadlineExpiryAndMeanRecoverGoodput(t *testing.T) {
+	p50 := runHeadline(t, "retry-storm", "wait-p50", 5)
+	mean := runHeadline(t, "retry-storm", "wait-mean", 5)
+	exp := runHeadline(t, "retry-storm", "expiry", 5)
+	if !(mean.GoodputPct > p50.GoodputPct && mean.WastePct < p50.WastePct) {
+		t.Errorf("mean: goodput %.1f%% waste %.2f%%; p50: %.1f%% %.2f%%: want the mean better", mean.GoodputPct, mean.WastePct, p50.GoodputPct, p50.WastePct)
+	}
+	if !(exp.GoodputPct > mean.GoodputPct+3 && exp.WastePct < mean.WastePct/3) {
+		t.Errorf("expiry: goodput %.1f%% waste %.2f%%; without: %.1f%% %.2f%%", exp.GoodputPct, exp.WastePct, mean.GoodputPct, mean.WastePct)
+	}
+}
+
+// TestHeadlineRetryBudgetCapsAmplification: naive callers send nearly three
+// attempts per request at 5×; the gateway's retry budget lets through no
+// more retries than it earns — 10% of first attempts plus its floor of 10
+// a second and the 100 tokens it may bank, per budget (the tenant's, which
+// the global one does not exceed).
+func TestHeadlineRetryBudgetCapsAmplification(t *testing.T) {
+	r := runHeadline(t, "retry-storm", "sluice", 5)
+	retries := r.Attempts - r.Requests
+	admitted := retries - r.Refusals["retry_budget"]
+	bound := 0.1*float64(r.Requests) + 10*(r.WindowSeconds+20) + 100
+	if float64(admitted) > bound {
+		t.Errorf("%d retries passed the budget, want ≤ %.0f", admitted, bound)
+	}
+	if r.Refusals["retry_budget"] < retries/2 {
+		t.Errorf("only %d of %d retries refused by the budget", r.Refusals["retry_budget"], retries)
+	}
+}
+
+// TestHeadlineServiceStep: when every call becomes four times slower
+// mid-run, sluice delivers good output again within 10 simulated seconds;
+// the depth threshold of 500 — 18s of work before the step, 71s after —
+// never does.
+func TestHeadlineServiceStep(t *testing.T) {
+	for _, load := range []float64{1, 2, 5} {
+		r := runHeadline(t, "service-step", "sluice", load)
+		if rec := r.Recovery; rec == nil || !rec.Recovered || rec.Seconds > 10 {
+			t.Errorf("sluice at %g×: recovery %+v, want within 10s", load, rec)
+		}
+	}
+	d := runHeadline(t, "service-step", "depth-threshold", 1)
+	if rec := d.Recovery; rec == nil || rec.Recovered {
+		t.Errorf("depth threshold at 1×: recovery %+v, want none", rec)
+	}
+}
+
+// TestHeadlineSpeculativeFlood: with speculative work flooding in on top of
+// interactive traffic at 60% of capacity, sluice keeps interactive success
+// at 99% or more; without priority shedding it is not.
+func TestHeadlineSpeculativeFlood(t *testing.T) {
+	for _, load := range []float64{5, 10} {
+		r := runHeadline(t, "speculative-flood", "sluice", load)
+		if got := r.Sources[0]; got.Name != "interactive" || got.SuccessPct < 99 {
+			t.Errorf("sluice at %g×: %s success %.2f%%, want interactive ≥ 99%%", load, got.Name, got.SuccessPct)
+		}
+	}
+	r := runHeadline(t, "speculative-flood", "lifo", 10)
+	if got := r.Sources[0].SuccessPct; got >= 99 {
+		t.Errorf("without priority shedding interactive success is %.2f%%: the scenario no longer tests priority", got)
+	}
+}
+
+// TestMillionRequestsInTenSeconds holds the speed target loosely (the
+// benchmark measures it): a million requests on one goroutine in under ten
+// seconds, with a wide margin for a noisy machine.
+func TestMillionRequestsInTenSeconds(t *testing.T) {
+	if raceEnabled || testing.Short() {
+		t.Skip("timing test: not under -race or -short")
+	}
+	sc, err := LoadScenario("../scenarios/retry-storm.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	r, err := Run(t.Context(), sc, "sluice", 5, Options{Requests: 1_000_000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	took := time.Since(start)
+	t.Logf("%d requests, %d events in %v", r.Requests, r.Events, took)
+	if took > 10*time.Second {
+		t.Errorf("a million requests took %v, want ≤ 10s", took)
+	}
+}

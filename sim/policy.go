@@ -1,0 +1,110 @@
+package sim
+
+import (
+	"slices"
+
+	"github.com/sluicehq/sluice/admission"
+)
+
+// Policy is one of the admission policies the simulator compares. The
+// baselines (unbounded FIFO, depth threshold, queue timeout, small bounded
+// queue) are simple queues written here: they are the comparison, what a
+// classic proxy does. Every other policy is the real admission.Core,
+// configured to switch features on one at a time, ending with full sluice;
+// the retry budget is the real retrybudget.Budget.
+type Policy struct {
+	// Name is the stable identifier used in scenario files and on the
+	// command line.
+	Name string
+	// Label is the human name used in tables and plots.
+	Label string
+	// Sluice reports whether the policy is the real admission code.
+	Sluice bool
+
+	queue    queueKind // baselines
+	gate     gateOptions
+	dontPlot bool
+}
+
+type queueKind uint8
+
+const (
+	queueUnbounded queueKind = iota + 1
+	queueDepth
+	queueTimeout
+	queueSmall
+)
+
+// gateOptions are the features of an admission.Core policy.
+type gateOptions struct {
+	estimator   admission.WaitEstimator
+	expiry      bool // drop at dequeue what can no longer finish in time
+	lifo        bool // adaptive LIFO
+	priority    bool // classes ranked; otherwise every request ranks the same
+	retryBudget bool // per-tenant and global retry budgets before the gate
+}
+
+// policies is the ladder, in table order: each sluice rung adds one feature
+// to the one above it.
+var policies = []Policy{
+	{Name: "fifo", Label: "unbounded FIFO", queue: queueUnbounded},
+	{Name: "depth-threshold", Label: "FIFO, depth threshold", queue: queueDepth},
+	{Name: "queue-timeout", Label: "FIFO, queue timeout", queue: queueTimeout},
+	{Name: "small-queue", Label: "small bounded queue", queue: queueSmall},
+	{Name: "wait-p50", Label: "wait-based, p50 (essay)", Sluice: true,
+		gate: gateOptions{estimator: admission.ByMedian}},
+	{Name: "wait-mean", Label: "wait-based, mean", Sluice: true,
+		gate: gateOptions{estimator: admission.ByMean}},
+	{Name: "expiry", Label: "+ expiry at dequeue", Sluice: true,
+		gate: gateOptions{estimator: admission.ByMean, expiry: true}},
+	{Name: "lifo", Label: "+ adaptive LIFO", Sluice: true,
+		gate: gateOptions{estimator: admission.ByMean, expiry: true, lifo: true}},
+	{Name: "priority", Label: "+ priority shedding", Sluice: true,
+		gate: gateOptions{estimator: admission.ByMean, expiry: true, lifo: true, priority: true}},
+	{Name: "sluice", Label: "sluice (+ retry budget)", Sluice: true,
+		gate: gateOptions{estimator: admission.ByMean, expiry: true, lifo: true, priority: true, retryBudget: true}},
+}
+
+// PolicyNames lists every policy, in ladder order.
+func PolicyNames() []string {
+	out := make([]string, len(policies))
+	for i, p := range policies {
+		out[i] = p.Name
+	}
+	return out
+}
+
+// Policies returns every policy, in ladder order.
+func Policies() []Policy { return slices.Clone(policies) }
+
+func policyByName(name string) (Policy, bool) {
+	for _, p := range policies {
+		if p.Name == name {
+			return p, true
+		}
+	}
+	return Policy{}, false
+}
+
+// clientKind is how a caller retries.
+type clientKind uint8
+
+const (
+	clientNaive clientKind = iota
+	clientPolite
+	clientSluice
+)
+
+var clientNames = map[string]clientKind{"naive": clientNaive, "polite": clientPolite, "client": clientSluice}
+
+// ClientNames lists the caller behaviours a traffic source can have:
+// naive and polite as in package loadgen, client as in package client.
+func ClientNames() []string { return []string{"client", "naive", "polite"} }
+
+func clientByName(name string) (clientKind, bool) {
+	if name == "" {
+		return clientNaive, true
+	}
+	k, ok := clientNames[name]
+	return k, ok
+}

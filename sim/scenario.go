@@ -1,0 +1,510 @@
+package sim
+
+import (
+	"fmt"
+	"math"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/sluicehq/sluice/admission"
+)
+
+// Scenario is one workload: the upstream, the callers and the policies to
+// compare. It is usually read from a YAML file with [LoadScenario]; the YAML
+// keys are the snake_case names given on each field. Every field documents
+// its zero value; [Scenario.Validate] names the first bad field by its YAML
+// path.
+type Scenario struct {
+	// Name identifies the scenario in tables and file names (name). Empty
+	// means the file's base name, or "scenario" when built in code.
+	Name string
+	// Description is a sentence or two for results.md (description).
+	// Empty means none.
+	Description string
+	// Seed selects the random draws (seed). Zero is a seed like any other.
+	Seed uint64
+	// Requests is the expected number of logical requests (first attempts)
+	// per run, over every traffic source (requests). The arrival window is
+	// sized so that this many arrive on average; the actual count is
+	// Poisson. Zero means DefaultRequests.
+	Requests int
+	// Loads are the load factors the scenario is tabled at: the offered
+	// rate of first attempts of the swept traffic as a multiple of the
+	// upstream's capacity (loads). Empty means DefaultLoads.
+	Loads []float64
+	// Policies are the policies compared, by name (policies). Empty means
+	// all of PolicyNames().
+	Policies []string
+
+	Upstream Upstream
+	// Classes are the priority classes and their deadlines (classes). At
+	// least one.
+	Classes []Class
+	// Traffic are the sources of logical requests (traffic). At least one
+	// must be swept (have no fixed Load).
+	Traffic []Source
+
+	Baselines Baselines
+	Sluice    SluiceConfig
+	// Timeseries, when set, asks for time-series plots of this scenario
+	// (timeseries). Nil means none.
+	Timeseries *Timeseries
+}
+
+// DefaultRequests is Scenario.Requests when zero.
+const DefaultRequests = 100_000
+
+// DefaultLoads are the load factors of the issue: 0.8×, 1×, 2×, 5×, 10×.
+var DefaultLoads = []float64{0.8, 1, 2, 5, 10}
+
+// Upstream is the dependency: finite concurrency, a service-time
+// distribution that can step mid-run, and a price per call (upstream).
+type Upstream struct {
+	// Concurrency is how many calls the upstream serves at once
+	// (concurrency). Required, at least 1. Every policy is given exactly
+	// this many slots.
+	Concurrency int
+	// Service is the service-time distribution (service). Required.
+	Service Service
+	// Steps change the service time mid-run (steps): from At on, every
+	// call that starts is Factor times slower. Later steps replace earlier
+	// ones. Empty means none.
+	Steps []Step
+	// CostPerCall is the price of one billed call, in dollars
+	// (cost_per_call). Zero means calls are counted but not priced.
+	CostPerCall float64
+}
+
+// Service is a service-time distribution: exactly one of Lognormal and
+// Empirical is set.
+type Service struct {
+	// Lognormal is Median × exp(Sigma × N(0,1)) (lognormal).
+	Lognormal *Lognormal
+	// Empirical are observed service times, drawn uniformly (empirical).
+	Empirical []time.Duration
+}
+
+// Lognormal is a lognormal service time, the usual shape of LLM latencies:
+// a median and a long right tail.
+type Lognormal struct {
+	// Median is the median service time (median). Required, positive.
+	Median time.Duration
+	// Sigma is the standard deviation of the log (sigma), in [0, 3]. Zero
+	// means every call takes exactly Median.
+	Sigma float64
+}
+
+// Mean returns the mean of the distribution.
+func (s Service) Mean() time.Duration {
+	if s.Lognormal != nil {
+		return time.Duration(float64(s.Lognormal.Median) * math.Exp(s.Lognormal.Sigma*s.Lognormal.Sigma/2))
+	}
+	var sum float64
+	for _, d := range s.Empirical {
+		sum += float64(d)
+	}
+	if len(s.Empirical) == 0 {
+		return 0
+	}
+	return time.Duration(sum / float64(len(s.Empirical)))
+}
+
+// Step is a change at a point of the run: a service-time factor for the
+// upstream, or a rate factor for a traffic source.
+type Step struct {
+	// At is when the step happens (at): a duration from the start ("90s")
+	// or a share of the arrival window ("50%"). Required.
+	At TimePoint
+	// Factor multiplies the base value from At on (factor). Required,
+	// positive for service times, non-negative for rates.
+	Factor float64
+}
+
+// Burst multiplies a source's arrival rate for a while.
+type Burst struct {
+	// At is when the burst starts (at). Required.
+	At TimePoint
+	// For is how long it lasts (for), as a duration or a share of the
+	// window. Required, positive.
+	For TimePoint
+	// Factor multiplies the rate during the burst (factor). Required,
+	// non-negative.
+	Factor float64
+}
+
+// TimePoint is a point (or span) of a run, written either as a Go duration
+// ("90s") or as a percentage of the arrival window ("50%"), so that a
+// scenario keeps its shape whatever --requests makes the window.
+type TimePoint struct {
+	D        time.Duration // when Fraction is false
+	F        float64       // share of the window, when Fraction is true
+	Fraction bool
+}
+
+// Resolve returns the point for an arrival window of length window.
+func (p TimePoint) Resolve(window time.Duration) time.Duration {
+	if p.Fraction {
+		return time.Duration(p.F * float64(window))
+	}
+	return p.D
+}
+
+func (p TimePoint) String() string {
+	if p.Fraction {
+		return fmt.Sprintf("%g%%", p.F*100)
+	}
+	return p.D.String()
+}
+
+// ParseTimePoint parses "90s" or "50%".
+func ParseTimePoint(s string) (TimePoint, error) {
+	s = strings.TrimSpace(s)
+	if pct, ok := strings.CutSuffix(s, "%"); ok {
+		f, err := strconv.ParseFloat(strings.TrimSpace(pct), 64)
+		if err != nil || math.IsNaN(f) || math.IsInf(f, 0) {
+			return TimePoint{}, fmt.Errorf("%q is not a percentage", s)
+		}
+		if f < 0 || f > 100 {
+			return TimePoint{}, fmt.Errorf("%q: want 0%% to 100%%", s)
+		}
+		return TimePoint{F: f / 100, Fraction: true}, nil
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		return TimePoint{}, fmt.Errorf("%q is neither a duration (90s) nor a percentage (50%%)", s)
+	}
+	if d < 0 {
+		return TimePoint{}, fmt.Errorf("%q must not be negative", s)
+	}
+	return TimePoint{D: d}, nil
+}
+
+// Class is a priority class: a name, a deadline, and for sluice a rank.
+type Class struct {
+	// Name is the class name (name), sent as X-Sluice-Priority. Required.
+	Name string
+	// Deadline is how long its callers wait, from arrival (deadline).
+	// Required, positive.
+	Deadline time.Duration
+	// Rank is the class's rank in the shed order for the sluice policies
+	// with priority shedding (rank, 0–15; higher is shed last). Nil means
+	// the rank of admission.DefaultRanks for interactive, batch and
+	// speculative; any other class must set it.
+	Rank *int
+}
+
+// Source is one stream of logical requests: a Poisson process of one class
+// from one tenant, sent by one kind of client.
+type Source struct {
+	// Name labels the source (name). Empty means "<class>" or
+	// "<tenant>/<class>" when Tenant is set.
+	Name string
+	// Class names one of Scenario.Classes (class). Required.
+	Class string
+	// Tenant is who the requests are for (tenant). Empty is the anonymous
+	// tenant.
+	Tenant string
+	// Tier is the tenant's tier: low, standard or high (tier). Empty means
+	// standard.
+	Tier string
+	// Share is this source's part of the swept load (share): the swept
+	// sources' shares are normalised, so 3 and 1 split it 75/25. Ignored
+	// when Load is set; otherwise zero means 1.
+	Share float64
+	// Load, when positive, fixes this source's rate at Load × capacity
+	// whatever the load being swept (load). Zero means the source is swept.
+	Load float64
+	// Client is how callers retry (client): naive, polite or client, as in
+	// package loadgen and package client. Empty means naive.
+	Client string
+	// MaxAttempts bounds attempts per logical request, the first included
+	// (max_attempts). Zero means 3.
+	MaxAttempts int
+	// AttemptTimeout is the naive client's fixed per-attempt timeout
+	// (attempt_timeout). Zero means half the class deadline, as loadgen
+	// does; polite and client callers give each attempt the time left.
+	AttemptTimeout time.Duration
+	// Steps change the rate mid-run (steps); Bursts multiply it for a while
+	// (bursts). Empty means a constant rate.
+	Steps  []Step
+	Bursts []Burst
+	// CostPerCall overrides Upstream.CostPerCall for this source's calls
+	// (cost_per_call). Zero means the upstream's price.
+	CostPerCall float64
+}
+
+// Baselines parameterise the comparison queues that are not sluice.
+type Baselines struct {
+	// DepthThreshold is the queue depth at which the depth-threshold
+	// baseline refuses (depth_threshold). Zero means 500, the essay's
+	// number.
+	DepthThreshold int
+	// QueueTimeout is the queue-timeout baseline's fixed maximum queue time
+	// (queue_timeout). Zero means 30s.
+	QueueTimeout time.Duration
+	// SmallQueue is the small bounded queue's size (small_queue). Zero
+	// means the upstream's concurrency.
+	SmallQueue int
+}
+
+// SluiceConfig configures the sluice policies (sluice).
+type SluiceConfig struct {
+	// MaxQueue is admission.Config.MaxQueue (max_queue). Zero means
+	// 8 × the upstream's concurrency.
+	MaxQueue int
+	// MaxQueuePerTenant is admission.Config.MaxQueuePerTenant
+	// (max_queue_per_tenant). Zero means no fixed cap.
+	MaxQueuePerTenant int
+	// InitialServiceTime is admission.Config.InitialServiceTime
+	// (initial_service_time). Zero means the upstream's mean service time:
+	// an operator's starting guess.
+	InitialServiceTime time.Duration
+	// RetryBudget configures the gateway's retry budgets, one per tenant and
+	// one global, as in the gateway (retry_budget). Zero fields take
+	// package retrybudget's defaults.
+	RetryBudget BudgetConfig
+}
+
+// BudgetConfig is a retrybudget.Config.
+type BudgetConfig struct {
+	Ratio        float64 // ratio; zero means 0.1
+	MinPerSecond float64 // min_per_second; zero means 10
+	MaxTokens    float64 // max_tokens; zero means 10 s of MinPerSecond
+}
+
+// Timeseries asks for time-series plots: queue depth, estimated wait and
+// latency over time, for one load and a few policies.
+type Timeseries struct {
+	// Load is the load factor plotted (load). Zero means 1.
+	Load float64
+	// Policies are plotted (policies). Empty means fifo, depth-threshold,
+	// queue-timeout and sluice.
+	Policies []string
+	// Bucket is the width of a time bucket (bucket). Zero means 1s.
+	Bucket time.Duration
+}
+
+// FieldError is an invalid scenario field, named by its YAML path
+// ("traffic[1].share").
+type FieldError struct {
+	Field   string
+	Problem string
+}
+
+func (e *FieldError) Error() string { return fmt.Sprintf("%s: %s", e.Field, e.Problem) }
+
+func ferr(field, format string, args ...any) error {
+	return &FieldError{Field: field, Problem: fmt.Sprintf(format, args...)}
+}
+
+// Limits that keep every product of the scenario's numbers inside a
+// time.Duration and a run inside memory; they are not opinions on realism.
+const (
+	maxConcurrency = 1 << 16
+	maxRequests    = 50_000_000
+	maxLoad        = 1000.0
+	maxSigma       = 3.0
+	maxFactor      = 1000.0
+	maxAttempts    = 20
+	maxDuration    = 24 * time.Hour
+)
+
+// Validate reports the first invalid field as a *FieldError. It does not
+// modify s.
+func (s *Scenario) Validate() error {
+	if s.Requests < 0 || s.Requests > maxRequests {
+		return ferr("requests", "want 0 (for %d) to %d, got %d", DefaultRequests, maxRequests, s.Requests)
+	}
+	for i, l := range s.Loads {
+		if !(l > 0) || l > maxLoad || math.IsInf(l, 0) {
+			return ferr(fmt.Sprintf("loads[%d]", i), "want a load factor in (0, %g], got %v", maxLoad, l)
+		}
+	}
+	for i, p := range s.Policies {
+		if _, ok := policyByName(p); !ok {
+			return ferr(fmt.Sprintf("policies[%d]", i), "unknown policy %q (known: %s)", p, strings.Join(PolicyNames(), ", "))
+		}
+	}
+	if err := s.Upstream.validate(); err != nil {
+		return err
+	}
+	if len(s.Classes) == 0 {
+		return ferr("classes", "at least one class is required")
+	}
+	names := map[string]bool{}
+	for i, c := range s.Classes {
+		f := fmt.Sprintf("classes[%d]", i)
+		if c.Name == "" {
+			return ferr(f+".name", "required")
+		}
+		if names[c.Name] {
+			return ferr(f+".name", "duplicate class %q", c.Name)
+		}
+		names[c.Name] = true
+		if c.Deadline <= 0 || c.Deadline > maxDuration {
+			return ferr(f+".deadline", "want a positive duration up to %v, got %v", maxDuration, c.Deadline)
+		}
+		if c.Rank != nil {
+			if *c.Rank < 0 || *c.Rank >= admission.MaxRanks {
+				return ferr(f+".rank", "want 0 to %d, got %d", admission.MaxRanks-1, *c.Rank)
+			}
+		} else if _, ok := admission.DefaultRanks().Classes[c.Name]; !ok {
+			return ferr(f+".rank", "class %q is not built in (interactive, batch, speculative): set its rank", c.Name)
+		}
+	}
+	if len(s.Traffic) == 0 {
+		return ferr("traffic", "at least one source is required")
+	}
+	swept := false
+	for i := range s.Traffic {
+		if err := s.Traffic[i].validate(fmt.Sprintf("traffic[%d]", i), names); err != nil {
+			return err
+		}
+		if s.Traffic[i].Load == 0 {
+			swept = true
+		}
+	}
+	if !swept {
+		return ferr("traffic", "every source has a fixed load: at least one must be swept (no load)")
+	}
+	b := s.Baselines
+	switch {
+	case b.DepthThreshold < 0:
+		return ferr("baselines.depth_threshold", "want ≥ 0 (0 for 500), got %d", b.DepthThreshold)
+	case b.QueueTimeout < 0 || b.QueueTimeout > maxDuration:
+		return ferr("baselines.queue_timeout", "want 0 (for 30s) to %v, got %v", maxDuration, b.QueueTimeout)
+	case b.SmallQueue < 0:
+		return ferr("baselines.small_queue", "want ≥ 0 (0 for the concurrency), got %d", b.SmallQueue)
+	}
+	sl := s.Sluice
+	switch {
+	case sl.MaxQueue < 0:
+		return ferr("sluice.max_queue", "want ≥ 0 (0 for 8 × concurrency), got %d", sl.MaxQueue)
+	case sl.MaxQueuePerTenant < 0:
+		return ferr("sluice.max_queue_per_tenant", "want ≥ 0, got %d", sl.MaxQueuePerTenant)
+	case sl.InitialServiceTime < 0 || sl.InitialServiceTime > maxDuration:
+		return ferr("sluice.initial_service_time", "want 0 (for the mean service time) to %v, got %v", maxDuration, sl.InitialServiceTime)
+	}
+	if _, err := sl.RetryBudget.config(); err != nil {
+		return ferr("sluice.retry_budget", "%v", err)
+	}
+	if ts := s.Timeseries; ts != nil {
+		if ts.Load < 0 || ts.Load > maxLoad || math.IsNaN(ts.Load) {
+			return ferr("timeseries.load", "want 0 (for 1) to %g, got %v", maxLoad, ts.Load)
+		}
+		if ts.Bucket < 0 || (ts.Bucket > 0 && ts.Bucket < time.Millisecond) || ts.Bucket > time.Hour {
+			return ferr("timeseries.bucket", "want 0 (for 1s) or 1ms to 1h, got %v", ts.Bucket)
+		}
+		for i, p := range ts.Policies {
+			if _, ok := policyByName(p); !ok {
+				return ferr(fmt.Sprintf("timeseries.policies[%d]", i), "unknown policy %q (known: %s)", p, strings.Join(PolicyNames(), ", "))
+			}
+		}
+	}
+	return nil
+}
+
+func (u *Upstream) validate() error {
+	if u.Concurrency < 1 || u.Concurrency > maxConcurrency {
+		return ferr("upstream.concurrency", "want 1 to %d, got %d", maxConcurrency, u.Concurrency)
+	}
+	sv := u.Service
+	switch {
+	case sv.Lognormal == nil && len(sv.Empirical) == 0:
+		return ferr("upstream.service", "set lognormal or empirical")
+	case sv.Lognormal != nil && len(sv.Empirical) > 0:
+		return ferr("upstream.service", "set lognormal or empirical, not both")
+	case sv.Lognormal != nil:
+		if sv.Lognormal.Median <= 0 || sv.Lognormal.Median > time.Hour {
+			return ferr("upstream.service.lognormal.median", "want a positive duration up to 1h, got %v", sv.Lognormal.Median)
+		}
+		if s := sv.Lognormal.Sigma; !(s >= 0 && s <= maxSigma) {
+			return ferr("upstream.service.lognormal.sigma", "want 0 to %g, got %v", maxSigma, s)
+		}
+	default:
+		for i, d := range sv.Empirical {
+			if d <= 0 || d > time.Hour {
+				return ferr(fmt.Sprintf("upstream.service.empirical[%d]", i), "want a positive duration up to 1h, got %v", d)
+			}
+		}
+	}
+	for i, st := range u.Steps {
+		f := fmt.Sprintf("upstream.steps[%d]", i)
+		if err := validPoint(f+".at", st.At); err != nil {
+			return err
+		}
+		if !(st.Factor > 0 && st.Factor <= maxFactor) {
+			return ferr(f+".factor", "want a service-time factor in (0, %g], got %v", maxFactor, st.Factor)
+		}
+	}
+	if c := u.CostPerCall; !(c >= 0) || math.IsInf(c, 0) {
+		return ferr("upstream.cost_per_call", "want a non-negative price, got %v", c)
+	}
+	return nil
+}
+
+func validPoint(field string, p TimePoint) error {
+	if !p.Fraction && (p.D < 0 || p.D > maxDuration) {
+		return ferr(field, "want 0 to %v, got %v", maxDuration, p.D)
+	}
+	if p.Fraction && !(p.F >= 0 && p.F <= 1) {
+		return ferr(field, "want 0%% to 100%%, got %v", p)
+	}
+	return nil
+}
+
+func (src *Source) validate(f string, classes map[string]bool) error {
+	if src.Class == "" {
+		return ferr(f+".class", "required")
+	}
+	if !classes[src.Class] {
+		return ferr(f+".class", "unknown class %q (define it under classes)", src.Class)
+	}
+	if _, err := admission.ParseTier(src.Tier); err != nil {
+		return ferr(f+".tier", "%v", err)
+	}
+	if !(src.Share >= 0) || src.Share > 1e6 {
+		return ferr(f+".share", "want a non-negative weight, got %v", src.Share)
+	}
+	if !(src.Load >= 0) || src.Load > maxLoad {
+		return ferr(f+".load", "want 0 (swept) to %g, got %v", maxLoad, src.Load)
+	}
+	if _, ok := clientByName(src.Client); !ok {
+		return ferr(f+".client", "unknown client %q (known: %s)", src.Client, strings.Join(ClientNames(), ", "))
+	}
+	if src.MaxAttempts < 0 || src.MaxAttempts > maxAttempts {
+		return ferr(f+".max_attempts", "want 0 (for 3) to %d, got %d", maxAttempts, src.MaxAttempts)
+	}
+	if src.AttemptTimeout < 0 || src.AttemptTimeout > maxDuration {
+		return ferr(f+".attempt_timeout", "want 0 (half the deadline) to %v, got %v", maxDuration, src.AttemptTimeout)
+	}
+	for i, st := range src.Steps {
+		g := fmt.Sprintf("%s.steps[%d]", f, i)
+		if err := validPoint(g+".at", st.At); err != nil {
+			return err
+		}
+		if !(st.Factor >= 0 && st.Factor <= maxFactor) {
+			return ferr(g+".factor", "want a rate factor in [0, %g], got %v", maxFactor, st.Factor)
+		}
+	}
+	for i, b := range src.Bursts {
+		g := fmt.Sprintf("%s.bursts[%d]", f, i)
+		if err := validPoint(g+".at", b.At); err != nil {
+			return err
+		}
+		if err := validPoint(g+".for", b.For); err != nil {
+			return err
+		}
+		if (b.For.Fraction && b.For.F == 0) || (!b.For.Fraction && b.For.D == 0) {
+			return ferr(g+".for", "want a positive span, got %v", b.For)
+		}
+		if !(b.Factor >= 0 && b.Factor <= maxFactor) {
+			return ferr(g+".factor", "want a rate factor in [0, %g], got %v", maxFactor, b.Factor)
+		}
+	}
+	if c := src.CostPerCall; !(c >= 0) || math.IsInf(c, 0) {
+		return ferr(f+".cost_per_call", "want a non-negative price, got %v", c)
+	}
+	return nil
+}

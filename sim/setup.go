@@ -1,0 +1,406 @@
+package sim
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"slices"
+	"time"
+
+	"github.com/sluicehq/sluice/admission"
+	"github.com/sluicehq/sluice/retrybudget"
+)
+
+// setup is a scenario resolved for one run: the arrival window, every time
+// point in it, the rates and the policy's configuration.
+type setup struct {
+	sc       *Scenario
+	policy   Policy
+	load     float64
+	seed     uint64
+	window   time.Duration // arrivals happen in [0, window)
+	end      time.Duration // the run stops here: every caller has left
+	capacity float64       // nominal calls per second, before any step
+	mean     time.Duration // nominal mean service time
+	sampler  *sampler
+	sources  []*source
+	classes  []Class
+	tenants  []string
+	bucket   time.Duration
+	trace    bool
+}
+
+// source is a traffic source, resolved.
+type source struct {
+	idx            int
+	name           string
+	class          int
+	deadline       time.Duration
+	client         clientKind
+	maxAttempts    int
+	attemptTimeout time.Duration
+	cost           float64
+	tenant         int
+	req            admission.Request // Class, Tenant, Tier; the rest per attempt
+	base           float64           // first attempts per second before steps and bursts
+	segs           []segment
+	rng            *rand.Rand
+	count          uint64
+	seg            int     // current segment
+	t              float64 // seconds: the latest arrival
+	// script, when set (by tests), replaces the Poisson process: the
+	// arrivals happen at exactly these offsets.
+	script []time.Duration
+}
+
+// segment is a stretch of constant rate, ending at end (seconds).
+type segment struct {
+	end  float64
+	rate float64 // per second
+}
+
+// Options tune a run beyond the scenario.
+type Options struct {
+	// Requests overrides Scenario.Requests. Zero keeps it.
+	Requests int
+	// Client, when set, makes every source use this client (naive, polite
+	// or client). Empty keeps each source's own.
+	Client string
+	// Trace collects time series (queue depth, estimated wait, latency per
+	// bucket) into Result.Series.
+	Trace bool
+	// Bucket is the width of a time-series bucket. Zero means the
+	// scenario's timeseries.bucket, else 1s.
+	Bucket time.Duration
+}
+
+func newSetup(sc *Scenario, policy string, load float64, opt Options) (*setup, error) {
+	p, ok := policyByName(policy)
+	if !ok {
+		return nil, fmt.Errorf("unknown policy %q (known: %v)", policy, PolicyNames())
+	}
+	if !(load > 0) || load > maxLoad || math.IsInf(load, 0) {
+		return nil, fmt.Errorf("load: want a factor in (0, %g], got %v", maxLoad, load)
+	}
+	if opt.Requests < 0 || opt.Requests > maxRequests {
+		return nil, fmt.Errorf("requests: want 1 to %d, got %d", maxRequests, opt.Requests)
+	}
+	override := clientNaive
+	if opt.Client != "" {
+		k, ok := clientByName(opt.Client)
+		if !ok {
+			return nil, fmt.Errorf("client: unknown client %q (known: %v)", opt.Client, ClientNames())
+		}
+		override = k
+	}
+	if opt.Bucket < 0 {
+		return nil, fmt.Errorf("bucket: want ≥ 0, got %v", opt.Bucket)
+	}
+	if err := sc.Validate(); err != nil {
+		return nil, err
+	}
+	s := &setup{sc: sc, policy: p, load: load, seed: sc.Seed, classes: sc.Classes, trace: opt.Trace}
+	s.mean = sc.Upstream.Service.Mean()
+	s.capacity = float64(sc.Upstream.Concurrency) / s.mean.Seconds()
+	s.bucket = opt.Bucket
+	if s.bucket == 0 && sc.Timeseries != nil {
+		s.bucket = sc.Timeseries.Bucket
+	}
+	if s.bucket == 0 {
+		s.bucket = time.Second
+	}
+
+	requests := sc.Requests
+	if opt.Requests > 0 {
+		requests = opt.Requests
+	}
+	if requests == 0 {
+		requests = DefaultRequests
+	}
+
+	shares := 0.0
+	for _, src := range sc.Traffic {
+		if src.Load == 0 {
+			shares += shareOf(src)
+		}
+	}
+	tenants := map[string]int{}
+	for i, src := range sc.Traffic {
+		r := &source{idx: i, name: src.Name, cost: src.CostPerCall}
+		if r.name == "" {
+			r.name = src.Class
+			if src.Tenant != "" {
+				r.name = src.Tenant + "/" + src.Class
+			}
+		}
+		r.class = slices.IndexFunc(sc.Classes, func(c Class) bool { return c.Name == src.Class })
+		r.deadline = sc.Classes[r.class].Deadline
+		r.client, _ = clientByName(src.Client)
+		if opt.Client != "" {
+			r.client = override
+		}
+		r.maxAttempts = src.MaxAttempts
+		if r.maxAttempts == 0 {
+			r.maxAttempts = 3
+		}
+		r.attemptTimeout = src.AttemptTimeout
+		if r.attemptTimeout == 0 {
+			r.attemptTimeout = r.deadline / 2
+		}
+		if r.cost == 0 {
+			r.cost = sc.Upstream.CostPerCall
+		}
+		t, ok := tenants[src.Tenant]
+		if !ok {
+			t = len(s.tenants)
+			tenants[src.Tenant] = t
+			s.tenants = append(s.tenants, src.Tenant)
+		}
+		r.tenant = t
+		tier, _ := admission.ParseTier(src.Tier)
+		r.req = admission.Request{Class: src.Class, Tenant: src.Tenant, Tier: tier}
+		if src.Load > 0 {
+			r.base = src.Load * s.capacity
+		} else {
+			r.base = shareOf(src) / shares * load * s.capacity
+		}
+		r.rng = rand.New(rand.NewPCG(sc.Seed, mix(saltSource^uint64(i))))
+		s.sources = append(s.sources, r)
+	}
+
+	window, err := s.solveWindow(float64(requests))
+	if err != nil {
+		return nil, err
+	}
+	s.window = window
+	for i := range s.sources {
+		s.sources[i].segs = s.segments(i, window)
+	}
+	var steps []resolvedStep
+	for _, st := range sc.Upstream.Steps {
+		steps = append(steps, resolvedStep{at: st.At.Resolve(window), factor: st.Factor})
+	}
+	slices.SortStableFunc(steps, func(a, b resolvedStep) int { return cmpDur(a.at, b.at) })
+	s.sampler = newSampler(sc.Upstream.Service, steps)
+
+	// Every caller has stopped listening once its last possible attempt has
+	// timed out: a naive caller can spend MaxAttempts × its attempt timeout,
+	// the others stop at their deadline.
+	var longest time.Duration
+	for _, r := range s.sources {
+		l := r.deadline
+		if r.client == clientNaive {
+			l = max(l, time.Duration(r.maxAttempts)*r.attemptTimeout)
+		}
+		longest = max(longest, l)
+	}
+	s.end = window + longest + time.Nanosecond
+	return s, nil
+}
+
+func shareOf(src Source) float64 {
+	if src.Share == 0 {
+		return 1
+	}
+	return src.Share
+}
+
+func cmpDur(a, b time.Duration) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+// segments resolves source i's rate schedule for a window: constant stretches
+// covering [0, window].
+func (s *setup) segments(i int, window time.Duration) []segment {
+	src := s.sc.Traffic[i]
+	base := s.sources[i].base
+	points := []time.Duration{0, window}
+	for _, st := range src.Steps {
+		points = append(points, st.At.Resolve(window))
+	}
+	for _, b := range src.Bursts {
+		at := b.At.Resolve(window)
+		points = append(points, at, at+b.For.Resolve(window))
+	}
+	slices.Sort(points)
+	points = slices.Compact(points)
+	mult := func(t time.Duration) float64 {
+		f := 1.0
+		var lastAt time.Duration = -1
+		for _, st := range src.Steps {
+			if at := st.At.Resolve(window); at <= t && at >= lastAt {
+				f, lastAt = st.Factor, at
+			}
+		}
+		for _, b := range src.Bursts {
+			at := b.At.Resolve(window)
+			if at <= t && t < at+b.For.Resolve(window) {
+				f *= b.Factor
+			}
+		}
+		return f
+	}
+	var segs []segment
+	for k := 0; k+1 < len(points) && points[k] < window; k++ {
+		end := min(points[k+1], window)
+		segs = append(segs, segment{end: end.Seconds(), rate: base * mult(points[k])})
+	}
+	return segs
+}
+
+// expected is the expected number of arrivals over every source in a window.
+func (s *setup) expected(window time.Duration) float64 {
+	n := 0.0
+	for i := range s.sources {
+		start := 0.0
+		for _, sg := range s.segments(i, window) {
+			n += (sg.end - start) * sg.rate
+			start = sg.end
+		}
+	}
+	return n
+}
+
+// solveWindow finds the window in which n arrivals are expected. The
+// expectation grows with the window (a step placed at 50% moves with it,
+// one placed at 90s does not), so bisection finds it.
+func (s *setup) solveWindow(n float64) (time.Duration, error) {
+	hi := time.Second
+	for s.expected(hi) < n {
+		if hi >= maxDuration {
+			return 0, fmt.Errorf("requests: %v requests would need an arrival window beyond %v at these rates", n, maxDuration)
+		}
+		hi = min(2*hi, maxDuration)
+	}
+	lo := time.Duration(0)
+	for hi-lo > time.Millisecond {
+		mid := lo + (hi-lo)/2
+		if s.expected(mid) < n {
+			lo = mid
+		} else {
+			hi = mid
+		}
+	}
+	return hi, nil
+}
+
+// next returns the offset of the source's next arrival, or false once the
+// window is over. Inter-arrival times are exponential in operational time
+// (the integral of the rate), which makes each segment a Poisson process of
+// its own rate without thinning.
+func (r *source) next() (time.Duration, bool) {
+	if r.script != nil {
+		if len(r.script) == 0 {
+			return 0, false
+		}
+		at := r.script[0]
+		r.script = r.script[1:]
+		return at, true
+	}
+	e := r.rng.ExpFloat64()
+	for r.seg < len(r.segs) {
+		sg := r.segs[r.seg]
+		if sg.rate > 0 {
+			room := (sg.end - r.t) * sg.rate
+			if e < room {
+				r.t += e / sg.rate
+				return time.Duration(r.t * float64(time.Second)), true
+			}
+			e -= room
+		}
+		r.t = sg.end
+		r.seg++
+	}
+	return 0, false
+}
+
+// capacityOver is how many calls the upstream could complete in [0, t): the
+// integral of concurrency / mean service time, with the steps.
+func (s *setup) capacityOver(from, to time.Duration) float64 {
+	if to <= from {
+		return 0
+	}
+	c := float64(s.sc.Upstream.Concurrency)
+	mean := s.mean.Seconds()
+	total := 0.0
+	cur := from
+	f := s.sampler.factor(from)
+	for _, st := range s.sampler.steps {
+		if st.at <= from {
+			continue
+		}
+		if st.at >= to {
+			break
+		}
+		total += (st.at - cur).Seconds() * c / (mean * f)
+		cur, f = st.at, st.factor
+	}
+	return total + (to-cur).Seconds()*c/(mean*f)
+}
+
+// ranks returns the admission ranks of the scenario's classes: the
+// scenario's (or the default) ranks with priority shedding, every request at
+// rank 0 without it.
+func (s *setup) ranks(priority bool) *admission.Ranks {
+	def := admission.DefaultRanks()
+	r := &admission.Ranks{Classes: map[string]int{}, Default: s.classes[0].Name}
+	for _, c := range s.classes {
+		if c.Name == admission.ClassInteractive {
+			r.Default = c.Name
+		}
+		switch {
+		case !priority:
+			r.Classes[c.Name] = 0
+		case c.Rank != nil:
+			r.Classes[c.Name] = *c.Rank
+		default:
+			r.Classes[c.Name] = def.Classes[c.Name]
+		}
+	}
+	if priority {
+		r.Retry, r.LowTier, r.HighTierBoost, r.HighTierMin = def.Retry, def.LowTier, def.HighTierBoost, def.HighTierMin
+	}
+	return r
+}
+
+// coreConfig is the admission configuration of a sluice policy.
+func (s *setup) coreConfig() admission.Config {
+	g := s.policy.gate
+	sl := s.sc.Sluice
+	cfg := admission.Config{
+		Concurrency:        s.sc.Upstream.Concurrency,
+		MaxQueue:           sl.MaxQueue,
+		MaxQueuePerTenant:  sl.MaxQueuePerTenant,
+		Ranks:              s.ranks(g.priority),
+		WaitEstimator:      g.estimator,
+		InitialServiceTime: sl.InitialServiceTime,
+		FIFOOnly:           !g.lifo,
+		NoDequeueExpiry:    !g.expiry,
+	}
+	if cfg.MaxQueue == 0 {
+		cfg.MaxQueue = 8 * cfg.Concurrency
+	}
+	if cfg.InitialServiceTime == 0 {
+		cfg.InitialServiceTime = s.mean
+	}
+	return cfg
+}
+
+func (b BudgetConfig) config() (retrybudget.Config, error) {
+	cfg := retrybudget.Config{Ratio: b.Ratio, MinPerSecond: b.MinPerSecond, MaxTokens: b.MaxTokens}
+	_, err := retrybudget.New(cfg)
+	return cfg, err
+}
+
+// epoch is virtual time zero as the wall-clock time the admission code and
+// the retry budgets are given. Any fixed instant would do.
+var epoch = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+
+// at converts a virtual offset to the time.Time the cores take.
+func (s *setup) at(d time.Duration) time.Time { return epoch.Add(d) }

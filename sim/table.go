@@ -1,0 +1,158 @@
+package sim
+
+import (
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+)
+
+// The table columns, as the issue asks for them: goodput as a percentage of
+// capacity, success per class (per traffic source when tenants share a
+// class), wasted upstream work as a percentage of billed calls, p50/p99
+// latency of successes, attempts per logical request; then the bill per hour
+// of the arrival window when calls are priced, and time to recover when the
+// upstream steps.
+
+func (sw *Sweep) header(withLoad bool) []string {
+	var h []string
+	if withLoad {
+		h = append(h, "load")
+	}
+	h = append(h, "policy", "goodput % cap")
+	for _, src := range sw.sourceNames() {
+		h = append(h, "success "+src+" %")
+	}
+	h = append(h, "waste % billed", "p50 s", "p99 s", "attempts/req")
+	if sw.hasCost() {
+		h = append(h, "billed $/h")
+	}
+	if sw.hasRecovery() {
+		h = append(h, "recovery")
+	}
+	return h
+}
+
+func (sw *Sweep) sourceNames() []string {
+	for _, row := range sw.Results {
+		for _, r := range row {
+			names := make([]string, len(r.Sources))
+			for i, s := range r.Sources {
+				names[i] = s.Name
+			}
+			return names
+		}
+	}
+	return nil
+}
+
+func (sw *Sweep) hasCost() bool {
+	for _, row := range sw.Results {
+		for _, r := range row {
+			if r.BilledCost > 0 {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+func (sw *Sweep) hasRecovery() bool {
+	for _, row := range sw.Results {
+		for _, r := range row {
+			if r.Recovery != nil {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+func (sw *Sweep) row(r *Result, withLoad bool) []string {
+	var c []string
+	if withLoad {
+		c = append(c, fmt.Sprintf("%g×", r.Load))
+	}
+	c = append(c, r.Label, fmt.Sprintf("%.1f", r.GoodputPct))
+	for _, s := range r.Sources {
+		c = append(c, fmt.Sprintf("%.1f", s.SuccessPct))
+	}
+	c = append(c, fmt.Sprintf("%.2f", r.WastePct), seconds(r.P50Ms), seconds(r.P99Ms), fmt.Sprintf("%.2f", r.AttemptsPerRequest))
+	if sw.hasCost() {
+		c = append(c, fmt.Sprintf("%.0f", r.BilledCost/(r.WindowSeconds/3600)))
+	}
+	if sw.hasRecovery() {
+		c = append(c, recoveryText(r.Recovery))
+	}
+	return c
+}
+
+func seconds(ms float64) string {
+	if ms == 0 {
+		return "–"
+	}
+	return fmt.Sprintf("%.2f", ms/1000)
+}
+
+func recoveryText(r *Recovery) string {
+	switch {
+	case r == nil:
+		return "–"
+	case !r.Recovered:
+		return "never"
+	}
+	return fmt.Sprintf("%.0f s", r.Seconds)
+}
+
+// WriteText prints one aligned table per load.
+func (sw *Sweep) WriteText(w io.Writer) error {
+	sc := sw.Scenario
+	for i, load := range sw.Loads {
+		if i > 0 {
+			fmt.Fprintln(w)
+		}
+		r0 := sw.Results[i][0]
+		fmt.Fprintf(w, "scenario %s at %g× capacity (capacity %.1f calls/s; %d requests over %.0fs simulated; seed %d)\n",
+			sc.Name, load, r0.Capacity, r0.Requests, r0.WindowSeconds, r0.Seed)
+		// Numbers align right; the policy column is padded to read left.
+		width := len("policy")
+		for _, r := range sw.Results[i] {
+			width = max(width, len([]rune(r.Label)))
+		}
+		pad := func(cells []string) string {
+			cells[0] += strings.Repeat(" ", width-len([]rune(cells[0])))
+			return strings.Join(cells, "\t") + "\t"
+		}
+		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+		fmt.Fprintln(tw, pad(sw.header(false)))
+		for _, r := range sw.Results[i] {
+			fmt.Fprintln(tw, pad(sw.row(r, false)))
+		}
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// WriteMarkdown prints one Markdown table with a row per load and policy.
+func (sw *Sweep) WriteMarkdown(w io.Writer) error {
+	h := sw.header(true)
+	fmt.Fprintf(w, "| %s |\n", strings.Join(h, " | "))
+	sep := make([]string, len(h))
+	for i := range sep {
+		sep[i] = "---:"
+		if i == 1 {
+			sep[i] = "---"
+		}
+	}
+	fmt.Fprintf(w, "|%s|\n", strings.Join(sep, "|"))
+	for i := range sw.Loads {
+		for _, r := range sw.Results[i] {
+			if _, err := fmt.Fprintf(w, "| %s |\n", strings.Join(sw.row(r, true), " | ")); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}

@@ -1,0 +1,365 @@
+package sim
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+)
+
+// The scenario is decoded by walking the YAML node tree by hand rather than
+// by yaml.Unmarshal into tagged structs: every error then carries the full
+// path of the field it is about ("traffic[1].bursts[0].for"), an unknown or
+// repeated key is refused with the keys that are known, and a bare number
+// where a duration is due is refused instead of being read as nanoseconds.
+
+// LoadScenario reads and validates a scenario file. A scenario without a
+// name takes the file's base name without extension.
+func LoadScenario(path string) (*Scenario, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	s, err := ParseScenario(data)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	if s.Name == "" {
+		s.Name = strings.TrimSuffix(filepath.Base(path), filepath.Ext(path))
+	}
+	return s, nil
+}
+
+// ParseScenario decodes and validates a scenario. Errors are *FieldError
+// values naming the YAML path, or YAML syntax errors.
+func ParseScenario(data []byte) (*Scenario, error) {
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	var doc yaml.Node
+	if err := dec.Decode(&doc); err != nil {
+		if errors.Is(err, io.EOF) {
+			return nil, errors.New("scenario is empty")
+		}
+		return nil, fmt.Errorf("scenario: %w", err)
+	}
+	var extra yaml.Node
+	if err := dec.Decode(&extra); !errors.Is(err, io.EOF) {
+		return nil, errors.New("scenario: want one YAML document, found more")
+	}
+	if len(doc.Content) == 0 {
+		return nil, errors.New("scenario is empty")
+	}
+	s := &Scenario{}
+	if err := decodeScenario(doc.Content[0], s); err != nil {
+		return nil, err
+	}
+	if err := s.Validate(); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+type fieldFunc func(v *yaml.Node, path string) error
+
+func decodeScenario(n *yaml.Node, s *Scenario) error {
+	return mapping(n, "", map[string]fieldFunc{
+		"name":        str(&s.Name),
+		"description": str(&s.Description),
+		"seed":        uintField(&s.Seed),
+		"requests":    intField(&s.Requests),
+		"loads":       floats(&s.Loads),
+		"policies":    strs(&s.Policies),
+		"upstream": func(v *yaml.Node, p string) error {
+			return mapping(v, p, map[string]fieldFunc{
+				"concurrency":   intField(&s.Upstream.Concurrency),
+				"cost_per_call": float(&s.Upstream.CostPerCall),
+				"steps":         steps(&s.Upstream.Steps),
+				"service": func(v *yaml.Node, p string) error {
+					sv := &s.Upstream.Service
+					return mapping(v, p, map[string]fieldFunc{
+						"empirical": durations(&sv.Empirical),
+						"lognormal": func(v *yaml.Node, p string) error {
+							sv.Lognormal = &Lognormal{}
+							return mapping(v, p, map[string]fieldFunc{
+								"median": duration(&sv.Lognormal.Median),
+								"sigma":  float(&sv.Lognormal.Sigma),
+							})
+						},
+					})
+				},
+			})
+		},
+		"classes": sequence(func(v *yaml.Node, p string) error {
+			var c Class
+			err := mapping(v, p, map[string]fieldFunc{
+				"name":     str(&c.Name),
+				"deadline": duration(&c.Deadline),
+				"rank": func(v *yaml.Node, p string) error {
+					c.Rank = new(int)
+					return intField(c.Rank)(v, p)
+				},
+			})
+			s.Classes = append(s.Classes, c)
+			return err
+		}),
+		"traffic": sequence(func(v *yaml.Node, p string) error {
+			var src Source
+			err := mapping(v, p, map[string]fieldFunc{
+				"name":            str(&src.Name),
+				"class":           str(&src.Class),
+				"tenant":          str(&src.Tenant),
+				"tier":            str(&src.Tier),
+				"share":           float(&src.Share),
+				"load":            float(&src.Load),
+				"client":          str(&src.Client),
+				"max_attempts":    intField(&src.MaxAttempts),
+				"attempt_timeout": duration(&src.AttemptTimeout),
+				"steps":           steps(&src.Steps),
+				"bursts": sequence(func(v *yaml.Node, p string) error {
+					var b Burst
+					err := mapping(v, p, map[string]fieldFunc{
+						"at":     timePoint(&b.At),
+						"for":    timePoint(&b.For),
+						"factor": float(&b.Factor),
+					})
+					src.Bursts = append(src.Bursts, b)
+					return err
+				}),
+				"cost_per_call": float(&src.CostPerCall),
+			})
+			s.Traffic = append(s.Traffic, src)
+			return err
+		}),
+		"baselines": func(v *yaml.Node, p string) error {
+			b := &s.Baselines
+			return mapping(v, p, map[string]fieldFunc{
+				"depth_threshold": intField(&b.DepthThreshold),
+				"queue_timeout":   duration(&b.QueueTimeout),
+				"small_queue":     intField(&b.SmallQueue),
+			})
+		},
+		"sluice": func(v *yaml.Node, p string) error {
+			sl := &s.Sluice
+			return mapping(v, p, map[string]fieldFunc{
+				"max_queue":            intField(&sl.MaxQueue),
+				"max_queue_per_tenant": intField(&sl.MaxQueuePerTenant),
+				"initial_service_time": duration(&sl.InitialServiceTime),
+				"retry_budget": func(v *yaml.Node, p string) error {
+					rb := &sl.RetryBudget
+					return mapping(v, p, map[string]fieldFunc{
+						"ratio":          float(&rb.Ratio),
+						"min_per_second": float(&rb.MinPerSecond),
+						"max_tokens":     float(&rb.MaxTokens),
+					})
+				},
+			})
+		},
+		"timeseries": func(v *yaml.Node, p string) error {
+			ts := &Timeseries{}
+			s.Timeseries = ts
+			return mapping(v, p, map[string]fieldFunc{
+				"load":     float(&ts.Load),
+				"policies": strs(&ts.Policies),
+				"bucket":   duration(&ts.Bucket),
+			})
+		},
+	})
+}
+
+func steps(dst *[]Step) fieldFunc {
+	return sequence(func(v *yaml.Node, p string) error {
+		var st Step
+		err := mapping(v, p, map[string]fieldFunc{
+			"at":     timePoint(&st.At),
+			"factor": float(&st.Factor),
+		})
+		*dst = append(*dst, st)
+		return err
+	})
+}
+
+func join(path, key string) string {
+	if path == "" {
+		return key
+	}
+	return path + "." + key
+}
+
+func mapping(n *yaml.Node, path string, fields map[string]fieldFunc) error {
+	where := path
+	if where == "" {
+		where = "scenario"
+	}
+	if n.Kind != yaml.MappingNode {
+		return ferr(where, "want a mapping of keys (line %d)", n.Line)
+	}
+	seen := map[string]bool{}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k, v := n.Content[i], n.Content[i+1]
+		p := join(path, k.Value)
+		fn, ok := fields[k.Value]
+		if !ok {
+			known := make([]string, 0, len(fields))
+			for name := range fields {
+				known = append(known, name)
+			}
+			slices.Sort(known)
+			return ferr(p, "unknown key (line %d; known keys here: %s)", k.Line, strings.Join(known, ", "))
+		}
+		if seen[k.Value] {
+			return ferr(p, "given twice (line %d)", k.Line)
+		}
+		seen[k.Value] = true
+		if err := fn(v, p); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func sequence(item fieldFunc) fieldFunc {
+	return func(v *yaml.Node, p string) error {
+		if v.Kind != yaml.SequenceNode {
+			return ferr(p, "want a list (line %d)", v.Line)
+		}
+		for i, c := range v.Content {
+			if err := item(c, fmt.Sprintf("%s[%d]", p, i)); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+}
+
+func scalar(v *yaml.Node, p string) (string, error) {
+	if v.Kind == yaml.AliasNode {
+		v = v.Alias
+	}
+	if v.Kind != yaml.ScalarNode {
+		return "", ferr(p, "want a single value (line %d)", v.Line)
+	}
+	if v.Tag == "!!null" {
+		return "", ferr(p, "missing value (line %d)", v.Line)
+	}
+	return v.Value, nil
+}
+
+func str(dst *string) fieldFunc {
+	return func(v *yaml.Node, p string) error {
+		s, err := scalar(v, p)
+		*dst = s
+		return err
+	}
+}
+
+func strs(dst *[]string) fieldFunc {
+	return sequence(func(v *yaml.Node, p string) error {
+		s, err := scalar(v, p)
+		*dst = append(*dst, s)
+		return err
+	})
+}
+
+func float(dst *float64) fieldFunc {
+	return func(v *yaml.Node, p string) error {
+		s, err := scalar(v, p)
+		if err != nil {
+			return err
+		}
+		f, err := strconv.ParseFloat(strings.ReplaceAll(s, "_", ""), 64)
+		if err != nil || math.IsNaN(f) || math.IsInf(f, 0) {
+			return ferr(p, "%q is not a number (line %d)", s, v.Line)
+		}
+		*dst = f
+		return nil
+	}
+}
+
+func floats(dst *[]float64) fieldFunc {
+	return sequence(func(v *yaml.Node, p string) error {
+		var f float64
+		err := float(&f)(v, p)
+		*dst = append(*dst, f)
+		return err
+	})
+}
+
+func intField(dst *int) fieldFunc {
+	return func(v *yaml.Node, p string) error {
+		s, err := scalar(v, p)
+		if err != nil {
+			return err
+		}
+		n, err := strconv.ParseInt(s, 10, 64)
+		if err != nil {
+			n, err = strconv.ParseInt(strings.ReplaceAll(s, "_", ""), 10, 64)
+		}
+		if err != nil || n != int64(int(n)) {
+			return ferr(p, "%q is not a whole number (line %d)", s, v.Line)
+		}
+		*dst = int(n)
+		return nil
+	}
+}
+
+func uintField(dst *uint64) fieldFunc {
+	return func(v *yaml.Node, p string) error {
+		s, err := scalar(v, p)
+		if err != nil {
+			return err
+		}
+		n, err := strconv.ParseUint(strings.ReplaceAll(s, "_", ""), 10, 64)
+		if err != nil {
+			return ferr(p, "%q is not a non-negative whole number (line %d)", s, v.Line)
+		}
+		*dst = n
+		return nil
+	}
+}
+
+func duration(dst *time.Duration) fieldFunc {
+	return func(v *yaml.Node, p string) error {
+		s, err := scalar(v, p)
+		if err != nil {
+			return err
+		}
+		d, err := time.ParseDuration(s)
+		if err != nil {
+			return ferr(p, "want a duration such as 1.5s or 200ms, got %q (line %d)", s, v.Line)
+		}
+		*dst = d
+		return nil
+	}
+}
+
+func durations(dst *[]time.Duration) fieldFunc {
+	return sequence(func(v *yaml.Node, p string) error {
+		var d time.Duration
+		err := duration(&d)(v, p)
+		*dst = append(*dst, d)
+		return err
+	})
+}
+
+func timePoint(dst *TimePoint) fieldFunc {
+	return func(v *yaml.Node, p string) error {
+		s, err := scalar(v, p)
+		if err != nil {
+			return err
+		}
+		tp, err := ParseTimePoint(s)
+		if err != nil {
+			return ferr(p, "%v (line %d)", err, v.Line)
+		}
+		*dst = tp
+		return nil
+	}
+}
