@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -106,6 +107,7 @@ func WriteResults(ctx context.Context, opt ResultsOptions) error {
 
 	writeReadmeSnippet(w, sweeps)
 	writeHeadlines(w, sweeps)
+	writeFindings(w, sweeps)
 	writeModel(w)
 	for _, sw := range sweeps {
 		writeScenario(w, sw)
@@ -125,6 +127,14 @@ func WriteResults(ctx context.Context, opt ResultsOptions) error {
 		if err := opt.Calibration(w); err != nil {
 			return err
 		}
+		fmt.Fprintln(w)
+		fmt.Fprintln(w, "Judge each difference against the simulated range over other seeds: runs of a")
+		fmt.Fprintln(w, "few hundred to a few thousand requests vary by chance alone. Beyond chance, the")
+		fmt.Fprintln(w, "simulator leaves out HTTP, loopback and scheduling overhead on a shared machine")
+		fmt.Fprintln(w, "(which the gateway measures as part of the service time), the first connections")
+		fmt.Fprintln(w, "of each run, and the gateway releasing its permit as soon as a caller leaves")
+		fmt.Fprintln(w, "while the mock keeps generating behind it (the simulator holds the slot instead,")
+		fmt.Fprintln(w, "as described above).")
 	} else {
 		fmt.Fprintln(w, "Not run in this regeneration (it takes real time; see `sluice sim -h`).")
 	}
@@ -276,8 +286,12 @@ func writeHeadlines(w io.Writer, sweeps []*Sweep) {
 			}
 		}
 		if d := sw.Result(1, "depth-threshold"); d != nil && d.Recovery != nil {
-			fmt.Fprintf(w, "- **Service time ×4 mid-run:** sluice recovers in %s (simulated time, by load); the depth threshold of 500 recovers %s at 1×.\n",
-				strings.Join(parts, ", "), recoveryText(d.Recovery))
+			depth := "never recovers"
+			if d.Recovery.Recovered {
+				depth = "recovers in " + recoveryText(d.Recovery)
+			}
+			fmt.Fprintf(w, "- **Service time ×4 mid-run:** sluice recovers in %s (simulated time, by load); the depth threshold of 500 %s at 1×.\n",
+				strings.Join(parts, ", "), depth)
 		}
 	}
 	if sw := find(sweeps, "speculative-flood"); sw != nil {
@@ -288,6 +302,111 @@ func writeHeadlines(w io.Writer, sweeps []*Sweep) {
 			}
 		}
 		fmt.Fprintf(w, "- **Speculative flood:** with sluice, interactive success is %s of speculative load.\n", strings.Join(parts, ", "))
+	}
+	fmt.Fprintln(w)
+}
+
+// writeFindings states what the tables show, each sentence computed from
+// them (and left out when its premise does not hold), so that regenerating
+// the file cannot leave a claim behind that the numbers no longer support.
+func writeFindings(w io.Writer, sweeps []*Sweep) {
+	var f []string
+	at := func(file string, load float64, policy string) *Result {
+		if sw := find(sweeps, file); sw != nil {
+			return sw.Result(load, policy)
+		}
+		return nil
+	}
+	if sw := find(sweeps, "service-step"); sw != nil && len(sw.Scenario.Upstream.Steps) > 0 {
+		d, s := sw.Result(1, "depth-threshold"), sw.Result(1, "sluice")
+		sc := sw.Scenario
+		depth := sc.Baselines.DepthThreshold
+		if depth == 0 {
+			depth = 500
+		}
+		before := time.Duration(depth) * sc.Upstream.Service.Mean() / time.Duration(sc.Upstream.Concurrency)
+		after := time.Duration(float64(before) * sc.Upstream.Steps[0].Factor)
+		if d != nil && s != nil && d.Recovery != nil && !d.Recovery.Recovered {
+			f = append(f, fmt.Sprintf("**Depth is the wrong signal.** In the service-step scenario at 1×, the depth threshold of %d is %.0fs of work before the step, inside the %v deadline, and %.0fs after it: it never recovers, and %.1f%% of its billed calls are wasted over the run, against %.2f%% for sluice, which recovers in %s.",
+				depth, before.Seconds(), sc.Classes[0].Deadline, after.Seconds(), d.WastePct, s.WastePct, recoveryText(s.Recovery)))
+		}
+	}
+	var mean []string
+	for _, sw := range sweeps {
+		p, m := sw.Result(headlineLoad, "wait-p50"), sw.Result(headlineLoad, "wait-mean")
+		if p != nil && m != nil {
+			mean = append(mean, fmt.Sprintf("%s %.2f%% → %.2f%%", sw.Scenario.Name, p.WastePct, m.WastePct))
+		}
+	}
+	if len(mean) > 0 {
+		f = append(f, fmt.Sprintf("**The mean, not the p50.** Without expiry at dequeue, dividing the queued work by the p50 service time (the essay's rule) underestimates waits under skewed service times, and the work it admits too late is wasted; the mean, which Little's law asks for, wastes less. Waste at %g×, p50 → mean: %s.",
+			float64(headlineLoad), strings.Join(mean, "; ")))
+	}
+	if m, e := at("retry-storm", headlineLoad, "wait-mean"), at("retry-storm", headlineLoad, "expiry"); m != nil && e != nil {
+		f = append(f, fmt.Sprintf("**Expiry at dequeue is the largest single step.** In the retry storm at %g×, dropping what can no longer finish when its turn comes takes waste from %.2f%% to %.2f%% and goodput from %.1f%% to %.1f%% of capacity.",
+			float64(headlineLoad), m.WastePct, e.WastePct, m.GoodputPct, e.GoodputPct))
+	}
+	if e, l, s := at("retry-storm", 1, "expiry"), at("retry-storm", 1, "lifo"), at("retry-storm", headlineLoad, "sluice"); e != nil && l != nil && s != nil &&
+		e.OnTime == l.OnTime && e.Billed == l.Billed {
+		text := fmt.Sprintf("**Adaptive LIFO rarely engages in the retry storm, and the waste that is left sits at the start margin.** LIFO switches on when the oldest queued request has waited half its time budget for a second; expiry at dequeue drops such heads as soon as a slot frees, so the detector keeps seeing a younger head and resets. Queued work is then started in FIFO order right at the margin sluice demands (the p99 service time must fit), and about 1%% of those starts end late by construction: full sluice wastes %.2f%% at %g×, and the headline test allows 1.5%%.",
+			s.WastePct, float64(headlineLoad))
+		if fl, st := at("speculative-flood", 10, "lifo"), at("service-step", headlineLoad, "lifo"); fl != nil && st != nil {
+			text += fmt.Sprintf(" Where LIFO does engage, newest-first starts are far from the margin: + adaptive LIFO wastes %.2f%% in the speculative flood at 10× and %.2f%% in the service step at %g×.",
+				fl.WastePct, st.WastePct, float64(headlineLoad))
+		}
+		f = append(f, text)
+	}
+	var gap float64
+	for _, sw := range sweeps {
+		for _, load := range sw.Loads {
+			if q, s := sw.Result(load, "small-queue"), sw.Result(load, "sluice"); q != nil && s != nil {
+				gap = max(gap, math.Abs(q.GoodputPct-s.GoodputPct))
+			}
+		}
+	}
+	if q, s, sw := at("speculative-flood", 10, "small-queue"), at("speculative-flood", 10, "sluice"), find(sweeps, "retry-storm"); q != nil && s != nil && sw != nil && len(q.Sources) > 0 && len(s.Sources) > 0 {
+		sc := sw.Scenario
+		size := sc.Baselines.SmallQueue
+		if size == 0 {
+			size = sc.Upstream.Concurrency
+		}
+		work := time.Duration(size) * sc.Upstream.Service.Mean() / time.Duration(sc.Upstream.Concurrency)
+		text := fmt.Sprintf("**A small bounded queue is a strong baseline, until work differs.** With one place per slot (%.1fs of work in the retry storm, far inside its deadlines) its goodput is within %.1f points of sluice's in every scenario and load. But it cannot tell work apart: in the speculative flood at 10× it serves %.1f%% of interactive requests where sluice serves %.1f%%.",
+			work.Seconds(), gap, q.Sources[0].SuccessPct, s.Sources[0].SuccessPct)
+		if st := find(sweeps, "service-step"); st != nil && len(st.Scenario.Upstream.Steps) > 0 {
+			sc := st.Scenario
+			size := sc.Baselines.SmallQueue
+			if size == 0 {
+				size = sc.Upstream.Concurrency
+			}
+			after := time.Duration(float64(time.Duration(size)*sc.Upstream.Service.Mean()/time.Duration(sc.Upstream.Concurrency)) * sc.Upstream.Steps[0].Factor)
+			text += fmt.Sprintf(" Its bound is a depth, and holds in the service step only because its places are still %.1fs of work after the step, against a %v deadline.",
+				after.Seconds(), sc.Classes[0].Deadline)
+		}
+		f = append(f, text)
+	}
+	if s, l := at("mixed-deadlines", headlineLoad, "sluice"), at("mixed-deadlines", headlineLoad, "lifo"); s != nil && l != nil && len(s.Sources) > 1 && len(l.Sources) > 1 {
+		text := fmt.Sprintf("**Priority is a decision, with a cost.** In mixed deadlines at %g×, sluice serves interactive work first: %.1f%% of interactive requests succeed and %.1f%% of batch ones.",
+			float64(headlineLoad), s.Sources[0].SuccessPct, s.Sources[1].SuccessPct)
+		if l.Sources[1].SuccessPct > l.Sources[0].SuccessPct {
+			text += fmt.Sprintf(" Without priority shedding the wait-based gate favours batch instead (%.1f%% and %.1f%%): a long deadline fits any wait, a short one does not.",
+				l.Sources[0].SuccessPct, l.Sources[1].SuccessPct)
+		}
+		f = append(f, text)
+	}
+	if sw := find(sweeps, "runaway-tenant"); sw != nil {
+		if s, q := sw.Result(headlineLoad, "sluice"), sw.Result(headlineLoad, "small-queue"); s != nil && q != nil && len(s.Sources) > 0 && len(q.Sources) > 0 {
+			f = append(f, fmt.Sprintf("**Load shedding protects tenants, not budgets.** With a runaway tenant at %g×, sluice keeps the steady tenant's success at %.1f%% (a small bounded queue: %.1f%%), but the bill is what the upstream's capacity costs: $%.0f an hour with sluice, $%.0f with the small queue. Capping it is the spend limiter's job, pending.",
+				float64(headlineLoad), s.Sources[0].SuccessPct, q.Sources[0].SuccessPct, s.BilledCost/(s.WindowSeconds/3600), q.BilledCost/(q.WindowSeconds/3600)))
+		}
+	}
+	if len(f) == 0 {
+		return
+	}
+	fmt.Fprintln(w, "## Findings")
+	fmt.Fprintln(w)
+	for _, s := range f {
+		fmt.Fprintf(w, "- %s\n", s)
 	}
 	fmt.Fprintln(w)
 }
@@ -384,9 +503,12 @@ func writeNotes(w io.Writer, sw *Sweep) {
 	if len(allSame) > 0 {
 		notes = append(notes, fmt.Sprintf("At %s every policy gave the same figures: nothing waited long enough for them to differ.", strings.Join(allSame, ", ")))
 	}
-	// A policy whose figures equal those of the policy above it adds
-	// nothing there: for the ladder's rungs, the feature never engaged.
+	// A rung whose figures equal those of the rung above it adds nothing
+	// there: its feature never engaged.
 	for j := 1; j < len(sw.Policies); j++ {
+		if !sw.Policies[j].Sluice || !sw.Policies[j-1].Sluice {
+			continue
+		}
 		var at []string
 		for i, load := range sw.Loads {
 			if slices.Contains(allSame, fmt.Sprintf("%g×", load)) {

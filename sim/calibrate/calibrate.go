@@ -21,6 +21,7 @@ import (
 	"math"
 	"net"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/sluicehq/sluice/gateway"
@@ -105,7 +106,14 @@ type Figures struct {
 type Row struct {
 	Load      float64 `json:"load"`
 	Sim, Real Figures
+	// SimLow and SimHigh are the lowest and highest of each figure over
+	// SpreadSeeds simulated runs with other seeds: how much a run this
+	// short varies by chance alone, to judge the difference against.
+	SimLow, SimHigh Figures
 }
+
+// SpreadSeeds is how many seeds the simulated spread is taken over.
+const SpreadSeeds = 10
 
 // Report is a calibration run.
 type Report struct {
@@ -148,10 +156,17 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) (*Report, error) {
 		if err != nil {
 			return nil, err
 		}
-		row := Row{Load: load, Sim: Figures{
-			Requests: r.Requests, GoodputPct: r.GoodputPct, SuccessPct: r.SuccessPct, WastePct: r.WastePct,
-			AttemptsPerRequest: r.AttemptsPerRequest, P50Ms: r.P50Ms,
-		}}
+		row := Row{Load: load, Sim: figures(r)}
+		row.SimLow, row.SimHigh = row.Sim, row.Sim
+		for k := range uint64(SpreadSeeds) {
+			other := *sc
+			other.Seed = cfg.Seed + 1000 + k
+			r, err := sim.Run(ctx, &other, "sluice", load, sim.Options{Requests: requests})
+			if err != nil {
+				return nil, err
+			}
+			row.SimLow, row.SimHigh = spread(row.SimLow, row.SimHigh, figures(r))
+		}
 		if progress != nil {
 			fmt.Fprintf(progress, "calibrate: %g× for real (%.0f requests/s for %v)...\n", load, rate, cfg.Duration)
 		}
@@ -163,6 +178,21 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) (*Report, error) {
 	}
 	rep.Took = time.Since(start)
 	return rep, nil
+}
+
+func figures(r *sim.Result) Figures {
+	return Figures{
+		Requests: r.Requests, GoodputPct: r.GoodputPct, SuccessPct: r.SuccessPct, WastePct: r.WastePct,
+		AttemptsPerRequest: r.AttemptsPerRequest, P50Ms: r.P50Ms,
+	}
+}
+
+func spread(lo, hi, f Figures) (Figures, Figures) {
+	lo = Figures{min(lo.Requests, f.Requests), min(lo.GoodputPct, f.GoodputPct), min(lo.SuccessPct, f.SuccessPct),
+		min(lo.WastePct, f.WastePct), min(lo.AttemptsPerRequest, f.AttemptsPerRequest), min(lo.P50Ms, f.P50Ms)}
+	hi = Figures{max(hi.Requests, f.Requests), max(hi.GoodputPct, f.GoodputPct), max(hi.SuccessPct, f.SuccessPct),
+		max(hi.WastePct, f.WastePct), max(hi.AttemptsPerRequest, f.AttemptsPerRequest), max(hi.P50Ms, f.P50Ms)}
+	return lo, hi
 }
 
 // real runs the load generator through the gateway to a fresh mock.
@@ -269,9 +299,37 @@ func (r *Report) WriteMarkdown(w io.Writer) error {
 			fmt.Fprintf(w, "| %g× | %s | %d | %.1f | %.1f | %.2f | %.2f | %.2f |\n", row.Load, x.name, x.f.Requests,
 				x.f.GoodputPct, x.f.SuccessPct, x.f.WastePct, x.f.AttemptsPerRequest, x.f.P50Ms/1000)
 		}
+		lo, hi := row.SimLow, row.SimHigh
+		fmt.Fprintf(w, "| %g× | simulated, %d other seeds: range | %d–%d | %.1f–%.1f | %.1f–%.1f | %.2f–%.2f | %.2f–%.2f | %.2f–%.2f |\n",
+			row.Load, SpreadSeeds, lo.Requests, hi.Requests, lo.GoodputPct, hi.GoodputPct, lo.SuccessPct, hi.SuccessPct,
+			lo.WastePct, hi.WastePct, lo.AttemptsPerRequest, hi.AttemptsPerRequest, lo.P50Ms/1000, hi.P50Ms/1000)
 		fmt.Fprintf(w, "| %g× | difference (real − simulated) | | %+.1f | %+.1f | %+.2f | %+.2f | %+.2f |\n", row.Load,
 			row.Real.GoodputPct-row.Sim.GoodputPct, row.Real.SuccessPct-row.Sim.SuccessPct, row.Real.WastePct-row.Sim.WastePct,
 			row.Real.AttemptsPerRequest-row.Sim.AttemptsPerRequest, (row.Real.P50Ms-row.Sim.P50Ms)/1000)
+	}
+	var outside []string
+	for _, row := range r.Rows {
+		lo, hi, re := row.SimLow, row.SimHigh, row.Real
+		for _, f := range []struct {
+			name      string
+			v, lo, hi float64
+		}{
+			{"goodput", re.GoodputPct, lo.GoodputPct, hi.GoodputPct},
+			{"success", re.SuccessPct, lo.SuccessPct, hi.SuccessPct},
+			{"waste", re.WastePct, lo.WastePct, hi.WastePct},
+			{"attempts/req", re.AttemptsPerRequest, lo.AttemptsPerRequest, hi.AttemptsPerRequest},
+			{"p50", re.P50Ms, lo.P50Ms, hi.P50Ms},
+		} {
+			if f.v < f.lo || f.v > f.hi {
+				outside = append(outside, fmt.Sprintf("%s at %g×", f.name, row.Load))
+			}
+		}
+	}
+	fmt.Fprintln(w)
+	if len(outside) == 0 {
+		fmt.Fprintf(w, "Every real figure lies within the range of the %d other simulated seeds.\n", SpreadSeeds)
+	} else {
+		fmt.Fprintf(w, "Real figures outside the range of the %d other simulated seeds: %s.\n", SpreadSeeds, strings.Join(outside, ", "))
 	}
 	return nil
 }

@@ -50,7 +50,10 @@ func TestRunIsComparable(t *testing.T) {
 	if err := rep.WriteMarkdown(&b); err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"| 2× | simulated |", "| 2× | real |", "difference"} {
+	if !(row.SimLow.GoodputPct <= row.Sim.GoodputPct && row.Sim.GoodputPct <= row.SimHigh.GoodputPct && row.SimLow.Requests < row.SimHigh.Requests) {
+		t.Errorf("simulated spread %+v – %+v does not hold the seed's run %+v", row.SimLow, row.SimHigh, row.Sim)
+	}
+	for _, want := range []string{"| 2× | simulated |", "| 2× | real |", "other seeds: range", "difference"} {
 		if !strings.Contains(b.String(), want) {
 			t.Errorf("table lacks %q:\n%s", want, b.String())
 		}
