@@ -9,6 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/sluicehq/sluice/admission"
+	"github.com/sluicehq/sluice/spend"
 )
 
 // AdminHandler serves /healthz, /readyz, /metrics and the JSON state dump at
@@ -56,6 +57,7 @@ type State struct {
 	Rejected    map[string]uint64       `json:"rejected"`
 	Classes     map[string]ClassState   `json:"classes"`
 	Tenants     []TenantState           `json:"tenants"`
+	Spend       *spend.Snapshot         `json:"spend,omitempty"`
 }
 
 type RankState struct {
@@ -134,6 +136,10 @@ func (g *Gateway) State() State {
 		s.Tenants = append(s.Tenants, TenantState{Name: t.name, Tier: t.tier.String(), Keys: keys})
 	}
 	sort.Slice(s.Tenants, func(i, j int) bool { return s.Tenants[i].Name < s.Tenants[j].Name })
+	if g.spend != nil {
+		snap := g.spend.Snapshot(time.Now())
+		s.Spend = &snap
+	}
 	return s
 }
 

@@ -15,6 +15,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/sluicehq/sluice/admission"
+	"github.com/sluicehq/sluice/spend"
 )
 
 // Config is the gateway's configuration, as read from YAML. Every field
@@ -47,6 +48,10 @@ type Config struct {
 	Retries RetryConfig `yaml:"retries"`
 	// UpstreamLimit adapts concurrency to the provider's rate limits.
 	UpstreamLimit UpstreamLimitConfig `yaml:"upstream_limit"`
+	// Spend is money as a second resource: prices, budgets, the staged
+	// policy and alerts (see package spend). Nil means no books and no
+	// budgets.
+	Spend *spend.Config `yaml:"spend"`
 	// ShutdownGrace is how long in-flight requests may take to finish after
 	// SIGTERM/SIGINT. Zero means 30s.
 	ShutdownGrace Duration `yaml:"shutdown_grace"`
@@ -290,6 +295,9 @@ func (c Config) Validate() error {
 		return fmt.Errorf("config: default_class: %q is not one of classes", c.DefaultClass)
 	}
 	if _, err := c.admissionConfig(); err != nil {
+		return err
+	}
+	if _, err := c.spendConfig(); err != nil {
 		return err
 	}
 	seenTenant := map[string]bool{}

@@ -19,6 +19,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sluicehq/sluice/admission"
+	"github.com/sluicehq/sluice/spend"
 )
 
 // Gateway is an OpenAI-compatible reverse proxy that puts an admission gate
@@ -36,6 +37,8 @@ type Gateway struct {
 	draining atomic.Bool
 	budgets  *budgets
 	limit    *aimd
+	spend    *spend.Limiter // nil without a spend section
+	alerter  *spend.Alerter
 }
 
 var _ http.Handler = (*Gateway)(nil)
@@ -88,6 +91,14 @@ func New(cfg Config, opts Options) (*Gateway, error) {
 		return nil, err
 	}
 	g.limit = newAIMD(cfg.UpstreamLimit, cfg.Admission.Concurrency)
+	if sc, err := cfg.spendConfig(); err != nil {
+		return nil, err
+	} else if sc != nil {
+		if g.spend, err = spend.New(*sc, spend.Options{}); err != nil {
+			return nil, fmt.Errorf("config: %w", err)
+		}
+		g.alerter = spend.NewAlerter(g.spend, spend.AlerterOptions{Logger: g.log})
+	}
 	transport := opts.Transport
 	if transport == nil {
 		transport = newTransport(cfg.Upstream.MaxIdleConns)
@@ -106,6 +117,9 @@ func New(cfg Config, opts Options) (*Gateway, error) {
 		BufferPool:    bufferPool{},
 	}
 	g.metrics = newMetrics(g)
+	if g.spend != nil {
+		g.metrics.reg.MustRegister(g.spend.Collector())
+	}
 	return g, nil
 }
 
@@ -143,7 +157,9 @@ type call struct {
 	class    string
 	tenant   string
 	model    string
-	body     []byte    // replayed by the gateway's own upstream retries
+	body     []byte // replayed by the gateway's own upstream retries
+	res      *spend.Reservation
+	estimate float64   // the reservation's USD
 	deadline time.Time // the caller's
 	start    time.Time
 	queue    time.Duration
@@ -161,6 +177,7 @@ func (c *call) finish(result admission.Result) {
 	}
 	d := time.Since(c.start)
 	c.permit.Done(admission.Outcome{Result: result, ServiceTime: d})
+	c.settleSpend(result, d)
 	model := c.g.metrics.models.label(c.model)
 	c.g.metrics.service.WithLabelValues(model).Observe(d.Seconds())
 	if c.meter != nil {
@@ -222,8 +239,15 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		Deadline: deadline,
 		Key:      body.model,
 	}
+	sd, ok := g.spendAdmit(w, &req, &body)
+	if !ok {
+		return
+	}
 	permit, err := g.gate.Acquire(ctx, req)
 	if err != nil {
+		if sd.Reservation != nil {
+			g.spend.Cancel(time.Now(), sd.Reservation)
+		}
 		var rej *admission.Rejection
 		switch {
 		case errors.As(err, &rej):
@@ -239,7 +263,8 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	c := &call{g: g, permit: permit, class: hdr.class, tenant: t.name, model: body.model, body: body.raw,
-		deadline: deadline, start: time.Now(), queue: permit.QueueTime(), caller: r.Context()}
+		deadline: deadline, start: time.Now(), queue: permit.QueueTime(), caller: r.Context(),
+		res: sd.Reservation, estimate: sd.EstimatedUSD}
 	g.metrics.admissions.WithLabelValues(hdr.class, t.name, attemptKind(hdr.attempt)).Inc()
 	g.metrics.queue.WithLabelValues(hdr.class).Observe(c.queue.Seconds())
 

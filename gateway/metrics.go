@@ -26,6 +26,7 @@ type metrics struct {
 	upstreamRetries *prometheus.CounterVec   // why: connection, 429, 5xx
 	limitDecreases  prometheus.Counter
 	tokens          *prometheus.CounterVec // model, kind
+	degraded        prometheus.Counter
 	models          *labelLimiter
 }
 
@@ -67,9 +68,12 @@ func newMetrics(g *Gateway) *metrics {
 		tokens: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sluice_upstream_tokens_total", Help: "Tokens the provider reported in usage, by model and kind (input, cached_input, output).",
 		}, []string{"model", "kind"}),
+		degraded: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "sluice_degraded_requests_total", Help: "Requests rewritten to a cheaper model by the spend policy.",
+		}),
 		models: newLabelLimiter(32),
 	}
-	m.reg.MustRegister(m.tokens, m.attempts, m.upstreamRetries, m.limitDecreases, m.admissions, m.rejections, m.responses, m.service, m.queue, m.badInput,
+	m.reg.MustRegister(m.tokens, m.degraded, m.attempts, m.upstreamRetries, m.limitDecreases, m.admissions, m.rejections, m.responses, m.service, m.queue, m.badInput,
 		&gateCollector{g: g},
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m

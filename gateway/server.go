@@ -56,6 +56,16 @@ func (s *Server) Serve(ctx context.Context) error {
 	errs := make(chan error, 2)
 	go func() { errs <- api.Serve(s.API) }()
 	go func() { errs <- admin.Serve(s.Admin) }()
+	alertCtx, stopAlerts := context.WithCancel(context.Background())
+	alertsDone := make(chan struct{})
+	go func() {
+		defer close(alertsDone)
+		_ = s.Gateway.RunAlerts(alertCtx)
+	}()
+	defer func() {
+		stopAlerts()
+		<-alertsDone
+	}()
 	s.log.Info("sluice gateway serving", "listen", s.API.Addr().String(), "admin", s.Admin.Addr().String(),
 		"upstream", s.Gateway.upstream.Redacted(), "concurrency", s.Gateway.cfg.Admission.Concurrency, "max_queue", s.Gateway.cfg.Admission.MaxQueue)
 
