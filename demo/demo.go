@@ -20,6 +20,7 @@ import (
 	"github.com/sluicehq/sluice/gateway"
 	"github.com/sluicehq/sluice/loadgen"
 	"github.com/sluicehq/sluice/mockllm"
+	"github.com/sluicehq/sluice/spend"
 )
 
 // Config shapes the demo. The zero value is the default demo: it finishes in
@@ -77,6 +78,8 @@ type Result struct {
 type Storm struct {
 	Load     *loadgen.Report
 	Upstream mockllm.Stats
+	// Books is the gateway's own spend accounting (through sluice only).
+	Books *spend.ScopeSnapshot
 }
 
 // GoodputShare is goodput — answers delivered inside their deadline, per
@@ -222,6 +225,7 @@ func runThrough(ctx context.Context, cfg Config, mockCfg mockllm.Config, load lo
 			InitialServiceTime: gateway.Duration(factor * float64(cfg.Median)),
 		},
 		ShutdownGrace: gateway.Duration(5 * time.Second),
+		Spend:         mockPrices(),
 	}, gateway.Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		return Storm{}, err
@@ -258,7 +262,24 @@ func runThrough(ctx context.Context, cfg Config, mockCfg mockllm.Config, load lo
 	if err != nil {
 		return Storm{}, err
 	}
-	return Storm{Load: rep, Upstream: settled(mock)}, nil
+	st := Storm{Load: rep, Upstream: settled(mock)}
+	if snap := g.State().Spend; snap != nil {
+		st.Books = &snap.Global
+	}
+	return st, nil
+}
+
+// mockPrices gives the gateway the mock provider's price list, so that it
+// keeps books — spent, wasted, saved — that can be set beside the
+// provider's bill. No ceiling: the demo is about load.
+func mockPrices() *spend.Config {
+	cfg := &spend.Config{Prices: map[string]spend.Price{}}
+	for name, m := range mockllm.BuiltinModels() {
+		if name != mockllm.DefaultModelKey {
+			cfg.Prices[name] = spend.Price{InputPerMTok: m.InputUSDPerMTok, OutputPerMTok: m.OutputUSDPerMTok}
+		}
+	}
+	return cfg
 }
 
 func fetchEstimate(base string) *gateway.Estimate {

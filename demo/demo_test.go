@@ -2,6 +2,7 @@ package demo
 
 import (
 	"bytes"
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -34,6 +35,10 @@ func TestDemoShowsTheCure(t *testing.T) {
 	}
 	if s.Load.Rejections["queue_wait"]+s.Load.Rejections["queue_full"]+s.Load.Rejections["evicted"] == 0 {
 		t.Errorf("sluice refused nothing: %v", s.Load.Rejections)
+	}
+	// The gateway's own books agree with the provider's bill.
+	if s.Books == nil || s.Upstream.CostUSD == 0 || math.Abs(s.Books.SpentUSD-s.Upstream.CostUSD) > 0.05*s.Upstream.CostUSD {
+		t.Errorf("sluice's books %+v against the provider's bill $%v", s.Books, s.Upstream.CostUSD)
 	}
 	for _, want := range []string{"direct", "through sluice", "goodput / capacity", "answers nobody got", "/sluice/v1/estimate", "/metrics"} {
 		if !strings.Contains(out.String(), want) {

@@ -35,7 +35,13 @@ func (r *Result) write(w io.Writer) error {
 		100*s.GoodputShare(r.Capacity))
 	fmt.Fprintf(w, "delivered in time (%.1f/s against %.1f/s), and %.1f%% of billed calls were wasted; the rest were refused at\n",
 		s.Load.Goodput, d.Load.Goodput, 100*s.WastedShare())
-	fmt.Fprintf(w, "once with 503, Retry-After and the estimated wait (reasons: %s).\n\n", reasons(s.Load.Rejections))
+	fmt.Fprintf(w, "once with 503, Retry-After and the estimated wait (reasons: %s).\n", reasons(s.Load.Rejections))
+	if b := s.Books; b != nil {
+		fmt.Fprintf(w, "sluice's own books for that run: spent $%.4f (the provider billed $%.4f), of which $%.4f on answers nobody\n",
+			b.SpentUSD, s.Upstream.CostUSD, b.WastedUSD)
+		fmt.Fprintf(w, "received; hanging up on them early saved an estimated $%.4f.\n", b.SavedUSD)
+	}
+	fmt.Fprintln(w)
 
 	if r.Estimate != nil {
 		e := r.Estimate
