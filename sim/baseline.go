@@ -89,6 +89,11 @@ func (qs *queueServer) sweep(now time.Duration) {
 	}
 }
 
+// abandoned does nothing: the call runs on, as it does for every policy.
+func (qs *queueServer) abandoned(time.Duration, *attempt) {}
+
+func (qs *queueServer) end(time.Duration) error { return nil }
+
 func (qs *queueServer) depth() int { return qs.q.len() }
 
 func (qs *queueServer) estimatedWait(time.Duration) (time.Duration, bool) { return 0, false }

@@ -2,8 +2,8 @@
 // and a slow, per-call-billed upstream, in virtual time. It exists to put
 // numbers on the claims sluice is built on — an unbounded queue turns a slow
 // failure into a total one, depth thresholds break on a bad day, expiry and
-// LIFO recover goodput, retry budgets cap amplification — measured on the
-// code sluice ships, and to let a user ask what their own traffic does at
+// LIFO recover goodput, retry budgets cap amplification, a spend limiter
+// holds a runaway's bill — measured on the code sluice ships, and to let a user ask what their own traffic does at
 // three times capacity before an incident answers.
 //
 // # Model
@@ -17,7 +17,12 @@
 //   - traffic sources: Poisson arrivals of one class from one tenant, at a
 //     share of the swept load or at a fixed load, with rate steps and bursts,
 //     sent by naive, polite or client callers (the vocabulary of package
-//     loadgen; see caller.go) that time out and retry.
+//     loadgen; see caller.go) that time out and retry; each asks for a model
+//     and reports a fixed usage in tokens;
+//   - optionally the upstream's models (a service-time factor each) and a
+//     spend section: the gateway's spend.Config — prices, ladder, ceiling,
+//     tenants' budgets, stages, rate window, alerts — decoded by its own
+//     yaml tags. With it every call is priced by its tokens.
 //
 // A run plays one policy at one load factor: logical requests arrive, their
 // callers send attempts, the policy grants, queues or refuses them, granted
@@ -25,28 +30,40 @@
 // their attempt timeout. An answer is good if it reaches a caller still
 // waiting for it by the request's deadline; every other billed call is
 // wasted. [Result] holds goodput as a share of capacity, success per class
-// and source, waste, latency, attempts per request and, when the upstream
-// steps, the time to recover ([Recovery]).
+// and source, waste, latency, attempts per request, when the upstream
+// steps the time to recover ([Recovery]), and with a spend section the
+// bill's peak rate and what the spend limiter did ([SpendResult]).
 //
 // The policies ([Policies]) are a ladder. The baselines — unbounded FIFO, a
 // depth threshold, a fixed queue timeout, a small bounded queue — are simple
 // queues written here, the comparison. Every other rung is the real
 // admission.Core, configured to add one feature at a time (wait-based
 // admission by the p50 or by the mean, expiry at dequeue, adaptive LIFO,
-// priority shedding), and full sluice adds the gateway's retry budgets, the
-// real retrybudget.Budget. The cores take time as an input, so the
-// simulator drives the very code the gateway runs; nothing of their policy
-// is modelled a second time. The shell around the Core does what the
+// priority shedding); sluice adds the gateway's retry budgets, the real
+// retrybudget.Budget; and, for scenarios with a spend section, the last
+// rung adds the real spend.Limiter (policy "spend", full sluice as the
+// gateway runs with a spend section). The cores take time as an input, so
+// the simulator drives the very code the gateway runs; nothing of their
+// policy is modelled a second time. The shell around them does what the
 // gateway's does: the request deadline is the attempt's timeout (what the
 // X-Sluice-Timeout-Ms header carries), a queued request whose caller leaves
-// is withdrawn with Core.Cancel, refusals carry the Core's Retry-After.
+// is withdrawn with Core.Cancel, refusals carry the Retry-After of whoever
+// refused; the spend limiter is asked before the Core with the request's
+// rank, its over-quota mark and degraded model go to the Core, and its
+// reservations are cancelled, reconciled or settled as the gateway settles
+// them (see spend.go). Its alerts are evaluated every alert_interval; the
+// result records when each alert's rate crossed its threshold and when the
+// alert fired ([SpendResult]).
 //
 // One choice departs from the gateway on purpose: when a caller leaves
 // while its call runs, the upstream keeps generating — and billing — as real
 // providers do, and the policy's slot stays busy until the call ends. The
 // gateway releases its permit at once and the provider's own capacity stays
 // busy; holding the slot models the same capacity without a hidden second
-// queue at the provider.
+// queue at the provider. The spend limiter sees what the gateway would: the
+// gateway hangs up and gets no usage, so the reservation is settled at its
+// estimate when the caller leaves, and counted wasted, while the provider
+// bills the call in full (the simulator's own bill).
 //
 // Runs are deterministic for a seed. Arrivals come from a generator per
 // source; service times and jitter are a hash of (seed, request, attempt),
@@ -66,10 +83,11 @@
 //
 //   - Network, HTTP and process overheads, which package calibrate measures
 //     by running the same workload for real.
-//   - Token-level billing: a call costs a fixed price per traffic source.
-//   - The spend limiter: package spend had not landed when the simulator was
-//     written; the runaway-tenant scenario runs without it, and a policy
-//     rung for it belongs at the end of the ladder once it does.
+//   - Varied usage: every call of a traffic source reports the same tokens,
+//     and the spend limiter is given the true prompt size where the gateway
+//     estimates it from the body. Without a spend section a call costs a
+//     fixed price per traffic source.
+//   - Shared ledgers: one run is one gateway with its memory ledger.
 //   - Faults (errors, hangs, resets) and the gateway's own retries of the
 //     provider, which only faults trigger.
 package sim

@@ -3,6 +3,8 @@ package sim
 import (
 	"context"
 	"time"
+
+	"github.com/sluicehq/sluice/spend"
 )
 
 // call is one logical request: a caller that wants one answer by its
@@ -34,6 +36,13 @@ type attempt struct {
 	start   time.Duration
 	end     time.Duration // when its upstream call ends, once started
 	slot    any           // the policy's own handle (a ticket)
+	// model is the model called: the source's, or the rung below it when
+	// the spend limiter degraded the attempt; cost is what a call to it
+	// costs.
+	model    *modelInfo
+	cost     float64
+	degraded bool
+	res      *spend.Reservation // the spend limiter's, until settled
 }
 
 type attemptState uint8
@@ -60,6 +69,9 @@ type server interface {
 	// done tells the server that a granted attempt's upstream call ended,
 	// freeing its slot.
 	done(now time.Duration, a *attempt)
+	// abandoned tells the server that the caller of a granted attempt left
+	// while its upstream call runs on (and keeps its slot until done).
+	abandoned(now time.Duration, a *attempt)
 	// depth is the number of queued attempts.
 	depth() int
 	// estimatedWait is the wait a first attempt of the first traffic
@@ -67,6 +79,8 @@ type server interface {
 	estimatedWait(now time.Duration) (time.Duration, bool)
 	// sweep is called at the times the server asked for with engine.wake.
 	sweep(now time.Duration)
+	// end is called when the run stops; an error is a broken invariant.
+	end(now time.Duration) error
 }
 
 // engine is the discrete-event loop of one run. It is single-threaded and
@@ -141,6 +155,9 @@ func (s *setup) run(ctx context.Context) (*Result, error) {
 			e.tick()
 		}
 	}
+	if e.err == nil {
+		e.err = e.srv.end(e.now)
+	}
 	if e.err != nil {
 		return nil, e.err
 	}
@@ -192,6 +209,8 @@ func (e *engine) send(c *call) {
 	a.n = c.sent
 	a.sentAt = e.now
 	a.leaveAt = leaveAt
+	a.model = src.model
+	a.cost = src.cost
 	c.sent++
 	c.live++
 	c.cur = a
@@ -213,7 +232,7 @@ func (e *engine) grant(a *attempt) {
 	c := a.c
 	a.state = stServing
 	a.start = e.now
-	a.end = e.now + e.s.sampler.draw(uniform(e.s.seed, saltService, c.seq, uint64(a.n)), e.now)
+	a.end = e.now + e.s.sampler.draw(uniform(e.s.seed, saltService, c.seq, uint64(a.n)), e.now, a.model.factor)
 	e.m.billed(a)
 	e.q.push(event{at: a.end, kind: evDone, a: a, gen: a.gen})
 	// A queued attempt already has its timeout event; one granted at
@@ -281,8 +300,11 @@ func (e *engine) timeout(a *attempt, gen uint32) {
 		e.m.timedOut++
 		e.failed(c, a, refTimeout, 0, false)
 	}
-	if a.state == stQueued {
+	switch a.state {
+	case stQueued:
 		e.srv.leave(e.now, a) // may withdraw (and free) a
+	case stServing:
+		e.srv.abandoned(e.now, a)
 	}
 	e.maybeFreeCall(c)
 }

@@ -20,7 +20,10 @@ import (
 //     reason expired when its deadline has passed, none otherwise;
 //   - a first attempt deposits into its tenant's retry budget and the global
 //     one; a retry must withdraw from both or is refused (429 retry_budget);
-//   - rejections carry the Core's Retry-After.
+//   - rejections carry the Core's Retry-After;
+//   - with the spend limiter (policy spend), every attempt that passed the
+//     retry budgets is put to spend.Limiter.Admit before the Core, as the
+//     gateway's spendAdmit does: see spendShell.
 //
 // One difference is stated in the package documentation: a slot is held
 // until the upstream call ends even when the caller has left, because the
@@ -32,6 +35,7 @@ type gateServer struct {
 	global  *retrybudget.Budget
 	tickets []*admission.Ticket // free tickets
 	probe   admission.Request   // what estimatedWait asks about
+	spend   *spendShell         // nil without the spend limiter
 }
 
 func newGateServer(e *engine) (*gateServer, error) {
@@ -50,6 +54,11 @@ func newGateServer(e *engine) (*gateServer, error) {
 		for range s.tenants {
 			b, _ := retrybudget.New(cfg)
 			g.budgets = append(g.budgets, b)
+		}
+	}
+	if s.policy.gate.spend {
+		if g.spend, err = newSpendShell(e, core); err != nil {
+			return nil, fmt.Errorf("policy %s: %w", s.policy.Name, err)
 		}
 	}
 	return g, nil
@@ -79,11 +88,15 @@ func (g *gateServer) arrive(now time.Duration, a *attempt) {
 	req := src.req
 	req.Attempt = int(a.n)
 	req.Deadline = e.s.at(a.leaveAt)
+	if g.spend != nil && !g.spend.admit(t, a, &req) {
+		return // refused, or the run failed
+	}
 	tk := g.ticket()
 	tk.Owner = a
 	d, err := g.core.Arrive(t, req, tk, true)
 	if err != nil {
 		g.tickets = append(g.tickets, tk)
+		g.spend.cancel(t, a)
 		e.fail(fmt.Errorf("policy %s: %w", e.s.policy.Name, err))
 		return
 	}
@@ -97,6 +110,7 @@ func (g *gateServer) arrive(now time.Duration, a *attempt) {
 		a.slot = tk
 	case admission.Rejected:
 		g.tickets = append(g.tickets, tk)
+		g.spend.cancel(t, a)
 		e.refuse(a, refusalOf(d.Reason), d.RetryAfter, true)
 	}
 	g.drain() // an eviction to make room
@@ -116,13 +130,22 @@ func (g *gateServer) leave(now time.Duration, a *attempt) {
 		return
 	}
 	g.tickets = append(g.tickets, tk)
+	g.spend.cancel(t, a)
 	g.e.withdrawn(a)
 }
 
 func (g *gateServer) done(now time.Duration, a *attempt) {
-	g.core.Release(g.e.s.at(now), "", admission.Outcome{Result: admission.Success, ServiceTime: a.end - a.start})
+	t := g.e.s.at(now)
+	g.spend.reconcile(t, a)
+	g.core.Release(t, a.model.name, admission.Outcome{Result: admission.Success, ServiceTime: a.end - a.start})
 	g.drain()
 }
+
+func (g *gateServer) abandoned(now time.Duration, a *attempt) {
+	g.spend.abandon(g.e.s.at(now), a)
+}
+
+func (g *gateServer) end(now time.Duration) error { return g.spend.end(g.e.s.at(now)) }
 
 // drain carries out the Core's decisions about queued tickets.
 func (g *gateServer) drain() {
@@ -133,6 +156,7 @@ func (g *gateServer) drain() {
 			g.e.grant(a)
 		} else {
 			rej := tk.Rejection()
+			g.spend.cancel(g.e.s.at(g.e.now), a)
 			g.e.refuse(a, refusalOf(rej.Reason), rej.RetryAfter, true)
 		}
 		tk.Owner = nil
@@ -159,7 +183,7 @@ func (g *gateServer) estimatedWait(now time.Duration) (time.Duration, bool) {
 	return d.EstimatedWait, true
 }
 
-func (g *gateServer) sweep(time.Duration) {}
+func (g *gateServer) sweep(now time.Duration) { g.spend.tick(now) }
 
 func newServer(e *engine) (server, error) {
 	if e.s.policy.Sluice {

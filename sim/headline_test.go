@@ -20,11 +20,16 @@ func headlineRequests() int {
 
 func runHeadline(t *testing.T, file, policy string, load float64) *Result {
 	t.Helper()
+	return runHeadlineN(t, file, policy, load, headlineRequests())
+}
+
+func runHeadlineN(t *testing.T, file, policy string, load float64, requests int) *Result {
+	t.Helper()
 	sc, err := LoadScenario("../scenarios/" + file + ".yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
-	r, err := Run(t.Context(), sc, policy, load, Options{Requests: headlineRequests()})
+	r, err := Run(t.Context(), sc, policy, load, Options{Requests: requests})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -145,5 +150,78 @@ func TestMillionRequestsInTenSeconds(t *testing.T) {
 	t.Logf("%d requests, %d events in %v", r.Requests, r.Events, took)
 	if took > 10*time.Second {
 		t.Errorf("a million requests took %v, want ≤ 10s", took)
+	}
+}
+
+// TestHeadlineRunawayTenant: one tenant of four sends 100 times its normal
+// rate (5× the upstream's capacity), the others keep theirs. With the spend
+// limiter, the bill's peak rate stays within the ceiling + 5%, the other
+// tenants keep at least 99% of the success they have without the runaway,
+// and the runaway's alert fires within 60 s of its spend rate crossing the
+// alert threshold (sampled each second, so within 59 s of the sample). The
+// scenario must be a runaway: without the limiter the bill passes twice
+// the ceiling.
+//
+// Under -race it runs 50,000 requests, not 20,000: the runaway must last
+// longer than the 5-minute rate window for the bill's peak to mean
+// anything (7.5 minutes of it at 50,000 requests, 11 at 100,000).
+func TestHeadlineRunawayTenant(t *testing.T) {
+	const runaway = "loopy"
+	requests := 100_000
+	if raceEnabled {
+		requests = 50_000
+	}
+	r := runHeadlineN(t, "runaway-tenant", "spend", headlineLoad, requests)
+	without := runHeadlineN(t, "runaway-tenant", "sluice", headlineLoad, requests)
+	sc, err := LoadScenario("../scenarios/runaway-tenant.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	normal, err := Run(t.Context(), sc.steady(), "spend", headlineLoad, Options{Requests: requests})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sp := r.Spend
+	t.Logf("with the limiter: %s", limiterText(r))
+	t.Logf("without the runaway: %s", limiterText(normal))
+	t.Logf("without the limiter: bill peaked at $%.0f/h", without.Spend.PeakPerHour)
+
+	if limit := 1.05 * sp.CeilingPerHour; sp.PeakPerHour > limit {
+		t.Errorf("the bill peaked at $%.2f/h, above the ceiling + 5%% ($%.2f/h)", sp.PeakPerHour, limit)
+	}
+	if without.Spend.PeakPerHour < 2*sp.CeilingPerHour {
+		t.Errorf("without the limiter the bill peaked at $%.2f/h, under twice the ceiling: the scenario no longer runs away", without.Spend.PeakPerHour)
+	}
+	others := 0
+	for i, src := range r.Sources {
+		if src.Name == runaway {
+			continue
+		}
+		others++
+		base := normal.Sources[i]
+		t.Logf("%s: success %.2f%% beside the runaway, %.2f%% without it (%d of its answers degraded)", src.Name, src.SuccessPct, base.SuccessPct, src.Degraded)
+		if src.SuccessPct < 0.99*base.SuccessPct {
+			t.Errorf("%s: success %.2f%% beside the runaway, %.2f%% without it: below 99%%", src.Name, src.SuccessPct, base.SuccessPct)
+		}
+	}
+	if others != 3 {
+		t.Fatalf("%d other tenants, want 3: %+v", others, r.Sources)
+	}
+	a, ok := sp.Limiter.Alert("tenant", runaway)
+	if d, fired := a.Delay(); !ok || !fired || d > 59*time.Second {
+		t.Errorf("%s's alert: %+v, want it fired within 60s of the crossing", runaway, a)
+	}
+	if g, ok := sp.Limiter.Alert("global", ""); ok && g.Crossed {
+		if d, fired := g.Delay(); !fired || d > 59*time.Second {
+			t.Errorf("global alert: %+v, want it fired within 60s of the crossing", g)
+		}
+	}
+	for _, a := range normal.Spend.Limiter.Alerts {
+		if a.Fired {
+			t.Errorf("without the runaway, the %s alert fired at %.0fs", a.Name(), a.FiredSeconds)
+		}
+	}
+	if n, m := r.Refusals["tenant_budget"], sp.Limiter.RefusedBudget; n != m || n == 0 {
+		t.Errorf("%d attempts refused tenant_budget, the limiter counts %d: want the same, and some", n, m)
 	}
 }

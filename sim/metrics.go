@@ -15,6 +15,8 @@ const (
 	refEvicted                     // sluice: displaced by higher-priority work
 	refExpired                     // sluice: dropped at dequeue, too late to finish
 	refRetryBudget                 // sluice: the gateway's retry budget is empty
+	refTenantBudget                // sluice: the tenant's spend budget (429)
+	refSpendCeiling                // sluice: the global spend ceiling (503)
 	refQueueTimeout                // baseline: waited the fixed queue timeout
 	refOther                       // a reason of the admission package not used here
 	refTimeout                     // the caller's own timeout (not a server refusal)
@@ -27,6 +29,8 @@ var refusalNames = [numRefusals]string{
 	refEvicted:      "evicted",
 	refExpired:      "expired",
 	refRetryBudget:  "retry_budget",
+	refTenantBudget: "tenant_budget",
+	refSpendCeiling: "spend_ceiling",
 	refQueueTimeout: "queue_timeout",
 	refOther:        "other",
 	refTimeout:      "timeout",
@@ -46,6 +50,10 @@ func refusalOf(r admission.Reason) refusal {
 		return refExpired
 	case admission.ReasonRetryBudget:
 		return refRetryBudget
+	case admission.ReasonTenantBudget:
+		return refTenantBudget
+	case admission.ReasonSpendCeiling:
+		return refSpendCeiling
 	}
 	return refOther
 }
@@ -110,6 +118,9 @@ type Result struct {
 	// Events counts the events the run processed.
 	Events int `json:"events"`
 
+	// Spend is set for a scenario with a spend section: see [SpendResult].
+	Spend *SpendResult `json:"spend,omitempty"`
+
 	// Series is set when Options.Trace asked for it.
 	Series *Series `json:"-"`
 }
@@ -123,6 +134,9 @@ type ClassResult struct {
 	SuccessPct float64 `json:"success_pct"`
 	P50Ms      float64 `json:"p50_ms"`
 	P99Ms      float64 `json:"p99_ms"`
+	// Degraded counts the on-time answers that came from a cheaper model
+	// than the one asked for (the spend limiter's degrade stage).
+	Degraded int `json:"degraded,omitempty"`
 }
 
 // Recovery is how long the policy took to deliver good output again after
@@ -165,8 +179,8 @@ type Series struct {
 }
 
 type classMetrics struct {
-	requests, attempts, onTime int
-	lat                        hist
+	requests, attempts, onTime, degraded int
+	lat                                  hist
 }
 
 // metrics accumulates a run.
@@ -189,6 +203,9 @@ type metrics struct {
 	lats                        [][]time.Duration
 	hasWait                     bool
 	events                      int
+	// spent is the cost of the calls started in each second, in
+	// nano-dollars: [0] all, [1+i] tenant i. Only with a spend section.
+	spent [][]int64
 }
 
 // maxBuckets bounds the time series: a bucket far too small for the run is
@@ -206,6 +223,13 @@ func newMetrics(s *setup) *metrics {
 	m.wastedSeries = make([]int32, n)
 	if st := s.sampler.steps; len(st) > 0 && st[0].at < s.window {
 		m.goodAfter = make([]int32, n)
+	}
+	if s.spend != nil {
+		secs := int(s.end/time.Second) + 1
+		m.spent = make([][]int64, 1+len(s.tenants))
+		for i := range m.spent {
+			m.spent[i] = make([]int64, secs)
+		}
 	}
 	if s.trace {
 		m.depth = make([]int, n)
@@ -234,12 +258,17 @@ func (m *metrics) attempt(c *call) {
 
 func (m *metrics) billed(a *attempt) {
 	m.billedN++
-	m.billedCost += a.c.src.cost
+	m.billedCost += a.cost
+	if m.spent != nil {
+		sec, nano := int(a.start/time.Second), nanoDollars(a.cost)
+		m.spent[0][sec] += nano
+		m.spent[1+a.c.src.tenant][sec] += nano
+	}
 }
 
 func (m *metrics) wasted(a *attempt, now time.Duration) {
 	m.wastedN++
-	m.wastedCost += a.c.src.cost
+	m.wastedCost += a.cost
 	m.wastedSeries[m.bucket(now)]++
 }
 
@@ -264,6 +293,10 @@ func (m *metrics) answered(c *call, a *attempt, now time.Duration, onTime bool) 
 	sm := &m.sources[c.src.idx]
 	sm.onTime++
 	sm.lat.add(lat)
+	if a.degraded {
+		cm.degraded++
+		sm.degraded++
+	}
 	m.lat.add(lat)
 	b := m.bucket(now)
 	m.good[b]++
@@ -316,7 +349,7 @@ func (m *metrics) result(e *engine) *Result {
 	for _, ev := range e.q.h {
 		if ev.kind == evDone && ev.a.gen == ev.gen && ev.a.state == stServing {
 			r.Wasted++
-			r.WastedCost += ev.a.c.src.cost
+			r.WastedCost += ev.a.cost
 		}
 	}
 	r.AttemptsPerRequest = ratio(r.Attempts, r.Requests)
@@ -342,6 +375,7 @@ func (m *metrics) result(e *engine) *Result {
 		r.Sources = append(r.Sources, m.sources[i].result(s.sources[i].name))
 	}
 	r.Recovery = m.recovery()
+	r.Spend = m.spendResult(e)
 	if s.trace {
 		r.Series = m.series()
 	}
@@ -357,6 +391,7 @@ func (cm *classMetrics) result(name string) ClassResult {
 		SuccessPct: 100 * ratio(cm.onTime, cm.requests),
 		P50Ms:      ms(cm.lat.quantile(0.50)),
 		P99Ms:      ms(cm.lat.quantile(0.99)),
+		Degraded:   cm.degraded,
 	}
 }
 

@@ -11,7 +11,9 @@ import (
 // queue) are simple queues written here: they are the comparison, what a
 // classic proxy does. Every other policy is the real admission.Core,
 // configured to switch features on one at a time, ending with full sluice;
-// the retry budget is the real retrybudget.Budget.
+// the retry budget is the real retrybudget.Budget, and the spend limiter of
+// the last rung (run only for scenarios with a spend section) the real
+// spend.Limiter.
 type Policy struct {
 	// Name is the stable identifier used in scenario files and on the
 	// command line.
@@ -42,6 +44,7 @@ type gateOptions struct {
 	lifo        bool // adaptive LIFO
 	priority    bool // classes ranked; otherwise every request ranks the same
 	retryBudget bool // per-tenant and global retry budgets before the gate
+	spend       bool // the spend limiter between the retry budgets and the gate
 }
 
 // policies is the ladder, in table order: each sluice rung adds one feature
@@ -63,9 +66,14 @@ var policies = []Policy{
 		gate: gateOptions{estimator: admission.ByMean, expiry: true, lifo: true, priority: true}},
 	{Name: "sluice", Label: "sluice (+ retry budget)", Sluice: true,
 		gate: gateOptions{estimator: admission.ByMean, expiry: true, lifo: true, priority: true, retryBudget: true}},
+	// Full sluice with a spend section, as the gateway runs with one. It
+	// needs prices, so only scenarios with a spend section run it.
+	{Name: "spend", Label: "+ spend limiter", Sluice: true,
+		gate: gateOptions{estimator: admission.ByMean, expiry: true, lifo: true, priority: true, retryBudget: true, spend: true}},
 }
 
-// PolicyNames lists every policy, in ladder order.
+// PolicyNames lists every policy, in ladder order; a scenario without a
+// spend section runs all but the last ([Scenario.PolicyNames]).
 func PolicyNames() []string {
 	out := make([]string, len(policies))
 	for i, p := range policies {
@@ -76,6 +84,18 @@ func PolicyNames() []string {
 
 // Policies returns every policy, in ladder order.
 func Policies() []Policy { return slices.Clone(policies) }
+
+// PolicyNames lists the policies a scenario runs when it names none: every
+// policy, but the spend limiter's only with a spend section.
+func (s *Scenario) PolicyNames() []string {
+	var out []string
+	for _, p := range policies {
+		if !p.gate.spend || s.Spend != nil {
+			out = append(out, p.Name)
+		}
+	}
+	return out
+}
 
 func policyByName(name string) (Policy, bool) {
 	for _, p := range policies {

@@ -67,9 +67,9 @@ func (s *sampler) factor(t time.Duration) float64 {
 	return f
 }
 
-// draw returns the service time of a call that starts at start, for the
-// uniform u.
-func (s *sampler) draw(u float64, start time.Duration) time.Duration {
+// draw returns the service time of a call to a model whose service factor
+// is factor, that starts at start, for the uniform u.
+func (s *sampler) draw(u float64, start time.Duration, factor float64) time.Duration {
 	var d float64
 	if len(s.empirical) > 0 {
 		d = float64(s.empirical[min(int(u*float64(len(s.empirical))), len(s.empirical)-1)])
@@ -82,6 +82,9 @@ func (s *sampler) draw(u float64, start time.Duration) time.Duration {
 	}
 	if len(s.steps) > 0 {
 		d *= s.factor(start)
+	}
+	if factor != 1 {
+		d *= factor
 	}
 	// Validation bounds the median to an hour, sigma to 3 and factors to
 	// 1000; a draw past a day is a far tail, clamped so it cannot overflow.

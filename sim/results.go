@@ -69,6 +69,9 @@ func WriteResults(ctx context.Context, opt ResultsOptions) error {
 		if err != nil {
 			return fmt.Errorf("%s: %w", sc.Name, err)
 		}
+		if err := sw.runSteady(ctx, opt.Sweep); err != nil {
+			return fmt.Errorf("%s: %w", sc.Name, err)
+		}
 		sweeps = append(sweeps, sw)
 		if err := writeFile(filepath.Join(plots, sc.Name+"-goodput.png"), sw.WriteGoodputPlot); err != nil {
 			return err
@@ -257,19 +260,73 @@ func writeReadmeSnippet(w io.Writer, sweeps []*Sweep) {
 	}
 	fmt.Fprintln(w, ">")
 	fmt.Fprintln(w, "> At 5× load at most 20% of requests can succeed; what matters is that the")
-	fmt.Fprintln(w, "> capacity goes to answers someone receives. Full tables, the other")
-	fmt.Fprintln(w, "> scenarios and how the simulator compares with a real run:")
-	fmt.Fprintln(w, "> [docs/results.md](docs/results.md).")
+	fmt.Fprintln(w, "> capacity goes to answers someone receives.")
+	if text := readmeRunaway(sweeps); text != "" {
+		fmt.Fprintln(w, ">")
+		fmt.Fprint(w, text)
+	}
+	fmt.Fprintln(w, ">")
+	fmt.Fprintln(w, "> Full tables, the other scenarios and how the simulator compares with a")
+	fmt.Fprintln(w, "> real run: [docs/results.md](docs/results.md).")
 	fmt.Fprintln(w)
+}
+
+// readmeRunaway is the README's paragraph on money, from the runaway
+// tenant at the headline load, or "".
+func readmeRunaway(sweeps []*Sweep) string {
+	sw := find(sweeps, "runaway-tenant")
+	if sw == nil {
+		return ""
+	}
+	i := slices.Index(sw.Loads, headlineLoad)
+	if i < 0 {
+		return ""
+	}
+	ra := sw.runaway(i)
+	if ra == nil || ra.without == nil || len(ra.others) == 0 {
+		return ""
+	}
+	a, ok := ra.alert()
+	if !ok {
+		return ""
+	}
+	sp := ra.with.Spend
+	kept, _, _, _ := ra.othersKept()
+	tenants := fmt.Sprint(len(sp.Tenants))
+	if n := len(sp.Tenants); n < 10 {
+		tenants = strings.Fields("zero one two three four five six seven eight nine")[n]
+	}
+	text := fmt.Sprintf("Money is the second resource, with the same machinery. When one tenant of %s runs away at %s its rate, the spend limiter holds the bill's peak to $%.0f/h under a $%.0f/h ceiling — $%.0f/h without it — while the other tenants %s, and the alert fires %s after the spend rate crosses its threshold.",
+		tenants, ra.change(sw), sp.PeakPerHour, sp.CeilingPerHour, ra.without.Spend.PeakPerHour, keptText(kept), delayText(a))
+	return wrapQuote(text)
+}
+
+// wrapQuote wraps text at about 78 columns as a Markdown quote.
+func wrapQuote(text string) string {
+	var b strings.Builder
+	line := ">"
+	for _, word := range strings.Fields(text) {
+		if len(line)+1+len(word) > 78 {
+			b.WriteString(line + "\n")
+			line = ">"
+		}
+		line += " " + word
+	}
+	b.WriteString(line + "\n")
+	return b.String()
 }
 
 func writeHeadlines(w io.Writer, sweeps []*Sweep) {
 	fmt.Fprintln(w, "## Headlines")
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "Each is asserted by a test in `sim/headline_test.go`, so a regression in the")
-	fmt.Fprintln(w, "admission code fails CI (100,000 requests per run, 20,000 under `-race`, with")
-	fmt.Fprintln(w, "the same thresholds: goodput ≥ 95% and waste ≤ 1.5% for sluice in the storm,")
-	fmt.Fprintln(w, "FIFO below 20%; recovery within 10s; interactive success ≥ 99% in the flood).")
+	fmt.Fprintln(w, "admission or spend code fails CI (100,000 requests per run, 20,000 under")
+	fmt.Fprintln(w, "`-race` — 50,000 for the runaway tenant, whose runaway must outlast the rate")
+	fmt.Fprintln(w, "window — with the same thresholds: goodput ≥ 95% and waste ≤ 1.5% for sluice")
+	fmt.Fprintln(w, "in the storm, FIFO below 20%; recovery within 10s; interactive success ≥ 99%")
+	fmt.Fprintln(w, "in the flood; with the runaway tenant, the bill's peak within the ceiling + 5%,")
+	fmt.Fprintln(w, "the other tenants ≥ 99% of their success without the runaway, the alert")
+	fmt.Fprintln(w, "within 60 s of the spend rate crossing its threshold).")
 	fmt.Fprintln(w)
 	if sw := find(sweeps, "retry-storm"); sw != nil {
 		s, f := sw.Result(headlineLoad, "sluice"), sw.Result(headlineLoad, "fifo")
@@ -302,6 +359,12 @@ func writeHeadlines(w io.Writer, sweeps []*Sweep) {
 			}
 		}
 		fmt.Fprintf(w, "- **Speculative flood:** with sluice, interactive success is %s of speculative load.\n", strings.Join(parts, ", "))
+	}
+	if sw := find(sweeps, "runaway-tenant"); sw != nil {
+		if text := runawaySentence(sw, headlineLoad); text != "" {
+			ra := sw.runaway(slices.Index(sw.Loads, headlineLoad))
+			fmt.Fprintf(w, "- **Runaway tenant at %g× (%s its normal rate):** %s.\n", float64(headlineLoad), ra.change(sw), text)
+		}
 	}
 	fmt.Fprintln(w)
 }
@@ -395,9 +458,8 @@ func writeFindings(w io.Writer, sweeps []*Sweep) {
 		f = append(f, text)
 	}
 	if sw := find(sweeps, "runaway-tenant"); sw != nil {
-		if s, q := sw.Result(headlineLoad, "sluice"), sw.Result(headlineLoad, "small-queue"); s != nil && q != nil && len(s.Sources) > 0 && len(q.Sources) > 0 {
-			f = append(f, fmt.Sprintf("**Load shedding protects tenants, not budgets.** With a runaway tenant at %g×, sluice keeps the steady tenant's success at %.1f%% (a small bounded queue: %.1f%%), but the bill is what the upstream's capacity costs: $%.0f an hour with sluice, $%.0f with the small queue. Capping it is the spend limiter's job, pending.",
-				float64(headlineLoad), s.Sources[0].SuccessPct, q.Sources[0].SuccessPct, s.BilledCost/(s.WindowSeconds/3600), q.BilledCost/(q.WindowSeconds/3600)))
+		if text := runawayFinding(sw); text != "" {
+			f = append(f, text)
 		}
 	}
 	if len(f) == 0 {
@@ -451,6 +513,22 @@ and *sluice*, which adds the gateway's retry budgets (global and per tenant).
 The sluice policies withdraw a queued request when its caller leaves, as the
 gateway does, and answer with Retry-After.
 
+Scenarios with a spend section (the runaway tenant) price every call, for
+every policy, from the section's prices by the tokens its traffic source
+uses, and end the ladder with *+ spend limiter*: full sluice with the real
+`+"`spend.Limiter`"+` asked about each attempt before the admission core, as the
+gateway asks it. Its refusals are 429 tenant_budget or 503 spend_ceiling with
+its Retry-After; an over-quota tenant drops to the low-tier rank in the gate;
+a degraded request calls the cheaper model, which answers in that model's
+time (`+"`upstream.models`"+`) and costs its price. A reservation is cancelled when
+the gate refuses or the request leaves the queue unserved, reconciled with the
+reported usage when the call ends, and — when the caller left first, so the
+gateway hung up and saw no usage — kept at its estimate and counted wasted.
+Alerts are evaluated every `+"`alert_interval`"+`. **peak $/h** is the highest cost
+of the calls started within any rate window (5 minutes unless the section
+says otherwise), per hour: the bill as the simulator counts it, for every
+policy.
+
 Callers are those of `+"`sluice load`"+`: *naive* (fixed per-attempt timeout of
 half the deadline, immediate retries, three attempts; its third attempt runs
 past the deadline), *polite* (honours Retry-After, never waits past its
@@ -482,6 +560,7 @@ func writeScenario(w io.Writer, sw *Sweep) {
 	_ = sw.WriteMarkdown(w)
 	fmt.Fprintln(w)
 	writeNotes(w, sw)
+	writeSpend(w, sw)
 }
 
 // writeNotes adds observations computed from the sweep, so that no sentence

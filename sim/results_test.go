@@ -37,7 +37,7 @@ func TestTablesHaveARowPerPolicyAndLoad(t *testing.T) {
 			t.Errorf("tables lack %q", want)
 		}
 	}
-	if got, want := strings.Count(md.String(), "\n"), 2+2*len(PolicyNames()); got != want {
+	if got, want := strings.Count(md.String(), "\n"), 2+2*len(sw.Scenario.PolicyNames()); got != want {
 		t.Errorf("markdown has %d lines, want %d:\n%s", got, want, md.String())
 	}
 	if strings.Contains(text.String(), "recovery") {
@@ -124,5 +124,33 @@ func TestWriteResults(t *testing.T) {
 	}
 	if err := WriteResults(t.Context(), ResultsOptions{Scenarios: scenarios}); err == nil {
 		t.Error("no Dir: no error")
+	}
+}
+
+// TestWriteResultsRunawayTenant: a scenario with a spend section and a
+// runaway gets the spend limiter's tables, with the normal day beside them.
+func TestWriteResultsRunawayTenant(t *testing.T) {
+	sc, err := LoadScenario("../scenarios/runaway-tenant.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	err = WriteResults(t.Context(), ResultsOptions{Dir: dir, Scenarios: []*Scenario{sc},
+		Sweep: SweepOptions{Options: Options{Requests: 30_000}, Loads: []float64{1, 5}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	md, err := os.ReadFile(filepath.Join(dir, "results.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"## Scenario: runaway-tenant", "| + spend limiter |", "### The spend limiter", "(without the runaway)",
+		"tenant loopy alert ($120/h)", "**Runaway tenant at 5× (100× its normal rate):**", "**Load shedding protects tenants, not budgets; the spend limiter does both.**"} {
+		if !bytes.Contains(md, []byte(want)) {
+			t.Errorf("results.md lacks %q", want)
+		}
+	}
+	if bytes.Contains(md, []byte("pending")) {
+		t.Error("results.md still calls the spend limiter pending")
 	}
 }

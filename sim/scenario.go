@@ -2,12 +2,15 @@ package sim
 
 import (
 	"fmt"
+	"maps"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/sluicehq/sluice/admission"
+	"github.com/sluicehq/sluice/spend"
 )
 
 // Scenario is one workload: the upstream, the callers and the policies to
@@ -47,6 +50,14 @@ type Scenario struct {
 
 	Baselines Baselines
 	Sluice    SluiceConfig
+	// Spend is the spend limiter's configuration (spend): the gateway's
+	// `spend:` section, decoded into the very spend.Config the gateway
+	// uses — prices per model, ladder, ceiling_per_hour, tenants' budgets,
+	// stages, rate_window, alert thresholds. With it, every call of every
+	// policy is priced from spend.prices by its source's tokens, and the
+	// policy "spend" (full sluice with the spend limiter) is run. Nil means
+	// no spend limiter, and calls priced by cost_per_call.
+	Spend *spend.Config
 	// Timeseries, when set, asks for time-series plots of this scenario
 	// (timeseries). Nil means none.
 	Timeseries *Timeseries
@@ -72,8 +83,26 @@ type Upstream struct {
 	// ones. Empty means none.
 	Steps []Step
 	// CostPerCall is the price of one billed call, in dollars
-	// (cost_per_call). Zero means calls are counted but not priced.
+	// (cost_per_call). Zero means calls are counted but not priced. It
+	// must be zero when the scenario has a spend section: calls are then
+	// priced from spend.prices.
 	CostPerCall float64
+	// Models are the upstream's models by name, as sources name them
+	// (models): what differs between them is the service time. A call to a
+	// model takes ServiceFactor times the service time drawn for it, so a
+	// request degraded to a cheaper model by the spend limiter also takes
+	// that model's time. Empty means every model takes the upstream's
+	// service time; when set, every model a source names must be listed.
+	Models map[string]Model
+}
+
+// Model is one model of the upstream. Its price is not here: prices are
+// the spend section's (spend.prices), as in the gateway.
+type Model struct {
+	// ServiceFactor multiplies the service time of a call to this model
+	// (service_factor), e.g. 0.5 for a model twice as fast. Required,
+	// positive.
+	ServiceFactor float64
 }
 
 // Service is a service-time distribution: exactly one of Lognormal and
@@ -230,8 +259,24 @@ type Source struct {
 	Steps  []Step
 	Bursts []Burst
 	// CostPerCall overrides Upstream.CostPerCall for this source's calls
-	// (cost_per_call). Zero means the upstream's price.
+	// (cost_per_call). Zero means the upstream's price. It must be zero
+	// when the scenario has a spend section.
 	CostPerCall float64
+	// Model is the model the source's requests ask for (model), as the
+	// gateway reads it from the body: it selects the admission core's
+	// service-time statistics (Request.Key), the service time
+	// (Upstream.Models) and, with a spend section, the price. Empty means
+	// none: with a spend section it must then be billed by
+	// spend.unknown_model: default.
+	Model string
+	// InputTokens and OutputTokens are the usage every call of the source
+	// reports (input_tokens, output_tokens), priced from spend.prices;
+	// MaxTokens is the max_tokens the request sends (max_tokens), which
+	// the spend limiter reserves for. Zero input means a prompt of unknown
+	// size, zero max_tokens none sent (the limiter then reserves the
+	// model's observed mean output). OutputTokens must not exceed a
+	// non-zero MaxTokens. Ignored without a spend section.
+	InputTokens, OutputTokens, MaxTokens int64
 }
 
 // Baselines parameterise the comparison queues that are not sluice.
@@ -285,6 +330,33 @@ type Timeseries struct {
 	Bucket time.Duration
 }
 
+// steady returns a copy of the scenario in which every traffic source keeps
+// the rate it has at the start: its steps after time zero and its bursts
+// are gone. It is the scenario's normal day, against which the success of
+// the sources a runaway shares the upstream with is judged.
+func (s *Scenario) steady() *Scenario {
+	c := *s
+	c.Traffic = slices.Clone(s.Traffic)
+	for i := range c.Traffic {
+		src := &c.Traffic[i]
+		src.Steps = slices.DeleteFunc(slices.Clone(src.Steps), func(st Step) bool { return !st.At.isStart() })
+		src.Bursts = nil
+	}
+	return &c
+}
+
+// changes reports whether the source's rate changes after the start.
+func (src *Source) changes() bool {
+	return len(src.Bursts) > 0 || slices.ContainsFunc(src.Steps, func(st Step) bool { return !st.At.isStart() })
+}
+
+func (p TimePoint) isStart() bool {
+	if p.Fraction {
+		return p.F == 0
+	}
+	return p.D == 0
+}
+
 // FieldError is an invalid scenario field, named by its YAML path
 // ("traffic[1].share").
 type FieldError struct {
@@ -308,10 +380,12 @@ const (
 	maxFactor      = 1000.0
 	maxAttempts    = 20
 	maxDuration    = 24 * time.Hour
+	maxTokens      = 10_000_000
 )
 
-// Validate reports the first invalid field as a *FieldError. It does not
-// modify s.
+// Validate reports the first invalid field as a *FieldError, or as the
+// spend package's error for a bad spend section (which names its field as
+// spend.<path>). It does not modify s.
 func (s *Scenario) Validate() error {
 	if s.Requests < 0 || s.Requests > maxRequests {
 		return ferr("requests", "want 0 (for %d) to %d, got %d", DefaultRequests, maxRequests, s.Requests)
@@ -322,8 +396,8 @@ func (s *Scenario) Validate() error {
 		}
 	}
 	for i, p := range s.Policies {
-		if _, ok := policyByName(p); !ok {
-			return ferr(fmt.Sprintf("policies[%d]", i), "unknown policy %q (known: %s)", p, strings.Join(PolicyNames(), ", "))
+		if err := s.checkPolicy(fmt.Sprintf("policies[%d]", i), p); err != nil {
+			return err
 		}
 	}
 	if err := s.Upstream.validate(); err != nil {
@@ -358,7 +432,7 @@ func (s *Scenario) Validate() error {
 	}
 	swept := false
 	for i := range s.Traffic {
-		if err := s.Traffic[i].validate(fmt.Sprintf("traffic[%d]", i), names); err != nil {
+		if err := s.Traffic[i].validate(fmt.Sprintf("traffic[%d]", i), names, s.Upstream.Models); err != nil {
 			return err
 		}
 		if s.Traffic[i].Load == 0 {
@@ -397,10 +471,28 @@ func (s *Scenario) Validate() error {
 			return ferr("timeseries.bucket", "want 0 (for 1s) or 1ms to 1h, got %v", ts.Bucket)
 		}
 		for i, p := range ts.Policies {
-			if _, ok := policyByName(p); !ok {
-				return ferr(fmt.Sprintf("timeseries.policies[%d]", i), "unknown policy %q (known: %s)", p, strings.Join(PolicyNames(), ", "))
+			if err := s.checkPolicy(fmt.Sprintf("timeseries.policies[%d]", i), p); err != nil {
+				return err
 			}
 		}
+	}
+	if s.Spend != nil {
+		if _, err := s.spendConfig(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// checkPolicy names field when policy is unknown, or needs a spend section
+// the scenario does not have.
+func (s *Scenario) checkPolicy(field, policy string) error {
+	p, ok := policyByName(policy)
+	if !ok {
+		return ferr(field, "unknown policy %q (known: %s)", policy, strings.Join(PolicyNames(), ", "))
+	}
+	if p.gate.spend && s.Spend == nil {
+		return ferr(field, "policy %q runs the spend limiter: the scenario needs a spend section", policy)
 	}
 	return nil
 }
@@ -441,6 +533,14 @@ func (u *Upstream) validate() error {
 	if c := u.CostPerCall; !(c >= 0) || math.IsInf(c, 0) {
 		return ferr("upstream.cost_per_call", "want a non-negative price, got %v", c)
 	}
+	for _, name := range slices.Sorted(maps.Keys(u.Models)) {
+		if name == "" {
+			return ferr("upstream.models", "a model name is empty")
+		}
+		if f := u.Models[name].ServiceFactor; !(f > 0 && f <= maxFactor) {
+			return ferr("upstream.models."+name+".service_factor", "want a service-time factor in (0, %g], got %v", maxFactor, f)
+		}
+	}
 	return nil
 }
 
@@ -454,7 +554,7 @@ func validPoint(field string, p TimePoint) error {
 	return nil
 }
 
-func (src *Source) validate(f string, classes map[string]bool) error {
+func (src *Source) validate(f string, classes map[string]bool, models map[string]Model) error {
 	if src.Class == "" {
 		return ferr(f+".class", "required")
 	}
@@ -505,6 +605,20 @@ func (src *Source) validate(f string, classes map[string]bool) error {
 	}
 	if c := src.CostPerCall; !(c >= 0) || math.IsInf(c, 0) {
 		return ferr(f+".cost_per_call", "want a non-negative price, got %v", c)
+	}
+	if _, ok := models[src.Model]; len(models) > 0 && !ok {
+		return ferr(f+".model", "model %q is not in upstream.models", src.Model)
+	}
+	for _, n := range []struct {
+		field string
+		v     int64
+	}{{"input_tokens", src.InputTokens}, {"output_tokens", src.OutputTokens}, {"max_tokens", src.MaxTokens}} {
+		if n.v < 0 || n.v > maxTokens {
+			return ferr(f+"."+n.field, "want 0 to %d tokens, got %d", maxTokens, n.v)
+		}
+	}
+	if src.MaxTokens > 0 && src.OutputTokens > src.MaxTokens {
+		return ferr(f+".output_tokens", "%d is more than max_tokens (%d): an answer is never longer than the request allows", src.OutputTokens, src.MaxTokens)
 	}
 	return nil
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/sluicehq/sluice/admission"
 	"github.com/sluicehq/sluice/retrybudget"
+	"github.com/sluicehq/sluice/spend"
 )
 
 // setup is a scenario resolved for one run: the arrival window, every time
@@ -28,6 +29,17 @@ type setup struct {
 	tenants  []string
 	bucket   time.Duration
 	trace    bool
+	// spend is the scenario's spend section completed as the gateway
+	// completes its own; nil without one.
+	spend      *spend.Config
+	rateWindow time.Duration // spend's rate window
+}
+
+// modelInfo is a model as the simulator runs it: the name the request
+// carries, and the factor on the service time drawn for a call.
+type modelInfo struct {
+	name   string
+	factor float64
 }
 
 // source is a traffic source, resolved.
@@ -39,9 +51,14 @@ type source struct {
 	client         clientKind
 	maxAttempts    int
 	attemptTimeout time.Duration
-	cost           float64
+	cost           float64 // of one call, in dollars
 	tenant         int
-	req            admission.Request // Class, Tenant, Tier; the rest per attempt
+	model          *modelInfo
+	rung           *modelInfo // the ladder's next rung below model, or nil
+	rungCost       float64    // of one call degraded to rung
+	usage          spend.Usage
+	maxTokens      int64
+	req            admission.Request // Class, Tenant, Tier, Key; the rest per attempt
 	base           float64           // first attempts per second before steps and bursts
 	segs           []segment
 	rng            *rand.Rand
@@ -79,6 +96,9 @@ func newSetup(sc *Scenario, policy string, load float64, opt Options) (*setup, e
 	if !ok {
 		return nil, fmt.Errorf("unknown policy %q (known: %v)", policy, PolicyNames())
 	}
+	if p.gate.spend && sc.Spend == nil {
+		return nil, fmt.Errorf("policy %s runs the spend limiter: scenario %s has no spend section", policy, sc.Name)
+	}
 	if !(load > 0) || load > maxLoad || math.IsInf(load, 0) {
 		return nil, fmt.Errorf("load: want a factor in (0, %g], got %v", maxLoad, load)
 	}
@@ -108,6 +128,36 @@ func newSetup(sc *Scenario, policy string, load float64, opt Options) (*setup, e
 	}
 	if s.bucket == 0 {
 		s.bucket = time.Second
+	}
+
+	var pricer *spend.Limiter
+	if sc.Spend != nil {
+		cfg, err := sc.spendConfig()
+		if err != nil {
+			return nil, err
+		}
+		s.spend = cfg
+		s.rateWindow = cfg.RateWindow.D()
+		if s.rateWindow == 0 {
+			s.rateWindow = spend.DefaultRateWindow
+		}
+		// A Limiter of its own prices the calls of every policy from the
+		// spend section's prices; it is never asked to admit anything.
+		if pricer, err = spend.New(*cfg, spend.Options{}); err != nil {
+			return nil, err
+		}
+	}
+	models := map[string]*modelInfo{}
+	model := func(name string) *modelInfo {
+		m := models[name]
+		if m == nil {
+			m = &modelInfo{name: name, factor: 1}
+			if md, ok := sc.Upstream.Models[name]; ok {
+				m.factor = md.ServiceFactor
+			}
+			models[name] = m
+		}
+		return m
 	}
 
 	requests := sc.Requests
@@ -150,6 +200,22 @@ func newSetup(sc *Scenario, policy string, load float64, opt Options) (*setup, e
 		if r.cost == 0 {
 			r.cost = sc.Upstream.CostPerCall
 		}
+		r.model = model(src.Model)
+		r.usage = spend.Usage{Input: src.InputTokens, Output: src.OutputTokens}
+		r.maxTokens = src.MaxTokens
+		if pricer != nil {
+			var err error
+			// Validate checked that every source's model is priced.
+			if r.cost, err = pricer.Cost(src.Model, r.usage); err != nil {
+				return nil, fmt.Errorf("traffic[%d].model: %w", i, err)
+			}
+			if rung, ok := s.spend.Ladder[src.Model]; ok {
+				r.rung = model(rung)
+				if r.rungCost, err = pricer.Cost(rung, r.usage); err != nil {
+					return nil, fmt.Errorf("spend.ladder.%s: %w", src.Model, err)
+				}
+			}
+		}
 		t, ok := tenants[src.Tenant]
 		if !ok {
 			t = len(s.tenants)
@@ -158,7 +224,7 @@ func newSetup(sc *Scenario, policy string, load float64, opt Options) (*setup, e
 		}
 		r.tenant = t
 		tier, _ := admission.ParseTier(src.Tier)
-		r.req = admission.Request{Class: src.Class, Tenant: src.Tenant, Tier: tier}
+		r.req = admission.Request{Class: src.Class, Tenant: src.Tenant, Tier: tier, Key: src.Model}
 		if src.Load > 0 {
 			r.base = src.Load * s.capacity
 		} else {
@@ -347,10 +413,12 @@ func (s *setup) capacityOver(from, to time.Duration) float64 {
 // ranks returns the admission ranks of the scenario's classes: the
 // scenario's (or the default) ranks with priority shedding, every request at
 // rank 0 without it.
-func (s *setup) ranks(priority bool) *admission.Ranks {
+func (s *setup) ranks(priority bool) *admission.Ranks { return ranksOf(s.classes, priority) }
+
+func ranksOf(classes []Class, priority bool) *admission.Ranks {
 	def := admission.DefaultRanks()
-	r := &admission.Ranks{Classes: map[string]int{}, Default: s.classes[0].Name}
-	for _, c := range s.classes {
+	r := &admission.Ranks{Classes: map[string]int{}, Default: classes[0].Name}
+	for _, c := range classes {
 		if c.Name == admission.ClassInteractive {
 			r.Default = c.Name
 		}

@@ -31,6 +31,9 @@ type Sweep struct {
 	Policies []Policy
 	// Results[i][j] is load i, policy j.
 	Results [][]*Result
+	// steady[i] is the spend policy at load i on the scenario's normal day
+	// (every source at its starting rate), when WriteResults ran it.
+	steady []*Result
 }
 
 // Result returns the result of a load and a policy, or nil.
@@ -60,12 +63,15 @@ func RunSweep(ctx context.Context, sc *Scenario, opt SweepOptions) (*Sweep, erro
 		names = sc.Policies
 	}
 	if len(names) == 0 {
-		names = PolicyNames()
+		names = sc.PolicyNames()
 	}
 	for _, n := range names {
 		p, ok := policyByName(n)
 		if !ok {
 			return nil, fmt.Errorf("policy: unknown policy %q (known: %v)", n, PolicyNames())
+		}
+		if p.gate.spend && sc.Spend == nil {
+			return nil, fmt.Errorf("policy: %q runs the spend limiter, and scenario %s has no spend section", n, sc.Name)
 		}
 		sw.Policies = append(sw.Policies, p)
 	}

@@ -5,13 +5,15 @@ import (
 	"io"
 	"strings"
 	"text/tabwriter"
+	"time"
 )
 
 // The table columns, as the issue asks for them: goodput as a percentage of
 // capacity, success per class (per traffic source when tenants share a
 // class), wasted upstream work as a percentage of billed calls, p50/p99
 // latency of successes, attempts per logical request; then the bill per hour
-// of the arrival window when calls are priced, and time to recover when the
+// of the arrival window when calls are priced, its peak over the spend
+// section's rate window when there is one, and time to recover when the
 // upstream steps.
 
 func (sw *Sweep) header(withLoad bool) []string {
@@ -26,6 +28,9 @@ func (sw *Sweep) header(withLoad bool) []string {
 	h = append(h, "waste % billed", "p50 s", "p99 s", "attempts/req")
 	if sw.hasCost() {
 		h = append(h, "billed $/h")
+	}
+	if sw.Scenario.Spend != nil {
+		h = append(h, "peak $/h")
 	}
 	if sw.hasRecovery() {
 		h = append(h, "recovery")
@@ -81,6 +86,13 @@ func (sw *Sweep) row(r *Result, withLoad bool) []string {
 	if sw.hasCost() {
 		c = append(c, fmt.Sprintf("%.0f", r.BilledCost/(r.WindowSeconds/3600)))
 	}
+	if sw.Scenario.Spend != nil {
+		peak := "–"
+		if r.Spend != nil {
+			peak = fmt.Sprintf("%.0f", r.Spend.PeakPerHour)
+		}
+		c = append(c, peak)
+	}
 	if sw.hasRecovery() {
 		c = append(c, recoveryText(r.Recovery))
 	}
@@ -131,8 +143,47 @@ func (sw *Sweep) WriteText(w io.Writer) error {
 		if err := tw.Flush(); err != nil {
 			return err
 		}
+		for _, r := range sw.Results[i] {
+			if r.Spend != nil && r.Spend.Limiter != nil {
+				fmt.Fprintf(w, "%s: %s\n", r.Label, limiterText(r))
+			}
+		}
 	}
 	return nil
+}
+
+// limiterText sums up what the spend limiter did in a run.
+func limiterText(r *Result) string {
+	sp := r.Spend
+	l := sp.Limiter
+	text := fmt.Sprintf("bill peaked at $%.0f/h over %s windows (ceiling $%.0f/h; the limiter saw $%.0f/h); refused %d attempts by a tenant budget and %d by the ceiling; degraded %d",
+		sp.PeakPerHour, durationText(time.Duration(sp.RateWindowSeconds*float64(time.Second))), sp.CeilingPerHour, l.PeakPerHour, l.RefusedBudget, l.RefusedCeiling, l.Degraded)
+	var alerts []string
+	for _, a := range l.Alerts {
+		if a.Crossed || a.Fired {
+			alerts = append(alerts, alertText(a))
+		}
+	}
+	if len(alerts) == 0 {
+		return text + "; no alert"
+	}
+	return text + "; alerts: " + strings.Join(alerts, ", ")
+}
+
+// alertText says when an alert's rate crossed its threshold and when it
+// fired.
+func alertText(a AlertResult) string {
+	s := fmt.Sprintf("%s ($%.0f/h)", a.Name(), a.ThresholdPerHour)
+	switch {
+	case a.Crossed && a.Fired:
+		d, _ := a.Delay()
+		return s + fmt.Sprintf(" crossed at %.0f s, fired at %.0f s (+%v)", a.CrossedSeconds, a.FiredSeconds, d)
+	case a.Crossed:
+		return s + fmt.Sprintf(" crossed at %.0f s, never fired", a.CrossedSeconds)
+	case a.Fired:
+		return s + fmt.Sprintf(" fired at %.0f s without a crossing seen", a.FiredSeconds)
+	}
+	return s + " never crossed"
 }
 
 // WriteMarkdown prints one Markdown table with a row per load and policy.

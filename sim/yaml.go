@@ -8,12 +8,15 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/sluicehq/sluice/spend"
 )
 
 // The scenario is decoded by walking the YAML node tree by hand rather than
@@ -40,7 +43,8 @@ func LoadScenario(path string) (*Scenario, error) {
 }
 
 // ParseScenario decodes and validates a scenario. Errors are *FieldError
-// values naming the YAML path, or YAML syntax errors.
+// values naming the YAML path, YAML syntax errors, or the spend package's
+// own validation errors, which name their field as spend.<path> too.
 func ParseScenario(data []byte) (*Scenario, error) {
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	var doc yaml.Node
@@ -82,6 +86,17 @@ func decodeScenario(n *yaml.Node, s *Scenario) error {
 				"concurrency":   intField(&s.Upstream.Concurrency),
 				"cost_per_call": float(&s.Upstream.CostPerCall),
 				"steps":         steps(&s.Upstream.Steps),
+				"models": func(v *yaml.Node, p string) error {
+					s.Upstream.Models = map[string]Model{}
+					return keyed(v, p, func(name string, v *yaml.Node, p string) error {
+						var m Model
+						err := mapping(v, p, map[string]fieldFunc{
+							"service_factor": float(&m.ServiceFactor),
+						})
+						s.Upstream.Models[name] = m
+						return err
+					})
+				},
 				"service": func(v *yaml.Node, p string) error {
 					sv := &s.Upstream.Service
 					return mapping(v, p, map[string]fieldFunc{
@@ -134,6 +149,10 @@ func decodeScenario(n *yaml.Node, s *Scenario) error {
 					return err
 				}),
 				"cost_per_call": float(&src.CostPerCall),
+				"model":         str(&src.Model),
+				"input_tokens":  int64Field(&src.InputTokens),
+				"output_tokens": int64Field(&src.OutputTokens),
+				"max_tokens":    int64Field(&src.MaxTokens),
 			})
 			s.Traffic = append(s.Traffic, src)
 			return err
@@ -161,6 +180,10 @@ func decodeScenario(n *yaml.Node, s *Scenario) error {
 					})
 				},
 			})
+		},
+		"spend": func(v *yaml.Node, p string) error {
+			s.Spend = &spend.Config{}
+			return tagged(v, p, reflect.ValueOf(s.Spend).Elem())
 		},
 		"timeseries": func(v *yaml.Node, p string) error {
 			ts := &Timeseries{}
@@ -223,6 +246,105 @@ func mapping(n *yaml.Node, path string, fields map[string]fieldFunc) error {
 		}
 	}
 	return nil
+}
+
+// keyed walks a mapping whose keys are names (of models, tenants), not
+// fields.
+func keyed(n *yaml.Node, path string, item func(key string, v *yaml.Node, path string) error) error {
+	if n.Kind != yaml.MappingNode {
+		return ferr(path, "want a mapping of names (line %d)", n.Line)
+	}
+	seen := map[string]bool{}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k, v := n.Content[i], n.Content[i+1]
+		key, err := scalar(k, path)
+		if err != nil {
+			return err
+		}
+		p := join(path, key)
+		if seen[key] {
+			return ferr(p, "given twice (line %d)", k.Line)
+		}
+		seen[key] = true
+		if err := item(key, v, p); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// tagged decodes n into v by the yaml tags of v's type, as yaml.v3 with
+// KnownFields would — the same keys, types and custom unmarshalers (such
+// as spend.Duration's) — but naming every error by its YAML path, as the
+// rest of the scenario does. It is how the spend section is read into the
+// gateway's own spend.Config, with no second description of its schema.
+func tagged(n *yaml.Node, path string, v reflect.Value) error {
+	if n.Kind == yaml.AliasNode {
+		n = n.Alias
+	}
+	if u, ok := v.Addr().Interface().(yaml.Unmarshaler); ok {
+		if err := u.UnmarshalYAML(n); err != nil {
+			return ferr(path, "%v", err)
+		}
+		return nil
+	}
+	switch v.Kind() {
+	case reflect.Pointer:
+		if n.Tag == "!!null" {
+			return ferr(path, "missing value (line %d)", n.Line)
+		}
+		v.Set(reflect.New(v.Type().Elem()))
+		return tagged(n, path, v.Elem())
+	case reflect.Struct:
+		fields := map[string]fieldFunc{}
+		t := v.Type()
+		for i := range t.NumField() {
+			name, _, _ := strings.Cut(t.Field(i).Tag.Get("yaml"), ",")
+			if name == "" || name == "-" || !t.Field(i).IsExported() {
+				continue
+			}
+			f := v.Field(i)
+			fields[name] = func(c *yaml.Node, p string) error { return tagged(c, p, f) }
+		}
+		return mapping(n, path, fields)
+	case reflect.Map:
+		if v.Type().Key().Kind() != reflect.String {
+			return ferr(path, "cannot be read: its keys are not names")
+		}
+		m := reflect.MakeMap(v.Type())
+		v.Set(m)
+		return keyed(n, path, func(key string, c *yaml.Node, p string) error {
+			e := reflect.New(v.Type().Elem()).Elem()
+			if err := tagged(c, p, e); err != nil {
+				return err
+			}
+			m.SetMapIndex(reflect.ValueOf(key).Convert(v.Type().Key()), e)
+			return nil
+		})
+	}
+	s, err := scalar(n, path)
+	if err != nil {
+		return err
+	}
+	if err := n.Decode(v.Addr().Interface()); err != nil {
+		return ferr(path, "%q is not %s (line %d)", s, kindName(v.Kind()), n.Line)
+	}
+	return nil
+}
+
+func kindName(k reflect.Kind) string {
+	switch k {
+	case reflect.Float32, reflect.Float64:
+		return "a number"
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		return "a whole number"
+	case reflect.Bool:
+		return "true or false"
+	case reflect.String:
+		return "a string"
+	}
+	return "a " + k.String()
 }
 
 func sequence(item fieldFunc) fieldFunc {
@@ -306,6 +428,17 @@ func intField(dst *int) fieldFunc {
 			return ferr(p, "%q is not a whole number (line %d)", s, v.Line)
 		}
 		*dst = int(n)
+		return nil
+	}
+}
+
+func int64Field(dst *int64) fieldFunc {
+	return func(v *yaml.Node, p string) error {
+		var n int
+		if err := intField(&n)(v, p); err != nil {
+			return err
+		}
+		*dst = int64(n)
 		return nil
 	}
 }

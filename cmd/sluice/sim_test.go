@@ -139,3 +139,24 @@ func TestSimAllWritesResults(t *testing.T) {
 		t.Errorf("empty scenario directory: %v", err)
 	}
 }
+
+// TestSimRunawayTenantShowsTheSpendLimiter: a scenario with a spend section
+// runs the spend limiter's policy too, and the table says what it did; a
+// scenario without one refuses the policy.
+func TestSimRunawayTenantShowsTheSpendLimiter(t *testing.T) {
+	var stdout bytes.Buffer
+	err := runSim(context.Background(), []string{"--scenario", "../../scenarios/runaway-tenant.yaml", "--load", "5", "--requests", "30000", "--policy", "sluice,spend"}, &stdout, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := stdout.String()
+	for _, want := range []string{"+ spend limiter", "peak $/h", "success loopy %", "ceiling $300/h", "refused", "tenant loopy ($120/h) crossed at"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+	err = runSim(context.Background(), []string{"--scenario", testScenario, "--policy", "spend", "--requests", "100"}, io.Discard, io.Discard)
+	if err == nil || !strings.Contains(err.Error(), "spend section") {
+		t.Errorf("--policy spend without a spend section: %v", err)
+	}
+}
