@@ -1,22 +1,17 @@
 package admission
 
 import (
-	"math/bits"
 	"time"
+
+	"github.com/sluicehq/sluice/internal/loghist"
 )
 
 // The service-time window keeps the last N samples in a ring (for an exact
 // mean and to know which sample leaves) and a histogram of those same samples
-// over log-linear buckets (for quantiles). Buckets are in microseconds: values
-// below 8µs get a bucket each, above that every power of two is split in 8, so
-// a quantile is off by at most 1/8 (12.5%) of its value — far below the
+// over log-linear buckets (for quantiles): each power of two is split in 8,
+// so a quantile is off by at most 1/8 (12.5%) of its value — far below the
 // spread of LLM latencies — and memory is fixed whatever the traffic.
-const (
-	subBits    = 3
-	subBuckets = 1 << subBits
-	maxExp     = 42 // 2^42 µs ≈ 51 days: larger samples share the last bucket
-	numBuckets = subBuckets + (maxExp-subBits+1)*subBuckets
-)
+var buckets = loghist.New(3, 42) // up to 2^42 µs ≈ 51 days
 
 // recomputeEvery bounds how stale the cached quantiles may get: they are
 // recomputed on read once this many samples arrived since the last time. A
@@ -25,30 +20,8 @@ const (
 // window of hundreds.
 const recomputeEvery = 8
 
-func bucketOf(d time.Duration) int {
-	us := uint64(max(d, 0) / time.Microsecond)
-	if us < subBuckets {
-		return int(us)
-	}
-	e := bits.Len64(us) - 1 // ≥ subBits
-	if e > maxExp {
-		return numBuckets - 1
-	}
-	sub := int(us>>(e-subBits)) & (subBuckets - 1)
-	return subBuckets + (e-subBits)*subBuckets + sub
-}
-
-// bucketValue is a representative value (the midpoint) of bucket i.
-func bucketValue(i int) time.Duration {
-	if i < subBuckets {
-		return time.Duration(i)*time.Microsecond + time.Microsecond/2
-	}
-	e := (i-subBuckets)/subBuckets + subBits
-	sub := (i - subBuckets) % subBuckets
-	lo := uint64(subBuckets+sub) << (e - subBits)
-	width := uint64(1) << (e - subBits)
-	return time.Duration(lo)*time.Microsecond + time.Duration(width)*time.Microsecond/2
-}
+func bucketOf(d time.Duration) int    { return buckets.Bucket(d) }
+func bucketValue(i int) time.Duration { return buckets.Value(i) }
 
 // window is a bounded record of recent service times. Not safe for
 // concurrent use; the Core's owner serialises access.
@@ -57,14 +30,14 @@ type window struct {
 	next   int
 	n      int
 	sum    time.Duration
-	counts [numBuckets]uint32
+	counts []uint32
 
 	stale         int // samples added since the quantiles were computed
 	p50, p95, p99 time.Duration
 }
 
 func newWindow(size int) *window {
-	return &window{ring: make([]time.Duration, size)}
+	return &window{ring: make([]time.Duration, size), counts: make([]uint32, buckets.Len())}
 }
 
 func (w *window) add(d time.Duration) {

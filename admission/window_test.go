@@ -15,7 +15,7 @@ func TestBucketsRoundTrip(t *testing.T) {
 			t.Errorf("%v lands in a bucket worth %v", d, v)
 		}
 	}
-	if bucketOf(-time.Second) != 0 || bucketOf(1<<62) != numBuckets-1 {
+	if bucketOf(-time.Second) != 0 || bucketOf(1<<62) != buckets.Len()-1 {
 		t.Error("out-of-range values must clamp to the end buckets")
 	}
 }
