@@ -5,9 +5,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/httptrace"
 	"net/http/httputil"
 	"net/url"
 	"os"
@@ -166,6 +168,11 @@ type call struct {
 	caller   context.Context // the caller's own context: done when it leaves
 	finished atomic.Bool
 	meter    *usageMeter // set when the response arrives
+	// headersWritten counts the upstream attempts whose request headers
+	// were written (trace.WroteHeaders): once they may have reached the
+	// provider, a failed attempt is not retried.
+	headersWritten atomic.Int32
+	trace          httptrace.ClientTrace
 }
 
 type callKey struct{}
@@ -179,12 +186,13 @@ func (c *call) finish(result admission.Result) {
 	c.permit.Done(admission.Outcome{Result: result, ServiceTime: d})
 	c.settleSpend(result, d)
 	model := c.g.metrics.models.label(c.model)
-	c.g.metrics.service.WithLabelValues(model).Observe(d.Seconds())
+	c.g.metrics.serviceTime(model).Observe(d.Seconds())
 	if c.meter != nil {
 		if u, ok := c.meter.done(); ok {
-			c.g.metrics.tokens.WithLabelValues(model, "input").Add(float64(u.Input))
-			c.g.metrics.tokens.WithLabelValues(model, "cached_input").Add(float64(u.CachedInput))
-			c.g.metrics.tokens.WithLabelValues(model, "output").Add(float64(u.Output))
+			tokens := c.g.metrics.modelTokens(model)
+			tokens[0].Add(float64(u.Input))
+			tokens[1].Add(float64(u.CachedInput))
+			tokens[2].Add(float64(u.Output))
 		}
 	}
 }
@@ -223,7 +231,7 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		g.badInput(w, err)
 		return
 	}
-	g.metrics.attempts.WithLabelValues(attemptKind(hdr.attempt)).Inc()
+	g.metrics.attempt(hdr.attempt).Inc()
 	if rej := g.budgets.admit(time.Now(), t.name, hdr.attempt); rej != nil {
 		g.refuse(w, rej, hdr.class, t.name)
 		return
@@ -265,13 +273,17 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	c := &call{g: g, permit: permit, class: hdr.class, tenant: t.name, model: body.model, body: body.raw,
 		deadline: deadline, start: time.Now(), queue: permit.QueueTime(), caller: r.Context(),
 		res: sd.Reservation, estimate: sd.EstimatedUSD}
-	g.metrics.admissions.WithLabelValues(hdr.class, t.name, attemptKind(hdr.attempt)).Inc()
-	g.metrics.queue.WithLabelValues(hdr.class).Observe(c.queue.Seconds())
+	g.metrics.admission(hdr.class, t.name, hdr.attempt).Inc()
+	g.metrics.queueTime(hdr.class).Observe(c.queue.Seconds())
 
+	// One trace for the call's upstream attempts, installed before the
+	// proxy adds its own: the proxy composes the two once, instead of each
+	// attempt composing a trace of its own with the proxy's.
+	c.trace.WroteHeaders = c.wroteHeaders
 	// A shallow copy: ReverseProxy clones the request again for upstream,
 	// and r is not used after this.
-	out := r.WithContext(context.WithValue(ctx, callKey{}, c))
-	out.Body = readCloser{bytes.NewReader(body.raw)}
+	out := r.WithContext(httptrace.WithClientTrace(context.WithValue(ctx, callKey{}, c), &c.trace))
+	out.Body = io.NopCloser(bytes.NewReader(body.raw))
 	out.ContentLength = int64(len(body.raw))
 	out.Header.Set("Content-Length", strconv.Itoa(len(body.raw)))
 	g.proxy.ServeHTTP(w, out)
@@ -296,9 +308,7 @@ func attemptKind(attempt int) string {
 	return "first"
 }
 
-type readCloser struct{ *bytes.Reader }
-
-func (readCloser) Close() error { return nil }
+func (c *call) wroteHeaders() { c.headersWritten.Add(1) }
 
 // rewrite turns the caller's request into the provider's: the upstream URL,
 // the provider's key in place of the caller's, and no sluice headers.
@@ -329,7 +339,7 @@ func (g *Gateway) modifyResponse(resp *http.Response) error {
 	}
 	resp.Header.Set(HeaderQueueMs, strconv.FormatInt(c.queue.Milliseconds(), 10))
 	resp.Header.Set(HeaderModel, c.model)
-	g.metrics.responses.WithLabelValues(c.class, strconv.Itoa(resp.StatusCode)).Inc()
+	g.metrics.response(c.class, resp.StatusCode).Inc()
 	result := admission.Success
 	if resp.StatusCode >= 500 || resp.StatusCode == http.StatusTooManyRequests {
 		result = admission.Failure

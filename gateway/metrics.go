@@ -28,6 +28,87 @@ type metrics struct {
 	tokens          *prometheus.CounterVec // model, kind
 	degraded        prometheus.Counter
 	models          *labelLimiter
+
+	// The children of the series every call touches, looked up once:
+	// WithLabelValues hashes and checks its label values on each call, and
+	// a call makes eight of them. A child is created (and its series
+	// appears) only when first used, as with WithLabelValues.
+	attemptsOf   childCache[bool, prometheus.Counter] // by retry
+	admissionsOf childCache[admissionKey, prometheus.Counter]
+	queueOf      childCache[string, prometheus.Observer]
+	responsesOf  childCache[responseKey, prometheus.Counter]
+	serviceOf    childCache[string, prometheus.Observer]
+	tokensOf     childCache[string, *[3]prometheus.Counter] // by model: input, cached_input, output
+}
+
+type admissionKey struct {
+	class, tenant string
+	retry         bool
+}
+
+type responseKey struct {
+	class string
+	code  int
+}
+
+// childCache memoizes a metric vector's children by key. Series are never
+// deleted, so a cached child stays the registered one.
+type childCache[K comparable, V any] struct {
+	mu sync.RWMutex
+	m  map[K]V
+}
+
+func (c *childCache[K, V]) get(k K, child func() V) V {
+	c.mu.RLock()
+	v, ok := c.m[k]
+	c.mu.RUnlock()
+	if ok {
+		return v
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if v, ok := c.m[k]; ok {
+		return v
+	}
+	if c.m == nil {
+		c.m = map[K]V{}
+	}
+	v = child()
+	c.m[k] = v
+	return v
+}
+
+func (m *metrics) attempt(attempt int) prometheus.Counter {
+	return m.attemptsOf.get(attempt > 0, func() prometheus.Counter { return m.attempts.WithLabelValues(attemptKind(attempt)) })
+}
+
+func (m *metrics) admission(class, tenant string, attempt int) prometheus.Counter {
+	return m.admissionsOf.get(admissionKey{class, tenant, attempt > 0}, func() prometheus.Counter {
+		return m.admissions.WithLabelValues(class, tenant, attemptKind(attempt))
+	})
+}
+
+func (m *metrics) queueTime(class string) prometheus.Observer {
+	return m.queueOf.get(class, func() prometheus.Observer { return m.queue.WithLabelValues(class) })
+}
+
+func (m *metrics) response(class string, code int) prometheus.Counter {
+	return m.responsesOf.get(responseKey{class, code}, func() prometheus.Counter {
+		return m.responses.WithLabelValues(class, strconv.Itoa(code))
+	})
+}
+
+func (m *metrics) serviceTime(model string) prometheus.Observer {
+	return m.serviceOf.get(model, func() prometheus.Observer { return m.service.WithLabelValues(model) })
+}
+
+// modelTokens returns the model's token counters: input, cached_input,
+// output.
+func (m *metrics) modelTokens(model string) *[3]prometheus.Counter {
+	return m.tokensOf.get(model, func() *[3]prometheus.Counter {
+		return &[3]prometheus.Counter{m.tokens.WithLabelValues(model, "input"),
+			m.tokens.WithLabelValues(model, "cached_input"), m.tokens.WithLabelValues(model, "output")}
+	})
 }
 
 // latencyBuckets span fast embeddings to slow reasoning calls.

@@ -8,10 +8,8 @@ import (
 	"io"
 	"math"
 	"net/http"
-	"net/http/httptrace"
 	"strconv"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/sluicehq/sluice/admission"
@@ -145,15 +143,22 @@ type upstream struct {
 func (u *upstream) RoundTrip(req *http.Request) (*http.Response, error) {
 	c, _ := req.Context().Value(callKey{}).(*call)
 	for attempt := 1; ; attempt++ {
-		var wrote atomic.Bool
 		out := req
+		var written int32
 		if c != nil {
-			out = req.WithContext(httptrace.WithClientTrace(req.Context(), &httptrace.ClientTrace{
-				WroteHeaders: func() { wrote.Store(true) },
-			}))
-			if attempt > 1 {
-				out.Body = readCloser{bytes.NewReader(c.body)}
-			}
+			// The call's trace (see Gateway.ServeHTTP) counts the
+			// attempts whose headers were written: this one wrote if
+			// the count moves.
+			written = c.headersWritten.Load()
+			cp := *req
+			out = &cp
+			// The body, from the gateway's copy, on every attempt: an
+			// io.NopCloser around a *bytes.Reader is a body the Transport
+			// knows is in memory, so it sends the headers and the body in
+			// one write; behind ReverseProxy's own wrapper it would flush
+			// the headers first, in a write (and a TCP segment) of their
+			// own.
+			out.Body = io.NopCloser(bytes.NewReader(c.body))
 		}
 		resp, err := u.base.RoundTrip(out)
 		now := time.Now()
@@ -161,7 +166,7 @@ func (u *upstream) RoundTrip(req *http.Request) (*http.Response, error) {
 		if c == nil || attempt >= u.maxAttempts || u.g.budgets.off {
 			return resp, err
 		}
-		wait, why, ok := u.retryable(resp, err, wrote.Load(), attempt)
+		wait, why, ok := u.retryable(resp, err, c.headersWritten.Load() != written, attempt)
 		if !ok || !u.worthIt(now, c, wait) || !u.g.budgets.global.TryWithdraw(now) {
 			return resp, err
 		}
