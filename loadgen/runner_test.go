@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"math"
 	"net/http"
 	"slices"
 	"strconv"
@@ -528,5 +529,52 @@ func TestGoodputLeavesOutTheDrain(t *testing.T) {
 	}
 	if rep.Goodput != 2 {
 		t.Errorf("goodput = %v/s, want 2/s: only answers inside the window count", rep.Goodput)
+	}
+}
+
+// lateClock oversleeps every wait by lag, as Go's timers do when the
+// process is idle (they wake on millisecond ticks).
+type lateClock struct {
+	*fakeClock
+	lag time.Duration
+}
+
+func (c lateClock) Sleep(ctx context.Context, d time.Duration) error {
+	if d <= 0 {
+		return c.fakeClock.Sleep(ctx, d)
+	}
+	return c.fakeClock.Sleep(ctx, d+c.lag)
+}
+
+func TestAttemptLatencyLeavesOutSendLagAndEarlierAttempts(t *testing.T) {
+	clk := lateClock{fakeClock: newFakeClock(), lag: 700 * time.Microsecond}
+	srv := newRecorder(t, func(w http.ResponseWriter, r *http.Request, n int) {
+		if n == 0 {
+			clk.Advance(5 * time.Millisecond)
+			reject(w, http.StatusServiceUnavailable, "queue_wait", "300", "250")
+			return
+		}
+		clk.Advance(40 * time.Millisecond)
+		ok(w, r, n)
+	})
+	rep := mustRun(t, Config{
+		Target: srv.URL, Rate: 10, MaxRequests: 1,
+		Classes: oneClass("batch", 10*time.Second),
+		Policy:  Polite{},
+	}, env{clock: clk})
+	if rep.OnTime != 1 || rep.Attempts != 2 {
+		t.Fatalf("on time %d attempts %d, want 1 and 2", rep.OnTime, rep.Attempts)
+	}
+	if rep.SendLag.Count != 1 || rep.SendLag.P50Ms != 0.7 {
+		t.Errorf("send lag = %+v, want one sample of 0.7ms", rep.SendLag)
+	}
+	// Only the answered attempt counts, from its own send.
+	if rep.AttemptLatency.Count != 1 || rep.AttemptLatency.P50Ms != 40 {
+		t.Errorf("attempt latency = %+v, want one sample of 40ms", rep.AttemptLatency)
+	}
+	// The request's latency keeps everything: lag, the refused attempt,
+	// the wait it asked for (overslept too) and the answer.
+	if want := 0.7 + 5 + 300 + 0.7 + 40; math.Abs(rep.Latency.P50Ms-want) > 1e-9 {
+		t.Errorf("latency p50 = %vms, want %vms", rep.Latency.P50Ms, want)
 	}
 }

@@ -27,6 +27,8 @@ func (r *Report) WriteText(w io.Writer) error {
 	fmt.Fprintf(tw, "answered\t%d: %d on time, %d late\n", r.Answered, r.OnTime, r.Late)
 	fmt.Fprintf(tw, "goodput\t%s/s, success %s\n", num(r.Goodput), pct(r.SuccessRatio))
 	fmt.Fprintf(tw, "latency\t%s (answered requests, arrival to last byte)\n", latencyText(r.Latency))
+	fmt.Fprintf(tw, "attempt latency\t%s (answered attempts, sent to last byte)\n", latencyText(r.AttemptLatency))
+	fmt.Fprintf(tw, "send lag\t%s (scheduled arrival to first send: the generator's own delay)\n", latencyText(r.SendLag))
 	if err := tw.Flush(); err != nil {
 		return err
 	}
@@ -125,6 +127,9 @@ func latMs(l Latency, v float64) string {
 }
 
 func millis(v float64) string {
+	if v < 10 {
+		return strconv.FormatFloat(v, 'f', 2, 64) + "ms"
+	}
 	if v < 1000 {
 		return fmt.Sprintf("%.0fms", v)
 	}
