@@ -28,6 +28,11 @@ type Config struct {
 	// /readyz, /admin/v1/state). Empty means 127.0.0.1:9090. It should stay
 	// on loopback: it shows tenants and state.
 	Admin string `yaml:"admin"`
+	// AdminPprof serves the Go runtime's profiles (CPU, heap, goroutines,
+	// execution trace) at /debug/pprof/ on the admin listener, for chasing
+	// the gateway's own latency or memory. Off by default; `sluice serve`
+	// honours it (Server.AdminHandler), the Gateway handler does not.
+	AdminPprof bool `yaml:"admin_pprof"`
 
 	Upstream  UpstreamConfig  `yaml:"upstream"`
 	Admission AdmissionConfig `yaml:"admission"`

@@ -16,8 +16,15 @@ type Server struct {
 	// API and Admin are the bound listeners; their addresses are known
 	// once Listen returns (port 0 picks a free port).
 	API, Admin net.Listener
-	log        *slog.Logger
-	grace      time.Duration
+	// AdminHandler is what the admin listener serves: the gateway's
+	// AdminHandler unless replaced (before Serve) by one that adds to it —
+	// `sluice serve` mounts the runtime's profiles there when admin_pprof is
+	// set, so that this package need not import net/http/pprof, whose init
+	// would publish them on http.DefaultServeMux of every program that
+	// embeds the gateway.
+	AdminHandler http.Handler
+	log          *slog.Logger
+	grace        time.Duration
 }
 
 // Listen binds the proxy and admin addresses of the config. An admin
@@ -36,7 +43,7 @@ func Listen(g *Gateway) (*Server, error) {
 	if host, _, _ := net.SplitHostPort(g.cfg.Admin); !isLoopback(host) {
 		g.log.Warn("the admin listener is not on loopback: /metrics and /admin/v1/state are reachable from the network", "admin", g.cfg.Admin)
 	}
-	return &Server{Gateway: g, API: api, Admin: admin, log: g.log, grace: g.cfg.ShutdownGrace.D()}, nil
+	return &Server{Gateway: g, API: api, Admin: admin, AdminHandler: g.AdminHandler(), log: g.log, grace: g.cfg.ShutdownGrace.D()}, nil
 }
 
 func isLoopback(host string) bool {
@@ -52,7 +59,7 @@ func isLoopback(host string) bool {
 // the grace period to finish. It returns nil after a clean shutdown.
 func (s *Server) Serve(ctx context.Context) error {
 	api := &http.Server{Handler: s.Gateway, ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelWarn)}
-	admin := &http.Server{Handler: s.Gateway.AdminHandler(), ReadHeaderTimeout: 10 * time.Second}
+	admin := &http.Server{Handler: s.AdminHandler, ReadHeaderTimeout: 10 * time.Second}
 	errs := make(chan error, 2)
 	go func() { errs <- api.Serve(s.API) }()
 	go func() { errs <- admin.Serve(s.Admin) }()

@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/http"
+	"net/http/pprof"
 	"time"
 
 	"github.com/sluicehq/sluice/gateway"
@@ -28,6 +30,7 @@ type serveFlags struct {
 	maxQueue    int
 	apiKeyEnv   string
 	initial     time.Duration
+	pprof       bool
 }
 
 func (f *serveFlags) register(fs *flag.FlagSet) {
@@ -39,6 +42,7 @@ func (f *serveFlags) register(fs *flag.FlagSet) {
 	fs.IntVar(&f.maxQueue, "max-queue", -1, "hard bound on waiting requests (default from the config, else 0: no waiting room)")
 	fs.StringVar(&f.apiKeyEnv, "api-key-env", "", "environment `variable` holding the provider's API key")
 	fs.DurationVar(&f.initial, "initial-service-time", 0, "service time assumed before the first call completes")
+	fs.BoolVar(&f.pprof, "admin-pprof", false, "serve the Go runtime's profiles at /debug/pprof/ on the admin listener (admin_pprof)")
 }
 
 // load reads the config file, if any, and applies the flags that were set.
@@ -76,6 +80,8 @@ func (f *serveFlags) load(fs *flag.FlagSet) (gateway.Config, error) {
 				bad = fmt.Errorf("--initial-service-time: %v, want ≥ 0", f.initial)
 			}
 			cfg.Admission.InitialServiceTime = gateway.Duration(f.initial)
+		case "admin-pprof":
+			cfg.AdminPprof = f.pprof
 		}
 	})
 	if bad != nil {
@@ -113,6 +119,9 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	srv, err := gateway.Listen(g)
 	if err != nil {
 		return err
+	}
+	if cfg.AdminPprof {
+		srv.AdminHandler = withPprof(srv.AdminHandler)
 	}
 	fmt.Fprintf(stdout, "sluice listening on http://%s (admin http://%s)\n", srv.API.Addr(), srv.Admin.Addr())
 	return srv.Serve(ctx)
@@ -157,4 +166,17 @@ func trimNewline(b []byte) []byte {
 		b = b[:len(b)-1]
 	}
 	return b
+}
+
+// withPprof adds the Go runtime's profiles under /debug/pprof/ to the admin
+// handler.
+func withPprof(admin http.Handler) http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("/", admin)
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	return mux
 }

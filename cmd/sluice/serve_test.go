@@ -45,22 +45,7 @@ func TestServeFlagsOverrideTheFile(t *testing.T) {
 	if err := os.WriteFile(file, []byte("upstream: {url: \"http://127.0.0.1:1\"}\nadmission: {concurrency: 3, max_queue: 5}\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(t.Context())
-	defer cancel()
-	pr, pw := io.Pipe()
-	done := make(chan error, 1)
-	go func() {
-		done <- runServe(ctx, []string{"--config", file, "--concurrency", "7", "--listen", "127.0.0.1:0", "--admin", "127.0.0.1:0"}, pw, io.Discard)
-		pw.Close()
-	}()
-	line := make([]byte, 256)
-	n, _ := pr.Read(line)
-	// "sluice listening on http://ADDR (admin http://ADDR)"
-	fields := strings.Fields(string(line[:n]))
-	if len(fields) < 6 {
-		t.Fatalf("first line %q", line[:n])
-	}
-	admin := strings.TrimSuffix(fields[5], ")")
+	admin, stop := startServe(t, "--config", file, "--concurrency", "7", "--listen", "127.0.0.1:0", "--admin", "127.0.0.1:0")
 	resp, err := http.Get(admin + "/admin/v1/state")
 	if err != nil {
 		t.Fatal(err)
@@ -74,15 +59,92 @@ func TestServeFlagsOverrideTheFile(t *testing.T) {
 	if st.Concurrency != 7 || st.MaxQueue != 5 {
 		t.Fatalf("state %+v: want concurrency 7 from the flag, max_queue 5 from the file", st)
 	}
-	cancel()
-	go io.Copy(io.Discard, pr)
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatalf("serve returned %v after the signal", err)
+	stop()
+}
+
+// startServe runs `sluice serve` with args until the test ends (or stop is
+// called, which checks that it shut down cleanly) and returns the admin
+// listener's base URL.
+func startServe(t *testing.T, args ...string) (admin string, stop func()) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(t.Context())
+	pr, pw := io.Pipe()
+	done := make(chan error, 1)
+	go func() {
+		done <- runServe(ctx, args, pw, io.Discard)
+		pw.Close()
+	}()
+	stopped := false
+	stop = func() {
+		if stopped {
+			return
 		}
-	case <-time.After(30 * time.Second):
-		t.Fatal("serve did not stop")
+		stopped = true
+		cancel()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("serve returned %v after the signal", err)
+			}
+		case <-time.After(30 * time.Second):
+			t.Error("serve did not stop")
+		}
+	}
+	t.Cleanup(stop)
+	line := make([]byte, 256)
+	n, _ := pr.Read(line)
+	go io.Copy(io.Discard, pr)
+	// "sluice listening on http://ADDR (admin http://ADDR)"
+	fields := strings.Fields(string(line[:n]))
+	if len(fields) < 6 {
+		t.Fatalf("first line %q", line[:n])
+	}
+	return strings.TrimSuffix(fields[5], ")"), stop
+}
+
+// TestAdminPprofIsOptIn: the runtime's profiles are on the admin listener
+// only when asked for, by the file or the flag.
+func TestAdminPprofIsOptIn(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "sluice.yaml")
+	if err := os.WriteFile(file, []byte("upstream: {url: \"http://127.0.0.1:1\"}\nadmission: {concurrency: 2}\nadmin_pprof: true\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	base := []string{"--upstream", "http://127.0.0.1:1", "--concurrency", "2", "--listen", "127.0.0.1:0", "--admin", "127.0.0.1:0"}
+	for _, tc := range []struct {
+		name string
+		args []string
+		want int
+	}{
+		{"default", base, http.StatusNotFound},
+		{"flag", append(base, "--admin-pprof"), http.StatusOK},
+		{"file", []string{"--config", file, "--listen", "127.0.0.1:0", "--admin", "127.0.0.1:0"}, http.StatusOK},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			admin, _ := startServe(t, tc.args...)
+			for _, path := range []string{"/debug/pprof/", "/debug/pprof/goroutine?debug=1"} {
+				resp, err := http.Get(admin + path)
+				if err != nil {
+					t.Fatal(err)
+				}
+				body, _ := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				if resp.StatusCode != tc.want {
+					t.Errorf("GET %s: %d, want %d", path, resp.StatusCode, tc.want)
+				}
+				if tc.want == http.StatusOK && !strings.Contains(string(body), "goroutine") {
+					t.Errorf("GET %s: body does not look like a profile: %.200s", path, body)
+				}
+			}
+			// The gateway's own admin endpoints stay where they were.
+			resp, err := http.Get(admin + "/healthz")
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusOK {
+				t.Errorf("GET /healthz: %d", resp.StatusCode)
+			}
+		})
 	}
 }
 
