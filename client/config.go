@@ -37,6 +37,12 @@ type Config struct {
 	// non-empty value must be an absolute http or https URL.
 	BaseURL string
 
+	// APIKey is the caller's own key, sent by Estimate as "Authorization:
+	// Bearer <key>": a gateway with tenants answers 401 without it.
+	// RoundTrip does not use it: each request carries its own Authorization
+	// (the OpenAI SDK sets it). Empty means Estimate sends none.
+	APIKey string
+
 	// Base sends each attempt. Nil means http.DefaultTransport.
 	Base http.RoundTripper
 

@@ -26,7 +26,8 @@
 // its capacity rejecting.
 //
 // Estimate asks the gateway, before submitting, how long a request of a given
-// priority would wait and whether it would be admitted.
+// priority would wait and whether it would be admitted; behind a gateway with
+// tenants it needs Config.APIKey, the caller's own key.
 //
 // # Use with the OpenAI Go SDK
 //

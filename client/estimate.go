@@ -97,6 +97,9 @@ func (c *Client) Estimate(ctx context.Context, priority string, timeout time.Dur
 		return Estimate{}, fmt.Errorf("client: Estimate: %w", err)
 	}
 	req.Header.Set("Accept", "application/json")
+	if c.cfg.APIKey != "" {
+		req.Header.Set("Authorization", "Bearer "+c.cfg.APIKey)
+	}
 	resp, err := c.cfg.Base.RoundTrip(req)
 	if err != nil {
 		return Estimate{}, fmt.Errorf("client: Estimate: %w", err)

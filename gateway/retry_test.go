@@ -304,3 +304,33 @@ func TestClientGivesUpWhenRetryAfterExceedsItsDeadline(t *testing.T) {
 		t.Fatalf("the client retried %v times", n)
 	}
 }
+
+// TestClientEstimateAsATenant: with tenants configured the estimate endpoint
+// answers only a known key, and the client sends Config.APIKey with it.
+func TestClientEstimateAsATenant(t *testing.T) {
+	_, up := startMock(t, mockllm.Config{})
+	cfg := baseConfig(up.URL)
+	cfg.Upstream.APIKeyEnv = "TEST_PROVIDER_KEY"
+	cfg.Tenants = []TenantConfig{{Name: "acme", Tier: "low", APIKeysSHA256: []string{HashKey("sk-acme")}}}
+	_, gw := startGateway(t, cfg)
+
+	anon, err := client.New(client.Config{BaseURL: gw.URL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := anon.Estimate(t.Context(), "batch", 5*time.Second); err == nil || !strings.Contains(err.Error(), "401") {
+		t.Fatalf("Estimate without a key: %v, want the gateway's 401", err)
+	}
+	c, err := client.New(client.Config{BaseURL: gw.URL, APIKey: "sk-acme"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	est, err := c.Estimate(t.Context(), "batch", 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// acme is a low-tier tenant: its batch work ranks as low-tier (2), not 3.
+	if !est.Admit || est.Priority != "batch" || est.Rank != 2 {
+		t.Fatalf("estimate %+v, want batch admitted at acme's low-tier rank 2", est)
+	}
+}
