@@ -141,6 +141,8 @@ for i in range(1, runs + 1):
         if cpu:
             costs[t][0].append(float(cpu)); costs[t][1].append(float(cs))
         print(f"{i:>3} {t:>13} {p50:>7.0f} {p99:>8.0f} {p50 - d50:>10.0f} {p99 - d99:>10.0f} {ok:>8.4f} {steal(t, i):>5.1f}% {cpu:>8} {cs:>7}")
+lags = [json.load(open(f"{d}/{t}.{i}.json"))["send_lag"]["p50_ms"] * 1000 for t in targets for i in range(1, runs + 1)]
+print(f"the generator's own send lag (scheduled arrival to send), p50: {statistics.median(lags):.0f} µs (median over all runs)")
 print(f"median over {runs} runs:")
 for t in targets:
     line = f"    {t:>13}  added p50 {statistics.median(added[t][0]):6.0f} µs   added p99 {statistics.median(added[t][1]):7.0f} µs"
