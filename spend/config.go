@@ -121,7 +121,10 @@ type TenantBudget struct {
 // A scope whose rate is at fraction f of its limit is:
 //   - below shed_speculative_at: normal;
 //   - from shed_speculative_at: rank 0 (speculative work) is refused; for a
-//     tenant, its other requests are also marked over quota;
+//     tenant, its other requests are also marked over quota. For the global
+//     ceiling, a tenant spending more than its max-min fair share of this
+//     stage (among the tenants with spend in the rate window) is refused
+//     like rank 0 and marked over quota, whatever its rank;
 //   - from degrade_at: requests are rewritten to the next rung of their
 //     model's ladder;
 //   - from reject_at: ranks 1 and up are refused one after another, each at

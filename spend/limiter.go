@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"sync"
 	"time"
 
@@ -52,7 +53,16 @@ type Limiter struct {
 		alertEvents  [2]int64 // fired, resolved
 		buf          []int64  // scratch for window reads
 		entries      [3]Entry // scratch for ledger writes
+		fair         fairLevel
 	}
+}
+
+// fairLevel caches fairLevelLocked's answer for one second.
+type fairLevel struct {
+	at        time.Time
+	valid, ok bool
+	level     float64
+	rates     []float64 // scratch
 }
 
 // New returns a Limiter for cfg, or an error naming the first bad field.
@@ -192,10 +202,17 @@ type Decision struct {
 	Model string
 	// Degraded says Model is the rung below the requested model.
 	Degraded bool
-	// OverQuota says the tenant is past the first stage of its own
-	// budget: the gateway sets admission.Request.OverQuota, so the gate
-	// sheds the request at the over-quota rank.
+	// OverQuota says the tenant is past the first stage of its own budget
+	// (its requests then rank at most over-quota against the ceiling), or,
+	// with OverShare, that the ceiling is past its first stage and the
+	// tenant spends more than its fair (max-min) share of the first stage
+	// among the tenants that spent within the rate window (the ceiling then
+	// refuses its requests like speculative work, leaving the rest to the
+	// others). Either way
+	// the gateway sets admission.Request.OverQuota, so the gate sheds the
+	// request at the over-quota rank too.
 	OverQuota bool
+	OverShare bool
 	// Rejection is the refusal when Allow is false: reason tenant_budget
 	// (429; the tenant's own budget) or spend_ceiling (503; the global
 	// ceiling), with RetryAfter the time until the window has freed enough
@@ -276,6 +293,16 @@ func (l *Limiter) Admit(now time.Time, req Request) (Decision, error) {
 		d.Stage = c.stageOf(globalFrac)
 	}
 	d.OverQuota = d.TenantStage >= StageShedSpeculative
+	// Past the ceiling's first stage, a tenant spending more than its fair
+	// share of that stage is over quota too, budget of its own or not, and the
+	// ceiling refuses it like speculative work (below): otherwise a runaway
+	// tenant at the interactive rank holds the global rate where every
+	// other tenant's lower ranks are refused, and is itself refused last.
+	if !d.OverQuota && d.Stage >= StageShedSpeculative && l.overShareLocked(t, now) {
+		d.OverQuota, d.OverShare = true, true
+		t.overShare++
+		l.mu.global.overShare++
+	}
 
 	// Refusals, tenant first.
 	var reason admission.Reason
@@ -287,7 +314,10 @@ func (l *Limiter) Admit(now time.Time, req Request) (Decision, error) {
 		}
 	}
 	globalRank := rank
-	if d.OverQuota {
+	switch {
+	case d.OverShare:
+		globalRank = 0
+	case d.OverQuota:
 		globalRank = min(rank, c.overQuota)
 	}
 	if c.ceiling > 0 {
@@ -296,6 +326,9 @@ func (l *Limiter) Admit(now time.Time, req Request) (Decision, error) {
 				reason = admission.ReasonSpendCeiling
 			}
 			// Trying again has a chance only once both have freed enough.
+			// For a tenant over its share that is when the first stage
+			// clears: its share moves with everyone's spend, the stage
+			// does not.
 			wait = max(wait, l.rateFreeLocked(GlobalScope, now, c.ceiling*th))
 		}
 	}
@@ -355,6 +388,9 @@ func (l *Limiter) bookLocked(now time.Time, r *Reservation, amount int64) {
 	if amount == 0 {
 		return
 	}
+	if amount > 0 && r.at.After(r.tenant.lastSpend) {
+		r.tenant.lastSpend = r.at
+	}
 	e := &l.mu.entries
 	e[0] = Entry{Scope: GlobalScope, At: r.at, Amount: amount}
 	e[1] = Entry{Scope: r.tenant.scope, At: r.at, Amount: amount}
@@ -386,6 +422,59 @@ func (l *Limiter) rateMinutes() int { return int(l.cfg.rateWindow / bucketWidth)
 func (l *Limiter) rateLocked(scope string, now time.Time) float64 {
 	a := l.windowLocked(scope, now, l.rateMinutes())
 	return windowSpend(a, phaseOf(now)) / nanoPerUSD * float64(time.Hour) / float64(l.cfg.rateWindow)
+}
+
+// overShareLocked says whether tenant t spends more than its fair share of
+// the ceiling's first stage (shed_speculative_at × ceiling): the max-min
+// share among the tenants that spent within the rate window, in which a
+// tenant spending less than an equal share keeps what it spends and what it
+// leaves is shared by the others. Nobody is over while the tenants together
+// spend less than the first stage, and a lone tenant never is.
+func (l *Limiter) overShareLocked(t *scopeStats, now time.Time) bool {
+	if !l.activeLocked(t, now) {
+		return false
+	}
+	level, ok := l.fairLevelLocked(now)
+	return ok && l.rateLocked(t.scope, now) > level
+}
+
+// activeLocked says whether tenant t has spend in the rate window (the
+// minutes the rate reads, the one leaving it included).
+func (l *Limiter) activeLocked(t *scopeStats, now time.Time) bool {
+	return !t.lastSpend.IsZero() && minuteOf(t.lastSpend) >= minuteOf(now)-int64(l.rateMinutes())
+}
+
+// fairLevelLocked is the water level of the max-min shares of the first
+// stage: the rate above which a tenant is over its share; ok is false when
+// the active tenants' rates all fit. It is computed at most once a second.
+func (l *Limiter) fairLevelLocked(now time.Time) (level float64, ok bool) {
+	sec := now.Truncate(time.Second)
+	f := &l.mu.fair
+	if f.valid && f.at.Equal(sec) {
+		return f.level, f.ok
+	}
+	rates := f.rates[:0]
+	for _, o := range l.mu.tenants.list {
+		if l.activeLocked(o, now) {
+			rates = append(rates, l.rateLocked(o.scope, now))
+		}
+	}
+	f.rates = rates
+	slices.Sort(rates)
+	room := l.cfg.shedAt * l.cfg.ceiling
+	level, ok = 0, false
+	if len(rates) >= 2 {
+		for i, r := range rates {
+			share := room / float64(len(rates)-i)
+			if r > share {
+				level, ok = share, true
+				break
+			}
+			room -= r
+		}
+	}
+	*f = fairLevel{at: sec, valid: true, level: level, ok: ok, rates: rates}
+	return level, ok
 }
 
 // rateFreeLocked is how long until the scope's rate falls below perHour.

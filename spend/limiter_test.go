@@ -415,3 +415,101 @@ func TestEmptyTenantIsAnonymous(t *testing.T) {
 		t.Errorf("tenant %q", d.Reservation.Tenant())
 	}
 }
+
+// TestRunawayTenantCannotCrowdOthersOut: two tenants without budgets of
+// their own share the $120/h ceiling. "runaway" sends interactive calls at
+// twice the ceiling, "steady" a trickle of batch. Without the fair-share
+// rule the runaway holds the global rate between batch's threshold (0.975)
+// and interactive's (0.9875), so most batch calls of steady are refused
+// while the runaway is refused last; with it, once the ceiling is under
+// pressure (0.8) the runaway is over its share of that stage, the ceiling
+// refuses it like speculative work, and steady is never refused.
+func TestRunawayTenantCannotCrowdOthersOut(t *testing.T) {
+	l := newLimiter(t, testConfig(), spend.Options{})
+	type tally struct{ tried, refused, overShare int }
+	var runaway, steady tally
+	try := func(now time.Time, tenant string, rank int, usd float64, tl *tally) {
+		tl.tried++
+		tokens := int64(usd*1000 + 0.5)
+		d := admit(t, l, now, spend.Request{Tenant: tenant, Model: "unit", Rank: rank, EstimatedInputTokens: tokens})
+		if d.OverShare {
+			tl.overShare++
+		}
+		if !d.Allow {
+			tl.refused++
+			return
+		}
+		if _, err := l.Reconcile(now, d.Reservation, spend.Usage{Input: tokens}, true); err != nil {
+			t.Fatal(err)
+		}
+	}
+	maxFrac := 0.0
+	for s := 0; s < 15*60; s++ {
+		now := t0.Add(time.Duration(s) * time.Second)
+		try(now, "runaway", 4, 0.07, &runaway) // $252/h offered
+		try(now, "steady", 3, 0.002, &steady)  // $7.2/h
+		maxFrac = max(maxFrac, l.Snapshot(now).Global.RatePerHour/120)
+	}
+	t.Logf("runaway %+v, steady %+v, global peak %.4f of the ceiling", runaway, steady, maxFrac)
+	if steady.refused != 0 || steady.overShare != 0 {
+		t.Errorf("steady: %+v, want nothing refused: it spends far less than its share", steady)
+	}
+	if runaway.refused < runaway.tried/3 || runaway.overShare == 0 {
+		t.Errorf("runaway: %+v, want it over its share and refused", runaway)
+	}
+	// The runaway is held from the first stage (0.8) on: the rate stays
+	// below even the over-quota rank's threshold (0.9625).
+	if maxFrac >= 0.9 {
+		t.Errorf("global rate reached %.4f of the ceiling, want the runaway held near 0.8", maxFrac)
+	}
+	if got := findScope(l.Snapshot(t0.Add(15*time.Minute)).Tenants, "runaway").OverShare; got != int64(runaway.overShare) {
+		t.Errorf("snapshot over_share = %d, want %d", got, runaway.overShare)
+	}
+	if got := gather(t, l)["sluice_spend_over_share_total"]["tenant=runaway"]; got != float64(runaway.overShare) {
+		t.Errorf("sluice_spend_over_share_total{tenant=runaway} = %v, want %d", got, runaway.overShare)
+	}
+}
+
+// TestFairShareIsMaxMin: the first stage ($96/h of the $120/h ceiling) is
+// shared max-min among the tenants that spent in the window. A tenant
+// spending less than an equal share keeps it, and leaves the rest to the
+// others; a lone tenant has it all.
+func TestFairShareIsMaxMin(t *testing.T) {
+	now := t0.Add(4*time.Minute + 10*time.Second)
+	at := t0.Add(4 * time.Minute) // spend inside the 5-minute window: $1 there is $12/h
+	l := newLimiter(t, testConfig(), spend.Options{})
+	spendUSD(t, l, at, "solo", 9.7) // 0.97 of the ceiling, $116.4/h
+	if d := admit(t, l, now, spend.Request{Tenant: "solo", Model: "unit", Rank: 4}); !d.Allow || d.OverShare {
+		t.Fatalf("lone tenant at 0.97: %+v, want its interactive call allowed", d)
+	}
+
+	// small $1.2/h, medium $30/h, big $84/h: 0.96 of the ceiling. Max-min
+	// shares of $96/h: small keeps $1.2, medium keeps $30 (under the equal
+	// $47.4 of what is left), big's share is the remaining $64.8.
+	l = newLimiter(t, testConfig(), spend.Options{})
+	spendUSD(t, l, at, "small", 0.1)
+	spendUSD(t, l, at, "medium", 2.5)
+	spendUSD(t, l, at, "big", 7)
+	for tenant, over := range map[string]bool{"small": false, "medium": false, "big": true} {
+		d := admit(t, l, now, spend.Request{Tenant: tenant, Model: "unit", Rank: 4})
+		if d.OverShare != over || d.Allow == over {
+			t.Errorf("%s at 0.96 of the ceiling: %+v, want over its share %v", tenant, d, over)
+		}
+		if over && d.Rejection.Reason != admission.ReasonSpendCeiling {
+			t.Errorf("%s refused with %v, want spend_ceiling", tenant, d.Rejection.Reason)
+		}
+		if over {
+			// Retry-After: when the first stage clears (every rate here
+			// decays alike, so big stays over its share until then).
+			checkRetryAfter(t, l, now, spend.Request{Tenant: tenant, Model: "unit", Rank: 4}, d.Rejection.RetryAfter)
+		}
+	}
+
+	// Under the first stage nobody is over a share, however unequal.
+	l = newLimiter(t, testConfig(), spend.Options{})
+	spendUSD(t, l, at, "small", 0.1)
+	spendUSD(t, l, at, "big", 7.5) // 0.76 of the ceiling
+	if d := admit(t, l, now, spend.Request{Tenant: "big", Model: "unit", Rank: 4}); !d.Allow || d.OverShare {
+		t.Fatalf("big at 0.76 of the ceiling: %+v, want allowed", d)
+	}
+}

@@ -37,6 +37,8 @@ var (
 		"Requests rewritten to a cheaper rung, by tenant and requested model.", []string{"tenant", "model"}, nil)
 	descRefused = prometheus.NewDesc("sluice_spend_refused_total",
 		"Requests refused by the spend policy, by tenant and reason (spend_ceiling, tenant_budget).", []string{"tenant", "reason"}, nil)
+	descOverShare = prometheus.NewDesc("sluice_spend_over_share_total",
+		"Requests of a tenant spending more than its max-min fair share of the ceiling's first stage, while the ceiling was past it (refused like speculative work), by tenant.", []string{"tenant"}, nil)
 	descWasted = prometheus.NewDesc("sluice_spend_wasted_usd_total",
 		"Spend on answers that arrived after the caller's deadline or after the caller left, by tenant.", []string{"tenant"}, nil)
 	descSaved = prometheus.NewDesc("sluice_spend_saved_usd_total",
@@ -57,7 +59,7 @@ var (
 
 func (c collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descSpent, descTenantSpent, descModelSpent, descRate, descLimit, descStage,
-		descDegraded, descRefused, descWasted, descSaved, descReserved, descReservations, descAlerting,
+		descDegraded, descRefused, descOverShare, descWasted, descSaved, descReserved, descReservations, descAlerting,
 		descAlertEvents, descLedgerErrors, descWebhookFailures} {
 		ch <- d
 	}
@@ -93,6 +95,7 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 		gauge(descStage, float64(t.Stage), "tenant", t.Name)
 		counter(descRefused, float64(t.RefusedCeiling), t.Name, "spend_ceiling")
 		counter(descRefused, float64(t.RefusedBudget), t.Name, "tenant_budget")
+		counter(descOverShare, float64(t.OverShare), t.Name)
 		counter(descWasted, t.WastedUSD, t.Name)
 		counter(descSaved, t.SavedUSD, t.Name)
 		if t.AlertPerHour > 0 {

@@ -60,6 +60,10 @@ type ScopeSnapshot struct {
 	Degraded       int64 `json:"degraded"`
 	RefusedCeiling int64 `json:"refused_ceiling"`
 	RefusedBudget  int64 `json:"refused_budget"`
+	// OverShare counts a tenant's requests the ceiling refused, or marked
+	// over quota, because it was under pressure and the tenant spent more
+	// than its fair share of it.
+	OverShare int64 `json:"over_share"`
 	// ObservedOutputTokens is a model's mean output, used to estimate calls
 	// without max_tokens (zero until one is observed).
 	ObservedOutputTokens float64 `json:"observed_output_tokens,omitempty"`
@@ -121,6 +125,7 @@ func (l *Limiter) scopeSnapshotLocked(st *scopeStats, now time.Time) ScopeSnapsh
 		SavedUSD:       toUSD(st.saved),
 		Degraded:       st.degraded,
 		RefusedCeiling: st.refusedCeiling,
+		OverShare:      st.overShare,
 		RefusedBudget:  st.refusedBudget,
 	}
 }

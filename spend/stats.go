@@ -1,5 +1,7 @@
 package spend
 
+import "time"
+
 // scopeStats is what the Limiter remembers of one tenant or one model
 // beyond the ledger's buckets: lifetime counters for metrics and the state
 // dump, the observed output size (models), the budget and alert state
@@ -15,6 +17,8 @@ type scopeStats struct {
 	degraded            int64
 	refusedCeiling      int64
 	refusedBudget       int64
+	overShare           int64            // tenants: requests refused past their fair share of the ceiling's first stage
+	lastSpend           time.Time        // tenants: when spend was last booked, to find the active ones
 	degradedFrom        map[string]int64 // tenants: degraded requests by the model asked for
 	outN                int64            // models: outputs observed
 	outMean             float64          // models: their mean (a moving mean once outN > outWindow)
