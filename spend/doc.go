@@ -38,7 +38,13 @@
 //   - shed speculative: rank 0 (or class "speculative") is refused; a
 //     tenant past this point of its budget is over quota (Decision.OverQuota)
 //     and its other requests drop to the over-quota rank in the gate and in
-//     the global ceiling's order;
+//     the global ceiling's order. Past this point of the global ceiling, a
+//     tenant spending more than its max-min fair share of it (among the
+//     tenants with spend in the rate window: one that spends less than an
+//     equal share keeps it, the others share the rest) is refused like
+//     rank 0 whatever its rank, and marked over quota (Decision.OverShare):
+//     a runaway without a budget of its own cannot hold the global rate
+//     where every other tenant's batch work is refused;
 //   - degrade: the request is rewritten one rung down its model's ladder
 //     (Config.Ladder, e.g. gpt-4o → gpt-4o-mini) and re-estimated at the
 //     rung's price; the gateway tells the caller in X-Sluice-Model;
