@@ -202,16 +202,17 @@ type Decision struct {
 	Model string
 	// Degraded says Model is the rung below the requested model.
 	Degraded bool
-	// OverQuota says the tenant is past the first stage of its own budget
-	// (its requests then rank at most over-quota against the ceiling), or,
-	// with OverShare, that the ceiling is past its first stage and the
-	// tenant spends more than its fair (max-min) share of the first stage
-	// among the tenants that spent within the rate window (the ceiling then
-	// refuses its requests like speculative work, leaving the rest to the
-	// others). Either way
-	// the gateway sets admission.Request.OverQuota, so the gate sheds the
-	// request at the over-quota rank too.
+	// OverQuota says the tenant is past the first stage of its own budget:
+	// its requests rank at most over-quota against the ceiling. The gateway
+	// sets admission.Request.OverQuota, so the gate sheds the request at the
+	// over-quota rank too.
 	OverQuota bool
+	// OverShare says the ceiling is past its first stage and the tenant
+	// spends more than its fair (max-min) share of that stage among the
+	// tenants with spend in the rate window: the ceiling refuses its
+	// requests like speculative work, leaving the rest to the others.
+	// OverQuota is then set as well. (Tenants past the limit of tracked
+	// names share one entry, and so one share.)
 	OverShare bool
 	// Rejection is the refusal when Allow is false: reason tenant_budget
 	// (429; the tenant's own budget) or spend_ceiling (503; the global
