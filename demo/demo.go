@@ -12,12 +12,12 @@ import (
 	"io"
 	"log/slog"
 	"math"
-	"net"
 	"net/http"
 	"strings"
 	"time"
 
 	"github.com/sluicehq/sluice/gateway"
+	"github.com/sluicehq/sluice/internal/loopback"
 	"github.com/sluicehq/sluice/loadgen"
 	"github.com/sluicehq/sluice/mockllm"
 	"github.com/sluicehq/sluice/spend"
@@ -153,30 +153,12 @@ func Run(ctx context.Context, cfg Config, w io.Writer) (*Result, error) {
 	return res, res.write(w)
 }
 
-// serve runs h on a loopback port until the returned stop is called.
-func serve(h http.Handler) (url string, stop func(), err error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", nil, err
-	}
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		_ = srv.Serve(l)
-	}()
-	return "http://" + l.Addr().String(), func() {
-		_ = srv.Close()
-		<-done
-	}, nil
-}
-
 func runDirect(ctx context.Context, mockCfg mockllm.Config, load loadgen.Config) (Storm, error) {
 	mock, err := mockllm.New(mockCfg)
 	if err != nil {
 		return Storm{}, err
 	}
-	url, stop, err := serve(mock)
+	url, stop, err := loopback.Serve(mock, 0)
 	if err != nil {
 		return Storm{}, err
 	}
@@ -209,7 +191,7 @@ func runThrough(ctx context.Context, cfg Config, mockCfg mockllm.Config, load lo
 	if err != nil {
 		return Storm{}, err
 	}
-	upURL, stop, err := serve(mock)
+	upURL, stop, err := loopback.Serve(mock, 0)
 	if err != nil {
 		return Storm{}, err
 	}

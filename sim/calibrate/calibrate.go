@@ -14,17 +14,15 @@ package calibrate
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"math"
-	"net"
-	"net/http"
 	"strings"
 	"time"
 
 	"github.com/sluicehq/sluice/gateway"
+	"github.com/sluicehq/sluice/internal/loopback"
 	"github.com/sluicehq/sluice/loadgen"
 	"github.com/sluicehq/sluice/mockllm"
 	"github.com/sluicehq/sluice/sim"
@@ -209,7 +207,7 @@ func real(ctx context.Context, cfg Config, rate float64, mean time.Duration) (Fi
 		return Figures{}, err
 	}
 	defer mock.Close()
-	mockURL, stopMock, err := serve(mock)
+	mockURL, stopMock, err := loopback.Serve(mock, 5*time.Second)
 	if err != nil {
 		return Figures{}, err
 	}
@@ -226,7 +224,7 @@ func real(ctx context.Context, cfg Config, rate float64, mean time.Duration) (Fi
 	if err != nil {
 		return Figures{}, err
 	}
-	gwURL, stopGW, err := serve(gw)
+	gwURL, stopGW, err := loopback.Serve(gw, 5*time.Second)
 	if err != nil {
 		return Figures{}, err
 	}
@@ -260,31 +258,6 @@ func real(ctx context.Context, cfg Config, rate float64, mean time.Duration) (Fi
 		f.WastePct = 100 * float64(st.Wasted+st.Aborted+int64(lr.Late)) / float64(st.Started)
 	}
 	return f, nil
-}
-
-// serve runs h on a loopback port until the returned stop is called.
-func serve(h http.Handler) (string, func(), error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", nil, err
-	}
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			slog.Default().Error("calibrate: serving", "err", err)
-		}
-	}()
-	stop := func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		if err := srv.Shutdown(ctx); err != nil {
-			_ = srv.Close()
-		}
-		<-done
-	}
-	return "http://" + ln.Addr().String(), stop, nil
 }
 
 // WriteMarkdown prints the comparison table.
