@@ -81,6 +81,10 @@ for port in $mock_port $api_port $bare_port ${ha_port:-}; do
   for _ in $(seq 100); do curl -s -o /dev/null http://127.0.0.1:$port/v1/models && break; sleep 0.1; done
 done
 
+if [ "${WRK:-}" = 1 ] && ! command -v wrk >/dev/null; then
+  echo "WRK=1 but wrk is not installed (apt-get install wrk)" >&2
+  exit 2
+fi
 # cpu_ticks prints the machine's stolen and total CPU ticks so far: on a
 # shared VM the hypervisor "steals" time for its other guests, and a run
 # that lost much of it is noise rather than a measurement of the target.
