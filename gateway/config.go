@@ -15,6 +15,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/sluicehq/sluice/admission"
+	"github.com/sluicehq/sluice/internal/yamltime"
 	"github.com/sluicehq/sluice/spend"
 )
 
@@ -143,25 +144,10 @@ type LimitsConfig struct {
 }
 
 // Duration is a time.Duration written in YAML as a Go duration string
-// ("30s", "5m").
-type Duration time.Duration
-
-// UnmarshalYAML parses a duration string; a bare number is refused, since
-// its unit would be a guess.
-func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
-	v, err := time.ParseDuration(n.Value)
-	if n.Kind != yaml.ScalarNode || err != nil {
-		return fmt.Errorf("line %d: want a duration such as `30s`, got `%s`", n.Line, n.Value)
-	}
-	*d = Duration(v)
-	return nil
-}
-
-// MarshalYAML writes the duration string.
-func (d Duration) MarshalYAML() (any, error) { return time.Duration(d).String(), nil }
-
-// D returns the time.Duration.
-func (d Duration) D() time.Duration { return time.Duration(d) }
+// ("30s", "5m"); a bare number is refused, since its unit would be a guess.
+// D returns the time.Duration. The same type as the other config's
+// Duration (gateway and spend), so a value moves between them as it is.
+type Duration = yamltime.Duration
 
 // LoadConfig reads a YAML file. Unknown keys are errors.
 func LoadConfig(path string) (Config, error) {

@@ -13,6 +13,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/sluicehq/sluice/admission"
+	"github.com/sluicehq/sluice/internal/yamltime"
 )
 
 // Config is the spend policy, as read from YAML. The gateway embeds it under
@@ -179,24 +180,10 @@ const (
 const OtherLabel = "(other)"
 
 // Duration is a time.Duration written in YAML as a Go duration string
-// ("30s", "5m"). A bare number is refused: its unit would be a guess.
-type Duration time.Duration
-
-// UnmarshalYAML parses a duration string.
-func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
-	v, err := time.ParseDuration(n.Value)
-	if n.Kind != yaml.ScalarNode || err != nil {
-		return fmt.Errorf("line %d: want a duration such as `30s`, got `%s`", n.Line, n.Value)
-	}
-	*d = Duration(v)
-	return nil
-}
-
-// MarshalYAML writes the duration string.
-func (d Duration) MarshalYAML() (any, error) { return time.Duration(d).String(), nil }
-
-// D returns the time.Duration.
-func (d Duration) D() time.Duration { return time.Duration(d) }
+// ("30s", "5m"); a bare number is refused, since its unit would be a guess.
+// D returns the time.Duration. The same type as the other config's
+// Duration (gateway and spend), so a value moves between them as it is.
+type Duration = yamltime.Duration
 
 // ParseConfig parses a YAML document whose top level is the spend section
 // (what the gateway's config has under `spend:`), refusing unknown keys, and
