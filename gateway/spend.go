@@ -22,16 +22,11 @@ func (c Config) spendConfig() (*spend.Config, error) {
 		return nil, nil
 	}
 	sc := *c.Spend
-	ranks := admission.DefaultRanks()
-	if c.Ranks.LowTier != nil {
-		ranks.LowTier = *c.Ranks.LowTier
-	}
-	top := 0
 	acfg, err := c.admissionConfig()
 	if err != nil {
 		return nil, err
 	}
-	top = acfg.Ranks.Count() - 1
+	top := acfg.Ranks.Count() - 1
 	switch {
 	case sc.Stages.TopRank == 0:
 		sc.Stages.TopRank = top

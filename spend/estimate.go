@@ -132,15 +132,8 @@ func (s *scanner) object(count, top bool, depth int) (int64, bool) {
 		if !ok {
 			return n, false
 		}
-		s.ws()
-		switch s.peek() {
-		case ',':
-			s.i++
-		case '}':
-			s.i++
-			return n, true
-		default:
-			return n, false
+		if end, ok := s.next('}'); !ok || end {
+			return n, ok
 		}
 	}
 }
@@ -159,17 +152,25 @@ func (s *scanner) array(count bool, depth int) (int64, bool) {
 		if !ok {
 			return n, false
 		}
-		s.ws()
-		switch s.peek() {
-		case ',':
-			s.i++
-		case ']':
-			s.i++
-			return n, true
-		default:
-			return n, false
+		if end, ok := s.next(']'); !ok || end {
+			return n, ok
 		}
 	}
+}
+
+// next reads what follows a member or an element: ',' (more follow) or
+// closer (end is true). Anything else is malformed (ok is false).
+func (s *scanner) next(closer byte) (end, ok bool) {
+	s.ws()
+	switch s.peek() {
+	case ',':
+		s.i++
+		return false, true
+	case closer:
+		s.i++
+		return true, true
+	}
+	return false, false
 }
 
 func (s *scanner) value(count bool, depth int) (int64, bool) {
