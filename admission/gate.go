@@ -292,6 +292,10 @@ func (p *Permit) Done(o Outcome) {
 // Drop gives the slot back without doing the work; nothing is recorded.
 func (p *Permit) Drop() { p.Done(Outcome{Result: Unused}) }
 
+// Start is when the slot was granted: the service time of the work is
+// measured from it.
+func (p *Permit) Start() time.Time { return p.start }
+
 // QueueTime is how long the request waited for its slot.
 func (p *Permit) QueueTime() time.Duration { return p.queued }
 

@@ -126,14 +126,8 @@ func (g *Gateway) State() State {
 		}
 		s.Classes[name] = ClassState{Rank: rank, DefaultTimeoutMs: timeout.Milliseconds()}
 	}
-	for _, t := range g.tenants.all {
-		keys := 0
-		for _, k := range g.tenants.keys {
-			if k.tenant == t {
-				keys++
-			}
-		}
-		s.Tenants = append(s.Tenants, TenantState{Name: t.name, Tier: t.tier.String(), Keys: keys})
+	for _, t := range g.chain.Tenants() {
+		s.Tenants = append(s.Tenants, TenantState{Name: t.Name, Tier: t.Tier.String(), Keys: t.Keys})
 	}
 	sort.Slice(s.Tenants, func(i, j int) bool { return s.Tenants[i].Name < s.Tenants[j].Name })
 	if g.spend != nil {

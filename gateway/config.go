@@ -15,6 +15,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/sluicehq/sluice/admission"
+	"github.com/sluicehq/sluice/chain"
 	"github.com/sluicehq/sluice/internal/yamltime"
 	"github.com/sluicehq/sluice/spend"
 )
@@ -309,7 +310,7 @@ func (c Config) Validate() error {
 			return fmt.Errorf("config: %s.api_keys_sha256: at least one key digest is required", path)
 		}
 		for j, h := range t.APIKeysSHA256 {
-			if _, err := parseDigest(h); err != nil {
+			if _, err := chain.ParseDigest(h); err != nil {
 				return fmt.Errorf("config: %s.api_keys_sha256[%d]: %v", path, j, err)
 			}
 			if other, dup := seenKey[strings.ToLower(h)]; dup {

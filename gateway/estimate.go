@@ -42,8 +42,8 @@ func (g *Gateway) serveEstimate(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusMethodNotAllowed, "invalid_request_error", "method_not_allowed", "use GET")
 		return
 	}
-	t := g.tenants.identify(r)
-	if t == nil {
+	tenant, tier, ok := g.identify(r)
+	if !ok {
 		g.unauthorized(w)
 		return
 	}
@@ -67,7 +67,7 @@ func (g *Gateway) serveEstimate(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	model := q.Get("model")
-	req := admission.Request{Class: hdr.class, Tenant: t.name, Tier: t.tier, Attempt: hdr.attempt,
+	req := admission.Request{Class: hdr.class, Tenant: tenant, Tier: tier, Attempt: hdr.attempt,
 		Deadline: time.Now().Add(hdr.timeout), Key: model}
 	d, err := g.gate.Estimate(req)
 	if err != nil {

@@ -21,6 +21,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sluicehq/sluice/admission"
+	"github.com/sluicehq/sluice/chain"
 	"github.com/sluicehq/sluice/spend"
 )
 
@@ -29,17 +30,16 @@ import (
 // AdminHandler serves its metrics and state. Safe for concurrent use.
 type Gateway struct {
 	cfg      Config
-	gate     *admission.Gate
-	tenants  *tenants
+	chain    *chain.Chain
+	gate     *admission.Gate // the chain's
 	upstream *url.URL
 	apiKey   string // the provider's key: never logged, never returned
 	proxy    *httputil.ReverseProxy
 	metrics  *metrics
 	log      *slog.Logger
 	draining atomic.Bool
-	budgets  *budgets
 	limit    *aimd
-	spend    *spend.Limiter // nil without a spend section
+	spend    *spend.Limiter // the chain's; nil without a spend section
 	alerter  *spend.Alerter
 }
 
@@ -62,20 +62,8 @@ func New(cfg Config, opts Options) (*Gateway, error) {
 		return nil, err
 	}
 	cfg = cfg.withDefaults()
-	acfg, err := cfg.admissionConfig()
-	if err != nil {
-		return nil, err
-	}
-	gate, err := admission.New(acfg)
-	if err != nil {
-		return nil, err
-	}
-	ts, err := newTenants(cfg.Tenants)
-	if err != nil {
-		return nil, fmt.Errorf("config: %w", err)
-	}
 	up, _ := url.Parse(cfg.Upstream.URL) // validated
-	g := &Gateway{cfg: cfg, gate: gate, tenants: ts, upstream: up, log: opts.Logger}
+	g := &Gateway{cfg: cfg, upstream: up, log: opts.Logger}
 	if g.log == nil {
 		g.log = slog.Default()
 	}
@@ -89,10 +77,6 @@ func New(cfg Config, opts Options) (*Gateway, error) {
 			return nil, fmt.Errorf("config: upstream.api_key_env: the environment variable %s is empty or unset", cfg.Upstream.APIKeyEnv)
 		}
 	}
-	if g.budgets, err = newBudgets(cfg.Retries); err != nil {
-		return nil, err
-	}
-	g.limit = newAIMD(cfg.UpstreamLimit, cfg.Admission.Concurrency)
 	if sc, err := cfg.spendConfig(); err != nil {
 		return nil, err
 	} else if sc != nil {
@@ -101,6 +85,15 @@ func New(cfg Config, opts Options) (*Gateway, error) {
 		}
 		g.alerter = spend.NewAlerter(g.spend, spend.AlerterOptions{Logger: g.log})
 	}
+	ccfg, err := cfg.chainConfig(g.spend)
+	if err != nil {
+		return nil, err
+	}
+	if g.chain, err = chain.New(ccfg); err != nil {
+		return nil, fmt.Errorf("config: %w", err)
+	}
+	g.gate = g.chain.Gate()
+	g.limit = newAIMD(cfg.UpstreamLimit, cfg.Admission.Concurrency)
 	transport := opts.Transport
 	if transport == nil {
 		transport = newTransport(cfg.Upstream.MaxIdleConns)
@@ -155,13 +148,11 @@ func (g *Gateway) Drain() { g.draining.Store(true) }
 // call is one admitted request on its way through the proxy.
 type call struct {
 	g        *Gateway
-	permit   *admission.Permit
+	permit   *chain.Permit
 	class    string
 	tenant   string
-	model    string
-	body     []byte // replayed by the gateway's own upstream retries
-	res      *spend.Reservation
-	estimate float64   // the reservation's USD
+	model    string    // the model called: the chain may have degraded it
+	body     []byte    // replayed by the gateway's own upstream retries
 	deadline time.Time // the caller's
 	start    time.Time
 	queue    time.Duration
@@ -183,17 +174,22 @@ func (c *call) finish(result admission.Result) {
 		return
 	}
 	d := time.Since(c.start)
-	c.permit.Done(admission.Outcome{Result: result, ServiceTime: d})
-	c.settleSpend(result, d)
-	model := c.g.metrics.models.label(c.model)
-	c.g.metrics.serviceTime(model).Observe(d.Seconds())
+	o := chain.Outcome{Result: result, ServiceTime: d}
 	if c.meter != nil {
 		if u, ok := c.meter.done(); ok {
-			tokens := c.g.metrics.modelTokens(model)
-			tokens[0].Add(float64(u.Input))
-			tokens[1].Add(float64(u.CachedInput))
-			tokens[2].Add(float64(u.Output))
+			o.Usage, o.UsageKnown = spend.Usage{Input: u.Input, CachedInput: u.CachedInput, Output: u.Output}, true
 		}
+	}
+	if err := c.permit.Done(o); err != nil {
+		c.g.log.Warn("settling a call failed", "model", c.model, "err", err)
+	}
+	model := c.g.metrics.models.label(c.model)
+	c.g.metrics.serviceTime(model).Observe(d.Seconds())
+	if o.UsageKnown {
+		tokens := c.g.metrics.modelTokens(model)
+		tokens[0].Add(float64(o.Usage.Input))
+		tokens[1].Add(float64(o.Usage.CachedInput))
+		tokens[2].Add(float64(o.Usage.Output))
 	}
 }
 
@@ -205,7 +201,7 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		g.serveEstimate(w, r)
 		return
 	case !apiPaths[r.URL.Path] || r.Method != http.MethodPost:
-		if g.tenants.identify(r) == nil {
+		if _, _, ok := g.identify(r); !ok {
 			g.unauthorized(w)
 			return
 		}
@@ -216,8 +212,8 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		g.refuse(w, &admission.Rejection{Reason: admission.ReasonDraining, RetryAfter: g.cfg.ShutdownGrace.D()}, "", "")
 		return
 	}
-	t := g.tenants.identify(r)
-	if t == nil {
+	tenant, tier, ok := g.identify(r)
+	if !ok {
 		g.unauthorized(w)
 		return
 	}
@@ -232,48 +228,54 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	g.metrics.attempt(hdr.attempt).Inc()
-	if rej := g.budgets.admit(time.Now(), t.name, hdr.attempt); rej != nil {
-		g.refuse(w, rej, hdr.class, t.name)
-		return
-	}
 	ctx, cancel := context.WithTimeout(r.Context(), hdr.timeout)
 	defer cancel()
 	deadline, _ := ctx.Deadline()
-	req := admission.Request{
-		Class:    hdr.class,
-		Tenant:   t.name,
-		Tier:     t.tier,
-		Attempt:  hdr.attempt,
-		Deadline: deadline,
-		Key:      body.model,
+	req := chain.Request{
+		Tenant:          tenant,
+		Tier:            tier,
+		Class:           hdr.class,
+		Attempt:         hdr.attempt,
+		Deadline:        deadline,
+		Model:           body.model,
+		MaxOutputTokens: body.maxTokens,
 	}
-	sd, ok := g.spendAdmit(w, &req, &body)
-	if !ok {
-		return
+	if g.spend != nil {
+		req.InputTokens = spend.EstimateInputTokens(body.raw)
 	}
-	permit, err := g.gate.Acquire(ctx, req)
+	permit, err := g.chain.Acquire(ctx, req)
 	if err != nil {
-		if sd.Reservation != nil {
-			g.spend.Cancel(time.Now(), sd.Reservation)
-		}
 		var rej *admission.Rejection
 		switch {
 		case errors.As(err, &rej):
 			if r.Context().Err() != nil {
 				return // the caller left while waiting: nobody to answer
 			}
-			g.refuse(w, rej, hdr.class, t.name)
+			g.refuse(w, rej, hdr.class, tenant)
 		case r.Context().Err() != nil:
 			// The caller left while queued; nothing to write.
+		case errors.Is(err, spend.ErrUnknownModel):
+			g.badInput(w, &badRequest{status: http.StatusBadRequest, code: "model_not_priced",
+				msg: fmt.Sprintf("model: %q has no price in spend.prices (and spend.unknown_model is reject)", body.model)})
 		default:
 			g.badInput(w, &badRequest{status: http.StatusBadRequest, code: "invalid_request", msg: err.Error()})
 		}
 		return
 	}
-	c := &call{g: g, permit: permit, class: hdr.class, tenant: t.name, model: body.model, body: body.raw,
-		deadline: deadline, start: time.Now(), queue: permit.QueueTime(), caller: r.Context(),
-		res: sd.Reservation, estimate: sd.EstimatedUSD}
-	g.metrics.admission(hdr.class, t.name, hdr.attempt).Inc()
+	admitted := permit.Request()
+	if admitted.Degraded {
+		raw, err := rewriteModel(body.raw, admitted.Model)
+		if err != nil { // the body was parsed already: cannot happen
+			permit.Drop()
+			g.badInput(w, &badRequest{status: http.StatusBadRequest, code: "invalid_json", msg: err.Error()})
+			return
+		}
+		body.raw, body.model = raw, admitted.Model
+		g.metrics.degraded.Inc()
+	}
+	c := &call{g: g, permit: permit, class: hdr.class, tenant: tenant, model: body.model, body: body.raw,
+		deadline: deadline, start: time.Now(), queue: permit.QueueTime(), caller: r.Context()}
+	g.metrics.admission(hdr.class, tenant, hdr.attempt).Inc()
 	g.metrics.queueTime(hdr.class).Observe(c.queue.Seconds())
 
 	// One trace for the call's upstream attempts, installed before the

@@ -199,7 +199,9 @@ func (c *gateCollector) Collect(ch chan<- prometheus.Metric) {
 		draining = 1
 	}
 	ch <- prometheus.MustNewConstMetric(descDraining, prometheus.GaugeValue, draining)
-	ch <- prometheus.MustNewConstMetric(descBudget, prometheus.GaugeValue, c.g.budgets.global.Balance(time.Now()))
+	if b, ok := c.g.chain.RetryBalance(time.Now()); ok { // absent with retries.disabled
+		ch <- prometheus.MustNewConstMetric(descBudget, prometheus.GaugeValue, b)
+	}
 }
 
 // labelLimiter keeps a label's cardinality bounded: the first n distinct

@@ -9,10 +9,9 @@ import (
 	"math"
 	"net/http"
 	"strconv"
-	"sync"
 	"time"
 
-	"github.com/sluicehq/sluice/admission"
+	"github.com/sluicehq/sluice/chain"
 	"github.com/sluicehq/sluice/retrybudget"
 )
 
@@ -75,58 +74,17 @@ func (r RetryConfig) validate() error {
 	return nil
 }
 
-// budgets holds the global retry budget and one per tenant.
-type budgets struct {
-	off    bool
-	global *retrybudget.Budget
-	cfg    BudgetConfig
-	mu     sync.Mutex
-	tenant map[string]*retrybudget.Budget
-}
-
-func newBudgets(cfg RetryConfig) (*budgets, error) {
-	b := &budgets{off: cfg.Disabled, cfg: cfg.PerTenant, tenant: map[string]*retrybudget.Budget{}}
-	var err error
-	if b.global, err = cfg.Budget.budget("retries.budget"); err != nil {
-		return nil, err
+// chainRetries is the retry budgets stage's configuration.
+func (r RetryConfig) chainRetries() (chain.RetryConfig, error) {
+	g, err := r.Budget.budget("retries.budget")
+	if err != nil {
+		return chain.RetryConfig{}, err
 	}
-	return b, nil
-}
-
-// forTenant returns the tenant's budget. Tenants are the configured ones
-// (or the anonymous one), so the map stays bounded.
-func (b *budgets) forTenant(name string) *retrybudget.Budget {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	rb := b.tenant[name]
-	if rb == nil {
-		rb, _ = b.cfg.budget("") // validated at New
-		b.tenant[name] = rb
+	t, err := r.PerTenant.budget("retries.per_tenant")
+	if err != nil {
+		return chain.RetryConfig{}, err
 	}
-	return rb
-}
-
-// admit books a request against the budgets: a first attempt deposits, a
-// retry withdraws from its tenant's budget and the global one. A refused
-// retry gets a 429 whose Retry-After is when a token will be there.
-func (b *budgets) admit(now time.Time, tenant string, attempt int) *admission.Rejection {
-	if b.off {
-		return nil
-	}
-	tb := b.forTenant(tenant)
-	if attempt == 0 {
-		tb.Deposit(now)
-		b.global.Deposit(now)
-		return nil
-	}
-	if !tb.TryWithdraw(now) {
-		return &admission.Rejection{Reason: admission.ReasonRetryBudget, RetryAfter: max(tb.RetryAfter(now), time.Millisecond)}
-	}
-	if !b.global.TryWithdraw(now) {
-		tb.Refund(now) // this retry is not sent: its tenant keeps the token
-		return &admission.Rejection{Reason: admission.ReasonRetryBudget, RetryAfter: max(b.global.RetryAfter(now), time.Millisecond)}
-	}
-	return nil
+	return chain.RetryConfig{Disabled: r.Disabled, Global: g.Config(), PerTenant: t.Config()}, nil
 }
 
 // upstream is the transport of the proxy: it retries the provider on the
@@ -163,11 +121,11 @@ func (u *upstream) RoundTrip(req *http.Request) (*http.Response, error) {
 		resp, err := u.base.RoundTrip(out)
 		now := time.Now()
 		u.g.limit.observe(now, resp, u.g)
-		if c == nil || attempt >= u.maxAttempts || u.g.budgets.off {
+		if c == nil || attempt >= u.maxAttempts {
 			return resp, err
 		}
 		wait, why, ok := u.retryable(resp, err, c.headersWritten.Load() != written, attempt)
-		if !ok || !u.worthIt(now, c, wait) || !u.g.budgets.global.TryWithdraw(now) {
+		if !ok || !u.worthIt(now, c, wait) || !u.g.chain.UpstreamRetry(now) {
 			return resp, err
 		}
 		if resp != nil {

@@ -3,12 +3,7 @@ package gateway
 import (
 	"context"
 	"encoding/json"
-	"errors"
-	"fmt"
-	"net/http"
-	"time"
 
-	"github.com/sluicehq/sluice/admission"
 	"github.com/sluicehq/sluice/spend"
 )
 
@@ -58,53 +53,6 @@ func (c Config) spendConfig() (*spend.Config, error) {
 	return &sc, nil
 }
 
-// spendAdmit asks the limiter about a request. It returns the decision, or
-// false when it has already answered the caller (a refusal or bad input).
-func (g *Gateway) spendAdmit(w http.ResponseWriter, req *admission.Request, body *callBody) (spend.Decision, bool) {
-	if g.spend == nil {
-		return spend.Decision{Allow: true, Model: body.model}, true
-	}
-	rank, err := g.gate.Rank(*req)
-	if err != nil {
-		g.badInput(w, &badRequest{status: http.StatusBadRequest, code: "invalid_request", msg: err.Error()})
-		return spend.Decision{}, false
-	}
-	d, err := g.spend.Admit(time.Now(), spend.Request{
-		Tenant:               req.Tenant,
-		Model:                body.model,
-		Rank:                 rank,
-		Class:                req.Class,
-		EstimatedInputTokens: spend.EstimateInputTokens(body.raw),
-		MaxOutputTokens:      body.maxTokens,
-	})
-	switch {
-	case errors.Is(err, spend.ErrUnknownModel):
-		g.badInput(w, &badRequest{status: http.StatusBadRequest, code: "model_not_priced",
-			msg: fmt.Sprintf("model: %q has no price in spend.prices (and spend.unknown_model is reject)", body.model)})
-		return d, false
-	case err != nil:
-		g.badInput(w, &badRequest{status: http.StatusBadRequest, code: "invalid_request", msg: err.Error()})
-		return d, false
-	case !d.Allow:
-		g.refuse(w, d.Rejection, req.Class, req.Tenant)
-		return d, false
-	}
-	if d.OverQuota {
-		req.OverQuota = true
-	}
-	if d.Degraded {
-		raw, err := rewriteModel(body.raw, d.Model)
-		if err != nil { // the body was parsed already: cannot happen
-			g.spend.Cancel(time.Now(), d.Reservation)
-			g.badInput(w, &badRequest{status: http.StatusBadRequest, code: "invalid_json", msg: err.Error()})
-			return d, false
-		}
-		body.raw, body.model, req.Key = raw, d.Model, d.Model
-		g.metrics.degraded.Inc()
-	}
-	return d, true
-}
-
 // rewriteModel replaces the body's "model".
 func rewriteModel(raw []byte, model string) ([]byte, error) {
 	var m map[string]json.RawMessage
@@ -117,39 +65,6 @@ func rewriteModel(raw []byte, model string) ([]byte, error) {
 	}
 	m["model"] = v
 	return json.Marshal(m)
-}
-
-// settleSpend replaces the call's reservation with what it cost, once the
-// response has ended. A call cut short (the caller left, or its deadline
-// passed) is booked at its estimate — a provider that keeps generating bills
-// it all — and counted as wasted; the part of the estimate the provider
-// probably did not generate because the gateway hung up (the share of the
-// model's median service time that had not elapsed) is counted as saved.
-func (c *call) settleSpend(result admission.Result, elapsed time.Duration) {
-	l := c.g.spend
-	if l == nil || c.res == nil {
-		return
-	}
-	now := time.Now()
-	var u Usage
-	var known bool
-	if c.meter != nil {
-		u, known = c.meter.done()
-	}
-	cost, err := l.Reconcile(now, c.res, spend.Usage{Input: u.Input, CachedInput: u.CachedInput, Output: u.Output}, known)
-	if err != nil {
-		c.g.log.Warn("spend: reconcile failed", "model", c.model, "err", err)
-		l.Cancel(now, c.res)
-		return
-	}
-	if result != admission.Canceled {
-		return
-	}
-	_ = l.RecordWasted(now, c.tenant, c.model, cost)
-	if p50 := c.g.gate.KeyStats(c.model).P50; p50 > elapsed && !known {
-		saved := c.estimate * float64(p50-elapsed) / float64(p50)
-		_ = l.RecordSaved(now, c.tenant, c.model, saved)
-	}
 }
 
 // RunAlerts evaluates the spend alerts until ctx ends (Server.Serve runs

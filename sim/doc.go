@@ -42,18 +42,18 @@
 // priority shedding); sluice adds the gateway's retry budgets, the real
 // retrybudget.Budget; and, for scenarios with a spend section, the last
 // rung adds the real spend.Limiter (policy "spend", full sluice as the
-// gateway runs with a spend section). The cores take time as an input, so
-// the simulator drives the very code the gateway runs; nothing of their
-// policy is modelled a second time. The shell around them does what the
+// gateway runs with a spend section). Every sluice rung runs package
+// chain's Core: the admission chain the gateway runs — tenant, retry
+// budgets, spend, gate, settlement — with the same stages in the same
+// order, by construction, in virtual time. Nothing of the policy is
+// modelled a second time. The shell around the chain does what the
 // gateway's does: the request deadline is the attempt's timeout (what the
 // X-Sluice-Timeout-Ms header carries), a queued request whose caller leaves
-// is withdrawn with Core.Cancel, refusals carry the Retry-After of whoever
-// refused; the spend limiter is asked before the Core with the request's
-// rank, its over-quota mark and degraded model go to the Core, and its
-// reservations are cancelled, reconciled or settled as the gateway settles
-// them (see spend.go). Its alerts are evaluated every alert_interval; the
-// result records when each alert's rate crossed its threshold and when the
-// alert fired ([SpendResult]).
+// is withdrawn with Core.Cancel, refusals carry the Retry-After of whichever
+// stage refused, a degraded call calls the ladder's rung (see gate.go). The
+// spend limiter's alerts are evaluated every alert_interval; the result
+// records when each alert's rate crossed its threshold and when the alert
+// fired ([SpendResult]).
 //
 // One choice departs from the gateway on purpose: when a caller leaves
 // while its call runs, the upstream keeps generating — and billing — as real

@@ -3,8 +3,6 @@ package sim
 import (
 	"context"
 	"time"
-
-	"github.com/sluicehq/sluice/spend"
 )
 
 // call is one logical request: a caller that wants one answer by its
@@ -42,7 +40,6 @@ type attempt struct {
 	model    *modelInfo
 	cost     float64
 	degraded bool
-	res      *spend.Reservation // the spend limiter's, until settled
 }
 
 type attemptState uint8

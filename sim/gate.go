@@ -5,119 +5,119 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/admission"
-	"github.com/sluicehq/sluice/retrybudget"
+	"github.com/sluicehq/sluice/chain"
 )
 
-// gateServer is a sluice policy: the real admission.Core, driven in virtual
-// time exactly as the gateway's Gate drives it in real time, with the real
-// retry budgets in front of it as the gateway has them.
+// gateServer is a sluice policy: the admission chain the gateway runs —
+// package chain's Core, with the real retry budgets, spend limiter and
+// admission.Core behind it — driven in virtual time. The chain's stages
+// and their order are the gateway's by construction; what this shell does
+// is what the gateway's shell does around it:
 //
-// The shell's decisions mirror the gateway's:
-//
-//   - the request's deadline is the attempt's own (X-Sluice-Timeout-Ms, which
-//     every loadgen client sends from its attempt timeout);
+//   - the request's deadline is the attempt's own (X-Sluice-Timeout-Ms,
+//     which every loadgen client sends from its attempt timeout);
 //   - a queued request whose caller leaves is withdrawn with Core.Cancel —
 //     reason expired when its deadline has passed, none otherwise;
-//   - a first attempt deposits into its tenant's retry budget and the global
-//     one; a retry must withdraw from both or is refused (429 retry_budget);
-//   - rejections carry the Core's Retry-After;
-//   - with the spend limiter (policy spend), every attempt that passed the
-//     retry budgets is put to spend.Limiter.Admit before the Core, as the
-//     gateway's spendAdmit does: see spendShell.
+//   - refusals carry the chain's Retry-After;
+//   - a call that ends is settled with the usage it reports; a call whose
+//     caller leaves while it runs is settled then without usage (the
+//     gateway hangs up and sees none: its estimate stands, as wasted).
 //
 // One difference is stated in the package documentation: a slot is held
 // until the upstream call ends even when the caller has left, because the
 // provider keeps generating (and billing) it.
 type gateServer struct {
 	e       *engine
-	core    *admission.Core
-	budgets []*retrybudget.Budget // per tenant; nil without the retry budget
-	global  *retrybudget.Budget
-	tickets []*admission.Ticket // free tickets
-	probe   admission.Request   // what estimatedWait asks about
-	spend   *spendShell         // nil without the spend limiter
+	core    *chain.Core
+	tickets []*chain.Ticket   // free tickets
+	probe   admission.Request // what estimatedWait asks about
+	spend   *spendShell       // nil without the spend limiter
 }
 
 func newGateServer(e *engine) (*gateServer, error) {
 	s := e.s
-	core, err := admission.NewCore(s.coreConfig())
-	if err != nil {
-		return nil, fmt.Errorf("policy %s: %w", s.policy.Name, err)
-	}
-	g := &gateServer{e: e, core: core, probe: s.sources[0].req}
+	cfg := chain.Config{Admission: s.coreConfig(), Retries: chain.RetryConfig{Disabled: true}}
 	if s.policy.gate.retryBudget {
-		cfg, err := s.sc.Sluice.RetryBudget.config()
+		rb, err := s.sc.Sluice.RetryBudget.config()
 		if err != nil {
 			return nil, fmt.Errorf("sluice.retry_budget: %w", err)
 		}
-		g.global, _ = retrybudget.New(cfg)
-		for range s.tenants {
-			b, _ := retrybudget.New(cfg)
-			g.budgets = append(g.budgets, b)
-		}
+		cfg.Retries = chain.RetryConfig{Global: rb, PerTenant: rb}
 	}
+	g := &gateServer{e: e, probe: s.sources[0].req}
+	g.probe.Tenant = tenantName(g.probe.Tenant)
 	if s.policy.gate.spend {
-		if g.spend, err = newSpendShell(e, core); err != nil {
+		var err error
+		if g.spend, err = newSpendShell(e); err != nil {
 			return nil, fmt.Errorf("policy %s: %w", s.policy.Name, err)
 		}
+		cfg.Spend = g.spend.l
 	}
+	core, err := chain.NewCore(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("policy %s: %w", s.policy.Name, err)
+	}
+	g.core = core
 	return g, nil
+}
+
+// request is attempt a as the gateway would present it to the chain.
+func (g *gateServer) request(a *attempt) chain.Request {
+	src := a.c.src
+	return chain.Request{
+		Tenant:          tenantName(src.req.Tenant),
+		Tier:            src.req.Tier,
+		Class:           src.req.Class,
+		Attempt:         int(a.n),
+		Deadline:        g.e.s.at(a.leaveAt),
+		Model:           src.req.Key,
+		InputTokens:     src.usage.Input,
+		MaxOutputTokens: src.maxTokens,
+	}
 }
 
 func (g *gateServer) arrive(now time.Duration, a *attempt) {
 	e := g.e
 	t := e.s.at(now)
-	src := a.c.src
-	if g.budgets != nil {
-		tb := g.budgets[src.tenant]
-		if a.n == 0 {
-			tb.Deposit(t)
-			g.global.Deposit(t)
-		} else {
-			if !tb.TryWithdraw(t) {
-				e.refuse(a, refRetryBudget, max(tb.RetryAfter(t), time.Millisecond), true)
-				return
-			}
-			if !g.global.TryWithdraw(t) {
-				tb.Refund(t) // this retry is not sent: its tenant keeps the token
-				e.refuse(a, refRetryBudget, max(g.global.RetryAfter(t), time.Millisecond), true)
-				return
-			}
-		}
-	}
-	req := src.req
-	req.Attempt = int(a.n)
-	req.Deadline = e.s.at(a.leaveAt)
-	if g.spend != nil && !g.spend.admit(t, a, &req) {
-		return // refused, or the run failed
-	}
 	tk := g.ticket()
 	tk.Owner = a
-	d, err := g.core.Arrive(t, req, tk, true)
+	d, err := g.core.Arrive(t, g.request(a), tk, true)
 	if err != nil {
 		g.tickets = append(g.tickets, tk)
-		g.spend.cancel(t, a)
 		e.fail(fmt.Errorf("policy %s: %w", e.s.policy.Name, err))
 		return
 	}
 	switch d.Verdict {
 	case admission.Granted:
-		g.tickets = append(g.tickets, tk)
-		e.grant(a)
+		g.start(a, tk)
 	case admission.Queued:
 		a.state = stQueued
 		a.enqAt = now
 		a.slot = tk
 	case admission.Rejected:
 		g.tickets = append(g.tickets, tk)
-		g.spend.cancel(t, a)
-		e.refuse(a, refusalOf(d.Reason), d.RetryAfter, true)
+		e.refuse(a, refusalOf(d.Rejection.Reason), d.Rejection.RetryAfter, true)
 	}
 	g.drain() // an eviction to make room
 }
 
+// start begins a's upstream call, with the model the chain chose: the
+// source's, or the rung below it when the spend stage degraded the call.
+func (g *gateServer) start(a *attempt, tk *chain.Ticket) {
+	a.slot = tk
+	if r := tk.Request(); r.Degraded {
+		src := a.c.src
+		if src.rung == nil || r.Model != src.rung.name {
+			g.e.fail(fmt.Errorf("policy %s: the chain degraded %q to %q, not the ladder's rung", g.e.s.policy.Name, src.model.name, r.Model))
+			return
+		}
+		a.model, a.cost, a.degraded = src.rung, src.rungCost, true
+	}
+	g.e.grant(a)
+}
+
 func (g *gateServer) leave(now time.Duration, a *attempt) {
-	tk := a.slot.(*admission.Ticket)
+	tk := a.slot.(*chain.Ticket)
 	t := g.e.s.at(now)
 	var reason admission.Reason // zero: a plain cancellation
 	if !t.Before(tk.Request().Deadline) {
@@ -129,54 +129,65 @@ func (g *gateServer) leave(now time.Duration, a *attempt) {
 		g.e.fail(fmt.Errorf("policy %s: the Core had decided a ticket the simulator believed queued", g.e.s.policy.Name))
 		return
 	}
+	a.slot = nil
 	g.tickets = append(g.tickets, tk)
-	g.spend.cancel(t, a)
 	g.e.withdrawn(a)
 }
 
 func (g *gateServer) done(now time.Duration, a *attempt) {
-	t := g.e.s.at(now)
-	g.spend.reconcile(t, a)
-	g.core.Release(t, a.model.name, admission.Outcome{Result: admission.Success, ServiceTime: a.end - a.start})
+	tk := a.slot.(*chain.Ticket)
+	a.slot = nil
+	err := g.core.Release(g.e.s.at(now), tk, chain.Outcome{Result: admission.Success, ServiceTime: a.end - a.start,
+		Usage: a.c.src.usage, UsageKnown: true})
+	tk.Owner = nil
+	g.tickets = append(g.tickets, tk)
+	if err != nil {
+		g.e.fail(fmt.Errorf("policy %s: %w", g.e.s.policy.Name, err))
+	}
 	g.drain()
 }
 
+// abandoned settles the call of a caller that left: the gateway hangs up
+// and sees no usage, so the estimate stands, and it is wasted. The slot is
+// held until the call ends (see done).
 func (g *gateServer) abandoned(now time.Duration, a *attempt) {
-	g.spend.abandon(g.e.s.at(now), a)
+	tk := a.slot.(*chain.Ticket)
+	if err := g.core.Settle(g.e.s.at(now), tk, chain.Outcome{Result: admission.Canceled, ServiceTime: now - a.start}); err != nil {
+		g.e.fail(fmt.Errorf("policy %s: %w", g.e.s.policy.Name, err))
+	}
 }
 
 func (g *gateServer) end(now time.Duration) error { return g.spend.end(g.e.s.at(now)) }
 
-// drain carries out the Core's decisions about queued tickets.
+// drain carries out the chain's decisions about queued tickets.
 func (g *gateServer) drain() {
 	for _, tk := range g.core.Events() {
 		a := tk.Owner.(*attempt)
 		a.slot = nil
 		if tk.Granted() {
-			g.e.grant(a)
-		} else {
-			rej := tk.Rejection()
-			g.spend.cancel(g.e.s.at(g.e.now), a)
-			g.e.refuse(a, refusalOf(rej.Reason), rej.RetryAfter, true)
+			g.start(a, tk)
+			continue
 		}
+		rej := tk.Rejection()
 		tk.Owner = nil
 		g.tickets = append(g.tickets, tk)
+		g.e.refuse(a, refusalOf(rej.Reason), rej.RetryAfter, true)
 	}
 }
 
-func (g *gateServer) ticket() *admission.Ticket {
+func (g *gateServer) ticket() *chain.Ticket {
 	if n := len(g.tickets); n > 0 {
 		tk := g.tickets[n-1]
 		g.tickets = g.tickets[:n-1]
 		return tk
 	}
-	return new(admission.Ticket)
+	return new(chain.Ticket)
 }
 
-func (g *gateServer) depth() int { return g.core.Queued() }
+func (g *gateServer) depth() int { return g.core.Gate().Queued() }
 
 func (g *gateServer) estimatedWait(now time.Duration) (time.Duration, bool) {
-	d, err := g.core.Estimate(g.e.s.at(now), g.probe)
+	d, err := g.core.Gate().Estimate(g.e.s.at(now), g.probe)
 	if err != nil {
 		return 0, false
 	}
@@ -190,4 +201,13 @@ func newServer(e *engine) (server, error) {
 		return newGateServer(e)
 	}
 	return newQueueServer(e), nil
+}
+
+// tenantName is the tenant a source's calls are booked to: its own, or
+// the anonymous one's.
+func tenantName(name string) string {
+	if name == "" {
+		return chain.AnonymousTenant
+	}
+	return name
 }

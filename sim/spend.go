@@ -8,32 +8,15 @@ import (
 	"slices"
 	"time"
 
-	"github.com/sluicehq/sluice/admission"
 	"github.com/sluicehq/sluice/spend"
 )
 
-// The spend limiter in the simulator is the real spend.Limiter, used the
-// way the gateway uses it (gateway/spend.go and spend's "Using it from the
-// gateway"), with the virtual time as its time:
-//
-//  1. After the retry budgets, the attempt's rank in the gate — before any
-//     over-quota demotion — goes with its tenant, model, class and tokens
-//     to Limiter.Admit.
-//  2. A refusal is the attempt's answer: 429 tenant_budget or 503
-//     spend_ceiling, with the limiter's Retry-After. Over quota sets
-//     admission.Request.OverQuota; a degraded attempt calls the rung's
-//     model, so its Request.Key, service time and price are the rung's.
-//  3. The Core then decides. When it refuses, or the attempt leaves the
-//     queue unserved, the reservation is cancelled.
-//  4. When the upstream call ends, the reservation is reconciled with the
-//     usage the call reports. When the caller leaves while the call runs,
-//     the gateway would hang up and see no usage: the reservation is
-//     reconciled then with none (the estimate stands as the cost), and
-//     that cost is recorded as wasted.
-//
-// Alerts are evaluated every alert_interval, as the Alerter does; the
-// limiter's rates are sampled every second to see when each crossed its
-// alert threshold. Nothing of the policy is modelled here.
+// The spend limiter in the simulator is the real spend.Limiter, as the
+// spend stage of the admission chain the gateway runs (package chain): the
+// simulator builds it, hands it to the chain, and reads it. Alerts are
+// evaluated every alert_interval, as the Alerter does; the limiter's rates
+// are sampled every second to see when each crossed its alert threshold.
+// Nothing of the policy is modelled here.
 
 // SpendResult is the money side of a run of a scenario with a spend
 // section. Rates are USD per hour over the section's rate window.
@@ -144,11 +127,11 @@ func (r *SpendResult) Tenant(name string) (TenantSpend, bool) {
 	return TenantSpend{}, false
 }
 
-// spendShell holds the spend limiter of one run of the spend policy. Its
-// methods do nothing on a nil shell, so the gate calls them unguarded.
+// spendShell holds the spend limiter of one run of the spend policy, and
+// what the run saw of it. Its methods do nothing on a nil shell, so the
+// gate calls them unguarded.
 type spendShell struct {
 	e          *engine
-	core       *admission.Core
 	l          *spend.Limiter
 	interval   time.Duration // between alert evaluations
 	nextSample time.Duration
@@ -162,99 +145,18 @@ type spendShell struct {
 // sampleEvery is how often the limiter's rates are read for the crossings.
 const sampleEvery = time.Second
 
-func newSpendShell(e *engine, core *admission.Core) (*spendShell, error) {
+func newSpendShell(e *engine) (*spendShell, error) {
 	s := e.s
 	l, err := spend.New(*s.spend, spend.Options{})
 	if err != nil {
 		return nil, err
 	}
-	sp := &spendShell{e: e, core: core, l: l, interval: s.spend.AlertInterval.D(), alerts: map[string]*AlertResult{}}
+	sp := &spendShell{e: e, l: l, interval: s.spend.AlertInterval.D(), alerts: map[string]*AlertResult{}}
 	if sp.interval == 0 {
 		sp.interval = spend.DefaultAlertInterval
 	}
 	e.wake(0)
 	return sp, nil
-}
-
-// admit asks the limiter about attempt a, whose admission request is req,
-// as the gateway's spendAdmit does. It returns false when the attempt was
-// refused (the engine has its answer) or the run failed.
-func (sp *spendShell) admit(t time.Time, a *attempt, req *admission.Request) bool {
-	e := sp.e
-	src := a.c.src
-	rank, err := sp.core.Rank(*req)
-	if err != nil {
-		e.fail(fmt.Errorf("policy %s: %w", e.s.policy.Name, err))
-		return false
-	}
-	d, err := sp.l.Admit(t, spend.Request{
-		Tenant:               req.Tenant,
-		Model:                src.model.name,
-		Rank:                 rank,
-		Class:                req.Class,
-		EstimatedInputTokens: src.usage.Input,
-		MaxOutputTokens:      src.maxTokens,
-	})
-	if err != nil {
-		// Validation priced every source's model: bad input here is a bug.
-		e.fail(fmt.Errorf("policy %s: %w", e.s.policy.Name, err))
-		return false
-	}
-	if !d.Allow {
-		e.refuse(a, refusalOf(d.Rejection.Reason), d.Rejection.RetryAfter, true)
-		return false
-	}
-	if d.OverQuota {
-		req.OverQuota = true
-	}
-	a.res = d.Reservation
-	if d.Degraded {
-		if src.rung == nil || d.Model != src.rung.name {
-			sp.cancel(t, a)
-			e.fail(fmt.Errorf("policy %s: the limiter degraded %q to %q, not the ladder's rung", e.s.policy.Name, src.model.name, d.Model))
-			return false
-		}
-		a.model, a.cost, a.degraded = src.rung, src.rungCost, true
-		req.Key = d.Model
-	}
-	return true
-}
-
-// cancel releases the reservation of an attempt that never went upstream.
-func (sp *spendShell) cancel(t time.Time, a *attempt) {
-	if sp == nil || a.res == nil {
-		return
-	}
-	sp.l.Cancel(t, a.res)
-	a.res = nil
-}
-
-// reconcile settles the reservation of a call that ended with its usage.
-func (sp *spendShell) reconcile(t time.Time, a *attempt) {
-	if sp == nil || a.res == nil {
-		return
-	}
-	if _, err := sp.l.Reconcile(t, a.res, a.c.src.usage, true); err != nil {
-		sp.e.fail(fmt.Errorf("policy %s: %w", sp.e.s.policy.Name, err))
-	}
-	a.res = nil
-}
-
-// abandon settles the reservation of a call whose caller left: the
-// gateway hangs up and sees no usage, so the estimate stands, and it is
-// wasted.
-func (sp *spendShell) abandon(t time.Time, a *attempt) {
-	if sp == nil || a.res == nil {
-		return
-	}
-	cost, err := sp.l.Reconcile(t, a.res, spend.Usage{}, false)
-	a.res = nil
-	if err == nil {
-		err = sp.l.RecordWasted(t, a.c.src.req.Tenant, a.model.name, cost)
-	}
-	if err != nil {
-		sp.e.fail(fmt.Errorf("policy %s: %w", sp.e.s.policy.Name, err))
-	}
 }
 
 // tick samples the limiter's rates and, when due, evaluates its alerts.
@@ -319,8 +221,8 @@ func (sp *spendShell) alert(scope, tenant string, threshold float64) *AlertResul
 }
 
 // end checks, once every caller has gone, that every reservation was
-// settled: one left over is a path of this shell that misses Reconcile or
-// Cancel.
+// settled: one left over is a path of the chain or of this shell that
+// misses a settlement.
 func (sp *spendShell) end(t time.Time) error {
 	if sp == nil {
 		return nil

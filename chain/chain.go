@@ -1,0 +1,152 @@
+package chain
+
+import (
+	"context"
+	"sync/atomic"
+	"time"
+
+	"github.com/sluicehq/sluice/admission"
+)
+
+// Chain is the chain over an admission.Gate: the blocking shell, in real
+// time, that the gateway runs. Acquire asks the stages, then waits for the
+// gate; the Permit's Done settles the call with every stage and releases
+// its slot. Safe for concurrent use.
+type Chain struct {
+	gate   *admission.Gate
+	stages *stages
+	now    func() time.Time
+}
+
+// New returns a Chain for cfg, or an error naming the invalid field.
+func New(cfg Config) (*Chain, error) {
+	gate, err := admission.New(cfg.Admission)
+	if err != nil {
+		return nil, err
+	}
+	st, err := newStages(cfg, gate)
+	if err != nil {
+		return nil, err
+	}
+	return &Chain{gate: gate, stages: st, now: time.Now}, nil
+}
+
+// Gate returns the admission gate, for its statistics and estimates, and
+// for programs that protect other work with the same slots.
+func (c *Chain) Gate() *admission.Gate { return c.gate }
+
+// Identify finds the tenant of an API key — the identify stage's own
+// lookup — for a shell that authenticates callers before it reads their
+// request (the gateway answers 401 before reading a body). It returns
+// false for a missing or unknown key when tenants have keys.
+func (c *Chain) Identify(apiKey string) (tenant string, tier admission.Tier, ok bool) {
+	t := c.stages.identify.byKey(apiKey)
+	if t == nil {
+		return "", 0, false
+	}
+	return t.name, t.tier, true
+}
+
+// Acquire runs req through the chain and waits for a slot until it is
+// granted, the call is refused, or ctx ends. A refusal is a
+// *admission.Rejection; a cancelled ctx returns ctx.Err(); other errors
+// are the caller's bad input (ErrUnknownKey, an unknown class, a model
+// without a price). On success the caller must call Done on the permit.
+func (c *Chain) Acquire(ctx context.Context, req Request) (*Permit, error) {
+	p := &Permit{c: c, req: req}
+	if d, err := c.stages.admit(c.now(), &p.req, &p.holds); err != nil {
+		return nil, err
+	} else if d.Verdict == admission.Rejected {
+		return nil, d.Rejection
+	}
+	gp, err := c.gate.Acquire(ctx, p.req.admission())
+	if err != nil {
+		p.holds.cancel(c.now())
+		return nil, err
+	}
+	p.gp = gp
+	return p, nil
+}
+
+// UpstreamRetry takes a token from the global retry budget for a retry the
+// shell makes on its own account (the gateway retrying the provider), and
+// says whether it may. Without retry budgets it always refuses.
+func (c *Chain) UpstreamRetry(now time.Time) bool {
+	return c.stages.retries != nil && c.stages.retries.global.TryWithdraw(now)
+}
+
+// Permit is an admitted call: its request as the stages left it and its
+// slot. Done settles and releases it; it is safe to call more than once
+// and from any goroutine, and only the first call counts.
+type Permit struct {
+	c     *Chain
+	req   Request
+	gp    *admission.Permit
+	holds holds
+	done  atomic.Bool
+}
+
+// Request returns the call as the stages left it: its tenant and tier, the
+// model to call (degraded or not), over quota, the reserved cost.
+func (p *Permit) Request() *Request { return &p.req }
+
+// QueueTime is how long the call waited for its slot.
+func (p *Permit) QueueTime() time.Duration { return p.gp.QueueTime() }
+
+// Done books the call's outcome with every stage, then releases its slot.
+// A zero ServiceTime is measured from the grant. An error is a stage's
+// broken book, for the shell to log; the slot is released regardless.
+func (p *Permit) Done(o Outcome) error {
+	if !p.done.CompareAndSwap(false, true) {
+		return nil
+	}
+	now := p.c.now()
+	if o.ServiceTime <= 0 {
+		o.ServiceTime = now.Sub(p.gp.Start())
+	}
+	err := p.holds.settle(now, o)
+	p.gp.Done(admission.Outcome{Result: o.Result, ServiceTime: o.ServiceTime})
+	return err
+}
+
+// Drop gives back what the stages took and the slot, for a call that was
+// admitted but never sent. Like Done, only the first call of either counts.
+func (p *Permit) Drop() {
+	if !p.done.CompareAndSwap(false, true) {
+		return
+	}
+	p.holds.cancel(p.c.now())
+	p.gp.Drop()
+}
+
+// RetryBalance is the global retry budget's balance at now, and false
+// without retry budgets.
+func (c *Chain) RetryBalance(now time.Time) (float64, bool) {
+	if c.stages.retries == nil {
+		return 0, false
+	}
+	return c.stages.retries.global.Balance(now), true
+}
+
+// TenantInfo describes a configured tenant, without its keys.
+type TenantInfo struct {
+	Name string
+	Tier admission.Tier
+	Keys int // how many keys it has
+}
+
+// Tenants lists the configured tenants, in configuration order.
+func (c *Chain) Tenants() []TenantInfo {
+	id := c.stages.identify
+	out := make([]TenantInfo, 0, len(id.order))
+	for _, t := range id.order {
+		n := 0
+		for _, k := range id.keys {
+			if k.tenant == t {
+				n++
+			}
+		}
+		out = append(out, TenantInfo{Name: t.name, Tier: t.tier, Keys: n})
+	}
+	return out
+}

@@ -1,0 +1,68 @@
+package chain
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/sluicehq/sluice/admission"
+	"github.com/sluicehq/sluice/spend"
+)
+
+// Config configures a chain.
+type Config struct {
+	// Admission configures the gate.
+	Admission admission.Config
+	// Tenants are the configured tenants. With none, every call is the
+	// anonymous tenant's unless the shell names one.
+	Tenants []TenantConfig
+	// Retries configures the retry budgets stage.
+	Retries RetryConfig
+	// Spend is the spend limiter. Nil leaves the spend stage out: no
+	// books, no budgets. The shell builds it, since where its books live
+	// (spend.Options.Ledger) is the shell's choice, and keeps it to read
+	// its state and run its alerts.
+	Spend *spend.Limiter
+}
+
+// stages are a chain's stages before the gate.
+type stages struct {
+	identify *identify
+	retries  *retries
+	spend    *spendStage
+	all      []Stage // list(), computed once
+}
+
+func newStages(cfg Config, gate GateView) (*stages, error) {
+	id, err := newIdentify(cfg.Tenants)
+	if err != nil {
+		return nil, err
+	}
+	s := &stages{identify: id}
+	if s.retries, err = newRetries(cfg.Retries); err != nil {
+		return nil, fmt.Errorf("retries: %w", err)
+	}
+	if cfg.Spend != nil {
+		s.spend = &spendStage{l: cfg.Spend, gate: gate}
+	}
+	s.all = s.list()
+	if len(s.all) > maxStages {
+		return nil, fmt.Errorf("chain: %d stages, at most %d", len(s.all), maxStages)
+	}
+	return s, nil
+}
+
+// admit asks every stage about r in order. A refusal comes back as a
+// Rejected decision, anything else that went wrong as an error; either
+// way, nothing stays taken.
+func (s *stages) admit(now time.Time, r *Request, hs *holds) (Decision, error) {
+	err := hs.admit(s.all, now, r)
+	if err == nil {
+		return Decision{}, nil
+	}
+	var rej *admission.Rejection
+	if errors.As(err, &rej) {
+		return Decision{Verdict: admission.Rejected, Rejection: rej}, nil
+	}
+	return Decision{}, err
+}

@@ -1,0 +1,46 @@
+// Package chain is sluice's admission chain: the stages every call passes
+// through before it may reach the provider, and the settlement after it
+// ends. The gateway runs it in real time and the simulator in virtual time,
+// so a policy is written once and the simulator measures the policy that
+// ships.
+//
+// # The chain
+//
+// A call is asked, in this order:
+//
+//  1. identify: whose call it is — a tenant named by a trusted shell, or
+//     found by its API key (stored as SHA-256 digests, compared in
+//     constant time) — and so its tier;
+//  2. retry budgets: a first attempt earns retries, a retry must be paid
+//     for from its tenant's budget and then the global one (the tenant is
+//     refunded when the global budget refuses);
+//  3. spend: the call's cost is estimated and reserved; past the spend
+//     ceiling's or the tenant's budget's stages it is refused, marked over
+//     quota, or degraded to a cheaper model;
+//  4. the gate: the admission.Core decides by estimated wait against the
+//     deadline, queues, evicts or refuses.
+//
+// When the call ends it is settled (outcome, usage, service time: the spend
+// reservation replaced by the actual cost, wasted spend counted) and its
+// slot released. A call refused by a stage, or withdrawn before service,
+// gives back what every earlier stage took.
+//
+// The order is data: one list (stages.list, in stage.go) names the stages
+// before the gate, and adding one is one entry there and a type
+// implementing [Stage]. Stages take the
+// time as an input and never read the clock, sleep or start goroutines.
+//
+// # Two shells
+//
+// [Core] is the chain over an admission.Core: every method takes the time,
+// nothing blocks, decisions about queued calls come back from Events — the
+// simulator drives it. [Chain] is the chain over an admission.Gate: Acquire
+// blocks until a slot, a refusal or the context's end, and the Permit's Done
+// settles and releases — the gateway runs it. Both call the same stages in
+// the same order through one function; only the gate's form differs, as
+// admission.Gate is the blocking shell of admission.Core.
+//
+// Non-goals: HTTP (headers, bodies, status codes are the gateway's), and
+// what happens upstream (retries of the provider, streaming) beyond the
+// outcome the shell reports.
+package chain

@@ -1,0 +1,75 @@
+package chain
+
+import (
+	"time"
+
+	"github.com/sluicehq/sluice/admission"
+	"github.com/sluicehq/sluice/spend"
+)
+
+// Request is one call presented to the chain. The shell fills what the
+// caller said; the stages fill the rest.
+type Request struct {
+	// Tenant names the caller's tenant when the shell has identified it
+	// itself (the simulator, or a program that authenticated the caller).
+	// Empty means identify by APIKey, or the anonymous tenant when the
+	// chain has no keyed tenants.
+	Tenant string
+	// APIKey is the caller's key, used only when Tenant is empty. It is
+	// never stored or logged.
+	APIKey string
+	// Tier is the tenant's tier. The identify stage sets it from the
+	// tenant's configuration; with a named Tenant of no configuration it is
+	// kept as given.
+	Tier admission.Tier
+	// Class is the priority class. Empty means admission.ClassInteractive.
+	Class string
+	// Attempt is 0 for a first attempt and N for the Nth retry.
+	Attempt int
+	// Deadline is when the caller stops waiting. Zero means none (in
+	// [Chain.Acquire], the context's).
+	Deadline time.Time
+	// Model is the model asked for. The spend stage may degrade it to a
+	// cheaper rung; the gate keys service-time statistics by it.
+	Model string
+	// InputTokens estimates the prompt's size and MaxOutputTokens is its
+	// max_tokens (zero: unknown); the spend stage prices the call with them.
+	InputTokens, MaxOutputTokens int64
+
+	// Set by the stages.
+
+	// OverQuota says the tenant is past its own quota: the gate ranks the
+	// call at the over-quota rank.
+	OverQuota bool
+	// Degraded says Model was moved down the spend ladder from AskedModel.
+	Degraded   bool
+	AskedModel string
+	// EstimatedUSD is the cost the spend stage reserved (zero without one).
+	EstimatedUSD float64
+}
+
+func (r *Request) admission() admission.Request {
+	return admission.Request{
+		Class:     r.Class,
+		Tenant:    r.Tenant,
+		Tier:      r.Tier,
+		OverQuota: r.OverQuota,
+		Attempt:   r.Attempt,
+		Deadline:  r.Deadline,
+		Key:       r.Model,
+	}
+}
+
+// Outcome is how an admitted call ended, as the shell saw it.
+type Outcome struct {
+	// Result classifies the call (see admission.Result): Canceled when the
+	// caller left or its deadline cut the call, which books the call's cost
+	// as wasted.
+	Result admission.Result
+	// ServiceTime is how long the call held its slot. Zero in [Permit.Done]
+	// means measured by the gate.
+	ServiceTime time.Duration
+	// Usage is what the provider reported, when UsageKnown.
+	Usage      spend.Usage
+	UsageKnown bool
+}

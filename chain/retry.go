@@ -1,0 +1,77 @@
+package chain
+
+import (
+	"sync"
+	"time"
+
+	"github.com/sluicehq/sluice/admission"
+	"github.com/sluicehq/sluice/retrybudget"
+)
+
+// RetryConfig configures the retry budgets stage.
+type RetryConfig struct {
+	// Disabled leaves the stage out: every retry goes on to the gate, at
+	// the retry rank, and [Chain.UpstreamRetry] always refuses.
+	Disabled bool
+	// Global is the budget of all retries; PerTenant each tenant's own.
+	// Zero fields take retrybudget's defaults.
+	Global, PerTenant retrybudget.Config
+}
+
+// retries is the retry budgets stage: a first attempt deposits into its
+// tenant's budget and the global one; a retry withdraws from both, or is
+// refused with 429 retry_budget and the time until a token accrues.
+type retries struct {
+	global    *retrybudget.Budget
+	perTenant retrybudget.Config
+	mu        sync.Mutex
+	tenant    map[string]*retrybudget.Budget
+}
+
+func newRetries(cfg RetryConfig) (*retries, error) {
+	if cfg.Disabled {
+		return nil, nil
+	}
+	g, err := retrybudget.New(cfg.Global)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := retrybudget.New(cfg.PerTenant); err != nil {
+		return nil, err
+	}
+	return &retries{global: g, perTenant: cfg.PerTenant, tenant: map[string]*retrybudget.Budget{}}, nil
+}
+
+// forTenant returns the tenant's budget. Tenants are the configured ones,
+// the anonymous one, or those a trusted shell names, so the map stays as
+// bounded as they are.
+func (b *retries) forTenant(name string) *retrybudget.Budget {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	rb := b.tenant[name]
+	if rb == nil {
+		rb, _ = retrybudget.New(b.perTenant) // validated in newRetries
+		b.tenant[name] = rb
+	}
+	return rb
+}
+
+// Admit books the call. The token a retry spends is not given back if a
+// later stage refuses it: the retry was made, and counting it is what keeps
+// a storm of refused retries from retrying without bound.
+func (b *retries) Admit(now time.Time, r *Request) (Hold, error) {
+	tb := b.forTenant(r.Tenant)
+	if r.Attempt == 0 {
+		tb.Deposit(now)
+		b.global.Deposit(now)
+		return nil, nil
+	}
+	if !tb.TryWithdraw(now) {
+		return nil, &admission.Rejection{Reason: admission.ReasonRetryBudget, RetryAfter: max(tb.RetryAfter(now), time.Millisecond)}
+	}
+	if !b.global.TryWithdraw(now) {
+		tb.Refund(now) // this retry is not sent: its tenant keeps the token
+		return nil, &admission.Rejection{Reason: admission.ReasonRetryBudget, RetryAfter: max(b.global.RetryAfter(now), time.Millisecond)}
+	}
+	return nil, nil
+}

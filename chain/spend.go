@@ -1,0 +1,88 @@
+package chain
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/sluicehq/sluice/admission"
+	"github.com/sluicehq/sluice/spend"
+)
+
+// spendStage asks the spend limiter about the call: the rank it would have
+// in the gate (before any over-quota demotion) goes with its tenant,
+// model, class and tokens to spend.Limiter.Admit. A refusal is the call's
+// answer (429 tenant_budget or 503 spend_ceiling); over quota marks the
+// call for the gate; a degraded call continues with the rung's model.
+type spendStage struct {
+	l    *spend.Limiter
+	gate GateView
+}
+
+// Admit reserves the call's estimated cost.
+func (s *spendStage) Admit(now time.Time, r *Request) (Hold, error) {
+	rank, err := s.gate.Rank(r.admission())
+	if err != nil {
+		return nil, err
+	}
+	d, err := s.l.Admit(now, spend.Request{
+		Tenant:               r.Tenant,
+		Model:                r.Model,
+		Rank:                 rank,
+		Class:                r.Class,
+		EstimatedInputTokens: r.InputTokens,
+		MaxOutputTokens:      r.MaxOutputTokens,
+	})
+	switch {
+	case err != nil:
+		return nil, err
+	case !d.Allow:
+		return nil, d.Rejection
+	}
+	if d.OverQuota {
+		r.OverQuota = true
+	}
+	if d.Degraded {
+		r.AskedModel, r.Model, r.Degraded = r.Model, d.Model, true
+	}
+	r.EstimatedUSD = d.EstimatedUSD
+	return &spendHold{s: s, res: d.Reservation, tenant: r.Tenant, model: r.Model, estimate: d.EstimatedUSD}, nil
+}
+
+// spendHold is one call's reservation.
+type spendHold struct {
+	s        *spendStage
+	res      *spend.Reservation
+	tenant   string
+	model    string
+	estimate float64
+}
+
+func (h *spendHold) Cancel(now time.Time) { h.s.l.Cancel(now, h.res) }
+
+// Settle replaces the reservation with what the call cost. A call cut
+// short (the caller left, or its deadline passed) is booked at its
+// estimate when no usage was seen — a provider that keeps generating bills
+// it all — and counted as wasted; the part of the estimate the provider
+// probably did not generate because the call was cut (the share of the
+// model's median service time that had not elapsed) is counted as saved.
+func (h *spendHold) Settle(now time.Time, o Outcome) error {
+	l := h.s.l
+	cost, err := l.Reconcile(now, h.res, o.Usage, o.UsageKnown)
+	if err != nil {
+		l.Cancel(now, h.res)
+		return fmt.Errorf("spend: reconcile %s: %w", h.model, err)
+	}
+	if o.Result != admission.Canceled {
+		return nil
+	}
+	if err := l.RecordWasted(now, h.tenant, h.model, cost); err != nil {
+		return fmt.Errorf("spend: record wasted: %w", err)
+	}
+	if p50 := h.s.gate.KeyStats(h.model).P50; p50 > o.ServiceTime && !o.UsageKnown {
+		saved := h.estimate * float64(p50-o.ServiceTime) / float64(p50)
+		if err := l.RecordSaved(now, h.tenant, h.model, saved); err != nil {
+			return fmt.Errorf("spend: record saved: %w", err)
+		}
+	}
+	return nil
+}

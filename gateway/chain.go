@@ -1,0 +1,30 @@
+package gateway
+
+import (
+	"fmt"
+
+	"github.com/sluicehq/sluice/chain"
+	"github.com/sluicehq/sluice/spend"
+)
+
+// chainConfig is the admission chain the config describes: the gate, the
+// tenants, the retry budgets, and the spend limiter l (nil without a spend
+// section).
+func (c Config) chainConfig(l *spend.Limiter) (chain.Config, error) {
+	acfg, err := c.admissionConfig()
+	if err != nil {
+		return chain.Config{}, err
+	}
+	retries, err := c.Retries.chainRetries()
+	if err != nil {
+		return chain.Config{}, err
+	}
+	cc := chain.Config{Admission: acfg, Retries: retries, Spend: l}
+	for _, t := range c.Tenants {
+		cc.Tenants = append(cc.Tenants, chain.TenantConfig{Name: t.Name, Tier: t.Tier, KeysSHA256: t.APIKeysSHA256})
+	}
+	if _, err := chain.NewCore(cc); err != nil {
+		return chain.Config{}, fmt.Errorf("config: %w", err)
+	}
+	return cc, nil
+}
