@@ -35,6 +35,9 @@ type Request struct {
 	// InputTokens estimates the prompt's size and MaxOutputTokens is its
 	// max_tokens (zero: unknown); the spend stage prices the call with them.
 	InputTokens, MaxOutputTokens int64
+	// Unpriced says the provider does not bill the call (a metadata call
+	// passed through): the spend stage lets it by without a reservation.
+	Unpriced bool
 
 	// Set by the stages.
 

@@ -20,6 +20,9 @@ type spendStage struct {
 
 // Admit reserves the call's estimated cost.
 func (s *spendStage) Admit(now time.Time, r *Request) (Hold, error) {
+	if r.Unpriced {
+		return nil, nil
+	}
 	rank, err := s.gate.Rank(r.admission())
 	if err != nil {
 		return nil, err

@@ -50,7 +50,12 @@ type Config struct {
 	// tenant: the Authorization header is not checked (and is forwarded
 	// upstream unless upstream.api_key_env is set).
 	Tenants []TenantConfig `yaml:"tenants"`
-	Limits  LimitsConfig   `yaml:"limits"`
+	// Passthrough lists the paths forwarded beside the gated APIs
+	// (/v1/chat/completions, /v1/completions, /v1/embeddings,
+	// /v1/responses, /v1/messages), each admitted through the chain. Empty
+	// means none: every other path is a 404 (see routes.go).
+	Passthrough []PassthroughConfig `yaml:"passthrough"`
+	Limits      LimitsConfig        `yaml:"limits"`
 	// Retries bounds callers' retries and the gateway's own.
 	Retries RetryConfig `yaml:"retries"`
 	// UpstreamLimit adapts concurrency to the provider's rate limits.
@@ -261,6 +266,9 @@ func (c Config) Validate() error {
 		return fmt.Errorf("config: limits.max_timeout: %v, want ≥ 0", c.Limits.MaxTimeout.D())
 	}
 	if err := c.Retries.validate(); err != nil {
+		return err
+	}
+	if err := validatePassthrough(c.Passthrough, c.Classes, len(c.Tenants) > 0); err != nil {
 		return err
 	}
 	if err := c.UpstreamLimit.validate(); err != nil {

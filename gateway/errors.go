@@ -149,3 +149,22 @@ func writeBadRequest(w http.ResponseWriter, err error) {
 }
 
 func itoa(n int64) string { return strconv.FormatInt(n, 10) }
+
+// writeAnthropicError writes an error in Anthropic's shape, for callers of
+// its API: {"type":"error","error":{"type","message"}}.
+func writeAnthropicError(w http.ResponseWriter, status int, typ, msg string) {
+	h := w.Header()
+	h.Set("Content-Type", "application/json")
+	h.Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(struct {
+		Type  string `json:"type"`
+		Error struct {
+			Type    string `json:"type"`
+			Message string `json:"message"`
+		} `json:"error"`
+	}{Type: "error", Error: struct {
+		Type    string `json:"type"`
+		Message string `json:"message"`
+	}{typ, msg}})
+}

@@ -14,6 +14,7 @@ import (
 	"net/url"
 	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -33,6 +34,7 @@ type Gateway struct {
 	chain    *chain.Chain
 	gate     *admission.Gate // the chain's
 	upstream *url.URL
+	routes   *routes
 	apiKey   string // the provider's key: never logged, never returned
 	proxy    *httputil.ReverseProxy
 	metrics  *metrics
@@ -63,7 +65,7 @@ func New(cfg Config, opts Options) (*Gateway, error) {
 	}
 	cfg = cfg.withDefaults()
 	up, _ := url.Parse(cfg.Upstream.URL) // validated
-	g := &Gateway{cfg: cfg, upstream: up, log: opts.Logger}
+	g := &Gateway{cfg: cfg, upstream: up, log: opts.Logger, routes: newRoutes(cfg.Passthrough)}
 	if g.log == nil {
 		g.log = slog.Default()
 	}
@@ -153,6 +155,7 @@ type call struct {
 	tenant   string
 	model    string    // the model called: the chain may have degraded it
 	body     []byte    // replayed by the gateway's own upstream retries
+	unbilled bool      // a pass-through call that is not priced
 	deadline time.Time // the caller's
 	start    time.Time
 	queue    time.Duration
@@ -175,6 +178,11 @@ func (c *call) finish(result admission.Result) {
 	}
 	d := time.Since(c.start)
 	o := chain.Outcome{Result: result, ServiceTime: d}
+	if c.unbilled {
+		// Its service time is not an LLM call's: it must not move the
+		// estimates. The slot is given back all the same.
+		o.Result = admission.Unused
+	}
 	if c.meter != nil {
 		if u, ok := c.meter.done(); ok {
 			o.Usage, o.UsageKnown = spend.Usage{Input: u.Input, CachedInput: u.CachedInput, Output: u.Output}, true
@@ -193,23 +201,17 @@ func (c *call) finish(result admission.Result) {
 	}
 }
 
-// ServeHTTP applies admission to the API endpoints and passes other paths
-// through.
+// ServeHTTP admits calls to the gated APIs and to the paths the config
+// passes through, and refuses every other path (see routes.go): nothing is
+// forwarded that the chain did not admit.
 func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	switch {
-	case r.URL.Path == EstimatePath:
+	if r.URL.Path == EstimatePath {
 		g.serveEstimate(w, r)
 		return
-	case !apiPaths[r.URL.Path] || r.Method != http.MethodPost:
-		if _, _, ok := g.identify(r); !ok {
-			g.unauthorized(w)
-			return
-		}
-		g.proxy.ServeHTTP(w, r)
-		return
 	}
-	if g.draining.Load() {
-		g.refuse(w, &admission.Rejection{Reason: admission.ReasonDraining, RetryAfter: g.cfg.ShutdownGrace.D()}, "", "")
+	rt := g.routes.match(r.URL.Path)
+	if neverForwarded(r.Method) {
+		g.methodNotAllowed(w, rt)
 		return
 	}
 	tenant, tier, ok := g.identify(r)
@@ -217,12 +219,32 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		g.unauthorized(w)
 		return
 	}
+	switch {
+	case rt == nil:
+		g.notFound(w, r)
+		return
+	case !rt.allows(r.Method):
+		g.methodNotAllowed(w, rt)
+		return
+	}
+	if g.draining.Load() {
+		g.refuse(w, &admission.Rejection{Reason: admission.ReasonDraining, RetryAfter: g.cfg.ShutdownGrace.D()}, "", "")
+		return
+	}
+	g.serveCall(w, r, rt, tenant, tier)
+}
+
+// serveCall runs one call through the chain and, admitted, to the provider.
+func (g *Gateway) serveCall(w http.ResponseWriter, r *http.Request, rt *route, tenant string, tier admission.Tier) {
 	hdr, err := g.parseHeaders(r.Header)
 	if err != nil {
 		g.badInput(w, err)
 		return
 	}
-	body, err := g.readBody(w, r)
+	if rt.class != "" {
+		hdr.class = rt.class
+	}
+	body, err := g.readBody(w, r, rt.billed)
 	if err != nil {
 		g.badInput(w, err)
 		return
@@ -239,8 +261,9 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		Deadline:        deadline,
 		Model:           body.model,
 		MaxOutputTokens: body.maxTokens,
+		Unpriced:        !rt.billed,
 	}
-	if g.spend != nil {
+	if g.spend != nil && rt.billed {
 		req.InputTokens = spend.EstimateInputTokens(body.raw)
 	}
 	permit, err := g.chain.Acquire(ctx, req)
@@ -274,7 +297,7 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		g.metrics.degraded.Inc()
 	}
 	c := &call{g: g, permit: permit, class: hdr.class, tenant: tenant, model: body.model, body: body.raw,
-		deadline: deadline, start: time.Now(), queue: permit.QueueTime(), caller: r.Context()}
+		unbilled: !rt.billed, deadline: deadline, start: time.Now(), queue: permit.QueueTime(), caller: r.Context()}
 	g.metrics.admission(hdr.class, tenant, hdr.attempt).Inc()
 	g.metrics.queueTime(hdr.class).Observe(c.queue.Seconds())
 
@@ -335,12 +358,11 @@ func (g *Gateway) rewrite(pr *httputil.ProxyRequest) {
 // modifyResponse stamps the contract's headers on a proxied response and
 // wraps its body so that the slot is released when the body ends.
 func (g *Gateway) modifyResponse(resp *http.Response) error {
-	c, _ := resp.Request.Context().Value(callKey{}).(*call)
-	if c == nil {
-		return nil // a pass-through path
-	}
+	c := resp.Request.Context().Value(callKey{}).(*call) // every forwarded request is a call
 	resp.Header.Set(HeaderQueueMs, strconv.FormatInt(c.queue.Milliseconds(), 10))
-	resp.Header.Set(HeaderModel, c.model)
+	if c.model != "" {
+		resp.Header.Set(HeaderModel, c.model)
+	}
 	g.metrics.response(c.class, resp.StatusCode).Inc()
 	result := admission.Success
 	if resp.StatusCode >= 500 || resp.StatusCode == http.StatusTooManyRequests {
@@ -351,31 +373,34 @@ func (g *Gateway) modifyResponse(resp *http.Response) error {
 	return nil
 }
 
-// proxyError answers when no upstream response reached the caller.
+// proxyError answers when no upstream response reached the caller. The
+// caller learns the kind of failure, never the addresses or the error's
+// text, which name internal hosts and ports; the log has it all.
 func (g *Gateway) proxyError(w http.ResponseWriter, r *http.Request, err error) {
 	c, _ := r.Context().Value(callKey{}).(*call)
-	callerGone := c != nil && c.caller.Err() != nil
+	if c == nil { // cannot happen: every forwarded request is a call
+		g.log.Error("proxy error outside a call", "path", r.URL.Path, "err", err)
+		writeError(w, http.StatusBadGateway, "upstream_error", "upstream_unreachable", "the provider could not be reached")
+		return
+	}
 	switch {
-	case callerGone:
+	case c.caller.Err() != nil:
 		c.finish(admission.Canceled)
 		g.metrics.responses.WithLabelValues(c.class, "0").Inc()
 		return // nobody to answer
 	case errors.Is(err, context.DeadlineExceeded):
-		if c != nil {
-			c.finish(admission.Canceled)
-			g.metrics.responses.WithLabelValues(c.class, "0").Inc()
-		}
+		c.finish(admission.Canceled)
+		g.metrics.responses.WithLabelValues(c.class, "0").Inc()
 		writeError(w, http.StatusGatewayTimeout, "timeout_error", "deadline_exceeded",
 			"the request's deadline (X-Sluice-Timeout-Ms) passed before the provider answered; the upstream call was cancelled")
 		return
 	}
-	if c != nil {
-		c.finish(admission.Failure)
-		g.metrics.responses.WithLabelValues(c.class, "0").Inc()
-	}
-	g.log.Warn("upstream call failed", "path", r.URL.Path, "err", err)
-	writeError(w, http.StatusBadGateway, "upstream_error", "upstream_unreachable",
-		"the provider could not be reached: "+err.Error())
+	c.finish(admission.Failure)
+	g.metrics.responses.WithLabelValues(c.class, "0").Inc()
+	kind := upstreamFailure(err)
+	g.metrics.upstreamFailures.WithLabelValues(kind.code).Inc()
+	g.log.Warn("upstream call failed", "path", r.URL.Path, "kind", kind.code, "err", err)
+	writeError(w, kind.status, "upstream_error", kind.code, kind.msg)
 }
 
 func (g *Gateway) refuse(w http.ResponseWriter, rej *admission.Rejection, class, tenant string) {
@@ -391,6 +416,33 @@ func (g *Gateway) badInput(w http.ResponseWriter, err error) {
 	}
 	g.metrics.badInput.WithLabelValues(code).Inc()
 	writeBadRequest(w, err)
+}
+
+// notFound refuses a path the gateway does not forward, in the caller's API
+// shape.
+func (g *Gateway) notFound(w http.ResponseWriter, r *http.Request) {
+	g.metrics.badInput.WithLabelValues("not_found").Inc()
+	msg := "sluice does not forward this path (not a gated API nor in passthrough)"
+	if isAnthropicPath(r.URL.Path) {
+		writeAnthropicError(w, http.StatusNotFound, "not_found_error", msg)
+		return
+	}
+	writeError(w, http.StatusNotFound, "invalid_request_error", "not_found", msg)
+}
+
+// methodNotAllowed refuses a method the path does not take (rt may be nil:
+// TRACE and CONNECT are refused on every path).
+func (g *Gateway) methodNotAllowed(w http.ResponseWriter, rt *route) {
+	g.metrics.badInput.WithLabelValues("method_not_allowed").Inc()
+	msg := "method not allowed on this path"
+	if rt != nil {
+		w.Header().Set("Allow", strings.Join(rt.methods, ", "))
+		if rt.anthropic {
+			writeAnthropicError(w, http.StatusMethodNotAllowed, "invalid_request_error", msg)
+			return
+		}
+	}
+	writeError(w, http.StatusMethodNotAllowed, "invalid_request_error", "method_not_allowed", msg)
 }
 
 func (g *Gateway) unauthorized(w http.ResponseWriter) {

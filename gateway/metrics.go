@@ -15,19 +15,20 @@ import (
 // one, so that two gateways in one process (or a program embedding one) do
 // not collide.
 type metrics struct {
-	reg             *prometheus.Registry
-	admissions      *prometheus.CounterVec   // class, tenant
-	rejections      *prometheus.CounterVec   // reason, class, tenant
-	responses       *prometheus.CounterVec   // class, code
-	service         *prometheus.HistogramVec // model
-	queue           *prometheus.HistogramVec // class
-	badInput        *prometheus.CounterVec   // code
-	attempts        *prometheus.CounterVec   // kind: first, retry
-	upstreamRetries *prometheus.CounterVec   // why: connection, 429, 5xx
-	limitDecreases  prometheus.Counter
-	tokens          *prometheus.CounterVec // model, kind
-	degraded        prometheus.Counter
-	models          *labelLimiter
+	reg              *prometheus.Registry
+	admissions       *prometheus.CounterVec   // class, tenant
+	rejections       *prometheus.CounterVec   // reason, class, tenant
+	responses        *prometheus.CounterVec   // class, code
+	service          *prometheus.HistogramVec // model
+	queue            *prometheus.HistogramVec // class
+	badInput         *prometheus.CounterVec   // code
+	attempts         *prometheus.CounterVec   // kind: first, retry
+	upstreamRetries  *prometheus.CounterVec   // why: connection, 429, 5xx
+	upstreamFailures *prometheus.CounterVec   // kind: upstream_unreachable, upstream_reset, upstream_timeout
+	limitDecreases   prometheus.Counter
+	tokens           *prometheus.CounterVec // model, kind
+	degraded         prometheus.Counter
+	models           *labelLimiter
 
 	// The children of the series every call touches, looked up once:
 	// WithLabelValues hashes and checks its label values on each call, and
@@ -143,6 +144,9 @@ func newMetrics(g *Gateway) *metrics {
 		upstreamRetries: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sluice_upstream_retries_total", Help: "The gateway's own retries of the provider, by cause.",
 		}, []string{"cause"}),
+		upstreamFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_upstream_failures_total", Help: "Calls the provider never answered, by kind: upstream_unreachable, upstream_reset, upstream_timeout.",
+		}, []string{"kind"}),
 		limitDecreases: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "sluice_concurrency_decreases_total", Help: "Times the provider's rate limit (429 or x-ratelimit-remaining at 0) lowered concurrency.",
 		}),
@@ -154,7 +158,7 @@ func newMetrics(g *Gateway) *metrics {
 		}),
 		models: newLabelLimiter(32),
 	}
-	m.reg.MustRegister(m.tokens, m.degraded, m.attempts, m.upstreamRetries, m.limitDecreases, m.admissions, m.rejections, m.responses, m.service, m.queue, m.badInput,
+	m.reg.MustRegister(m.tokens, m.degraded, m.attempts, m.upstreamRetries, m.upstreamFailures, m.limitDecreases, m.admissions, m.rejections, m.responses, m.service, m.queue, m.badInput,
 		&gateCollector{g: g},
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m

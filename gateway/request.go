@@ -11,16 +11,6 @@ import (
 	"time"
 )
 
-// apiPaths are the endpoints the gate stands in front of; every other path
-// passes through untouched by admission.
-var apiPaths = map[string]bool{
-	"/v1/chat/completions": true,
-	"/v1/completions":      true,
-	"/v1/embeddings":       true,
-	"/v1/responses":        true,
-	"/v1/messages":         true, // Anthropic
-}
-
 // callHeaders is what the contract's request headers say.
 type callHeaders struct {
 	class   string
@@ -93,7 +83,9 @@ type bodyFields struct {
 
 // readBody reads a JSON body up to the limit: too large is 413, malformed or
 // not an object is 400, nothing is forwarded in either case.
-func (g *Gateway) readBody(w http.ResponseWriter, r *http.Request) (callBody, error) {
+// A body that is not billed (a pass-through call) is read, bounded, and
+// forwarded as it is.
+func (g *Gateway) readBody(w http.ResponseWriter, r *http.Request, billed bool) (callBody, error) {
 	var b callBody
 	limit := g.cfg.Limits.MaxBodyBytes
 	raw, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
@@ -106,6 +98,9 @@ func (g *Gateway) readBody(w http.ResponseWriter, r *http.Request) (callBody, er
 		return b, &badRequest{status: http.StatusBadRequest, code: "invalid_body", msg: "reading the request body: " + err.Error()}
 	}
 	b.raw = raw
+	if !billed {
+		return b, nil
+	}
 	trimmed := bytes.TrimSpace(raw)
 	if len(trimmed) == 0 || trimmed[0] != '{' {
 		return b, &badRequest{status: http.StatusBadRequest, code: "invalid_json", msg: "request body must be a JSON object"}
