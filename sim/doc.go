@@ -81,7 +81,7 @@
 //
 // # Non-goals
 //
-//   - Network, HTTP and process overheads, which package calibrate measures
+//   - Network, HTTP and process overheads, which internal/calibrate measures
 //     by running the same workload for real.
 //   - Varied usage: every call of a traffic source reports the same tokens,
 //     and the spend limiter is given the true prompt size where the gateway

@@ -14,8 +14,8 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/sluicehq/sluice/internal/calibrate"
 	"github.com/sluicehq/sluice/sim"
-	"github.com/sluicehq/sluice/sim/calibrate"
 )
 
 func init() {
