@@ -1,4 +1,4 @@
-package sim
+package simreport
 
 import (
 	"bytes"
@@ -8,42 +8,60 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/sluicehq/sluice/sim"
 )
 
-func smallSweep(t *testing.T, file string) *Sweep {
+func loadScenario(t *testing.T, file string) *sim.Scenario {
 	t.Helper()
-	sc, err := LoadScenario("../scenarios/" + file + ".yaml")
+	sc, err := sim.LoadScenario("../../scenarios/" + file + ".yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
-	sw, err := RunSweep(t.Context(), sc, SweepOptions{Options: Options{Requests: 3000}, Loads: []float64{1, 5}})
+	return sc
+}
+
+func smallSweep(t *testing.T, file string) *sweep {
+	t.Helper()
+	sw, err := sim.RunSweep(t.Context(), loadScenario(t, file), sim.SweepOptions{Options: sim.Options{Requests: 3000}, Loads: []float64{1, 5}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return sw
+	return &sweep{Sweep: sw}
+}
+
+// markdown renders a sweep's table as results.md does.
+func markdown(t *testing.T, sw *sim.Sweep) string {
+	t.Helper()
+	var b bytes.Buffer
+	if err := templates.ExecuteTemplate(&b, "table", sweepTable(sw)); err != nil {
+		t.Fatal(err)
+	}
+	return b.String()
 }
 
 func TestTablesHaveARowPerPolicyAndLoad(t *testing.T) {
 	sw := smallSweep(t, "mixed-deadlines")
-	var text, md bytes.Buffer
-	if err := sw.WriteText(&text); err != nil {
+	var text bytes.Buffer
+	if err := WriteText(&text, sw.Sweep); err != nil {
 		t.Fatal(err)
 	}
-	if err := sw.WriteMarkdown(&md); err != nil {
-		t.Fatal(err)
-	}
+	md := markdown(t, sw.Sweep)
 	for _, want := range []string{"goodput % cap", "success interactive %", "success batch %", "waste % billed", "p99 s", "attempts/req", "sluice (+ retry budget)", "unbounded FIFO"} {
-		if !strings.Contains(text.String(), want) || !strings.Contains(md.String(), want) {
+		if !strings.Contains(text.String(), want) || !strings.Contains(md, want) {
 			t.Errorf("tables lack %q", want)
 		}
 	}
-	if got, want := strings.Count(md.String(), "\n"), 2+2*len(sw.Scenario.PolicyNames()); got != want {
-		t.Errorf("markdown has %d lines, want %d:\n%s", got, want, md.String())
+	if got, want := strings.Count(md, "\n"), 2+2*len(sw.Scenario.PolicyNames()); got != want {
+		t.Errorf("markdown has %d lines, want %d:\n%s", got, want, md)
+	}
+	if !strings.Contains(md, "|---:|---|---:|") {
+		t.Errorf("markdown: want the policy column aligned left, the others right:\n%s", md)
 	}
 	if strings.Contains(text.String(), "recovery") {
 		t.Error("a recovery column without an upstream step")
 	}
-	if step := smallSweep(t, "service-step"); !strings.Contains(step.header(true)[len(step.header(true))-1], "recovery") {
+	if step := smallSweep(t, "service-step"); !strings.Contains(header(step.Sweep, true)[len(header(step.Sweep, true))-1], "recovery") {
 		t.Error("no recovery column for the step scenario")
 	}
 }
@@ -51,19 +69,16 @@ func TestTablesHaveARowPerPolicyAndLoad(t *testing.T) {
 func TestPlotsArePNGs(t *testing.T) {
 	sw := smallSweep(t, "retry-storm")
 	var b bytes.Buffer
-	if err := sw.WriteGoodputPlot(&b); err != nil {
+	if err := sw.writeGoodputPlot(&b); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := png.Decode(&b); err != nil {
 		t.Fatalf("goodput plot: %v", err)
 	}
-	sc, err := LoadScenario("../scenarios/service-step.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var results []*Result
+	sc := loadScenario(t, "service-step")
+	var results []*sim.Result
 	for _, p := range []string{"fifo", "sluice"} {
-		r, err := Run(t.Context(), sc, p, 1, Options{Requests: 3000, Trace: true})
+		r, err := sim.Run(t.Context(), sc, p, 1, sim.Options{Requests: 3000, Trace: true})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -76,32 +91,28 @@ func TestPlotsArePNGs(t *testing.T) {
 		t.Error("only sluice policies estimate a wait")
 	}
 	b.Reset()
-	if err := WriteTimeseriesPlot(&b, "step", results, 0, time.Minute); err != nil {
+	if err := writeTimeseriesPlot(&b, "step", results, 0, time.Minute); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := png.Decode(&b); err != nil {
 		t.Fatalf("time-series plot: %v", err)
 	}
-	untraced, _ := Run(t.Context(), sc, "fifo", 1, Options{Requests: 1000})
-	if err := WriteTimeseriesPlot(&b, "x", []*Result{untraced}, 0, time.Minute); err == nil {
+	untraced, _ := sim.Run(t.Context(), sc, "fifo", 1, sim.Options{Requests: 1000})
+	if err := writeTimeseriesPlot(&b, "x", []*sim.Result{untraced}, 0, time.Minute); err == nil {
 		t.Error("plotting a result without a series: no error")
 	}
 }
 
-func TestWriteResults(t *testing.T) {
-	var scenarios []*Scenario
+func TestWrite(t *testing.T) {
+	var scenarios []*sim.Scenario
 	for _, f := range []string{"retry-storm", "service-step"} {
-		sc, err := LoadScenario("../scenarios/" + f + ".yaml")
-		if err != nil {
-			t.Fatal(err)
-		}
-		scenarios = append(scenarios, sc)
+		scenarios = append(scenarios, loadScenario(t, f))
 	}
 	dir := t.TempDir()
-	err := WriteResults(t.Context(), ResultsOptions{
+	err := Write(t.Context(), Options{
 		Dir:       dir,
 		Scenarios: scenarios,
-		Sweep:     SweepOptions{Options: Options{Requests: 2000}},
+		Sweep:     sim.SweepOptions{Options: sim.Options{Requests: 2000}},
 		Speed:     2000,
 	})
 	if err != nil {
@@ -122,21 +133,18 @@ func TestWriteResults(t *testing.T) {
 			t.Error(err)
 		}
 	}
-	if err := WriteResults(t.Context(), ResultsOptions{Scenarios: scenarios}); err == nil {
+	if err := Write(t.Context(), Options{Scenarios: scenarios}); err == nil {
 		t.Error("no Dir: no error")
 	}
 }
 
-// TestWriteResultsRunawayTenant: a scenario with a spend section and a
-// runaway gets the spend limiter's tables, with the normal day beside them.
-func TestWriteResultsRunawayTenant(t *testing.T) {
-	sc, err := LoadScenario("../scenarios/runaway-tenant.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
+// TestWriteRunawayTenant: a scenario with a spend section and a runaway
+// gets the spend limiter's tables, with the normal day beside them.
+func TestWriteRunawayTenant(t *testing.T) {
+	sc := loadScenario(t, "runaway-tenant")
 	dir := t.TempDir()
-	err = WriteResults(t.Context(), ResultsOptions{Dir: dir, Scenarios: []*Scenario{sc},
-		Sweep: SweepOptions{Options: Options{Requests: 30_000}, Loads: []float64{1, 5}}})
+	err := Write(t.Context(), Options{Dir: dir, Scenarios: []*sim.Scenario{sc},
+		Sweep: sim.SweepOptions{Options: sim.Options{Requests: 30_000}, Loads: []float64{1, 5}}})
 	if err != nil {
 		t.Fatal(err)
 	}
