@@ -5,6 +5,7 @@ import (
 	"image/color"
 	"io"
 	"math"
+	"slices"
 	"strconv"
 	"time"
 
@@ -54,6 +55,12 @@ func (sw *sweep) writeGoodputPlot(w io.Writer) error {
 	p.Y.Label.Text = "goodput (% of capacity)"
 	p.X.Scale = plot.LogScale{}
 	p.X.Tick.Marker = loadTicks(sw.Loads)
+	if lo, hi := slices.Min(sw.Loads), slices.Max(sw.Loads); lo == hi {
+		// gonum widens an empty range by one on each side, which takes
+		// a single load of 1 or less to zero or below, where a log scale
+		// panics; a factor of two on each side keeps it positive.
+		p.X.Min, p.X.Max = lo/2, hi*2
+	}
 	// Goodput counts calls: calls degraded to a faster model take less of
 	// the upstream, so with the spend limiter it can pass 100%.
 	var top float64

@@ -162,3 +162,21 @@ func TestWriteRunawayTenant(t *testing.T) {
 		t.Error("results.md still calls the spend limiter pending")
 	}
 }
+
+// TestGoodputPlotOneLoad: a sweep of a single load (sluice sim --all
+// --load 1) draws its plot; gonum's log scale panicked on it.
+func TestGoodputPlotOneLoad(t *testing.T) {
+	for _, load := range []float64{0.5, 1, 5} {
+		sw, err := sim.RunSweep(t.Context(), loadScenario(t, "mixed-deadlines"), sim.SweepOptions{Options: sim.Options{Requests: 300}, Loads: []float64{load}, Policies: []string{"fifo", "sluice"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var b bytes.Buffer
+		if err := (&sweep{Sweep: sw}).writeGoodputPlot(&b); err != nil {
+			t.Fatalf("%g×: %v", load, err)
+		}
+		if _, err := png.Decode(&b); err != nil {
+			t.Fatalf("%g×: %v", load, err)
+		}
+	}
+}

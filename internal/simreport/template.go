@@ -24,8 +24,9 @@ import (
 //go:embed templates/*.tmpl
 var templateFS embed.FS
 
-// templates are parsed once; parsing embedded files only fails on a
-// template that does not compile, which TestTemplatesParse catches.
+// templates are parsed once, at init: the files are embedded, so parsing
+// fails only on a template that does not compile, and then every test of
+// the package fails with it.
 var templates = template.Must(parseTemplates())
 
 func parseTemplates() (*template.Template, error) {
