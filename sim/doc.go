@@ -75,13 +75,13 @@
 //
 //   - The real admission code, in virtual time, at a million requests in a
 //     second or so on one core (see BenchmarkMillionRequests).
-//   - Every figure reproducible from a file and a seed; [WriteResults]
+//   - Every figure reproducible from a file and a seed; `sluice sim --all`
 //     regenerates docs/results.md and its plots in one command.
 //   - Bad input is an error naming the field by its YAML path ([FieldError]).
 //
 // # Non-goals
 //
-//   - Network, HTTP and process overheads, which package calibrate measures
+//   - Network, HTTP and process overheads, which internal/calibrate measures
 //     by running the same workload for real.
 //   - Varied usage: every call of a traffic source reports the same tokens,
 //     and the spend limiter is given the true prompt size where the gateway
@@ -90,4 +90,7 @@
 //   - Shared ledgers: one run is one gateway with its memory ledger.
 //   - Faults (errors, hangs, resets) and the gateway's own retries of the
 //     provider, which only faults trigger.
+//   - Rendering: the text tables, docs/results.md and its plots are written
+//     by internal/simreport from [Sweep] and [Result], so that importing the
+//     simulator does not import a plotting library.
 package sim

@@ -47,6 +47,10 @@ type gateOptions struct {
 	spend       bool // the spend limiter between the retry budgets and the gate
 }
 
+// SpendLimiter reports whether the policy runs the spend limiter, and so
+// needs a scenario with a spend section.
+func (p Policy) SpendLimiter() bool { return p.gate.spend }
+
 // policies is the ladder, in table order: each sluice rung adds one feature
 // to the one above it.
 var policies = []Policy{

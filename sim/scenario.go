@@ -330,11 +330,11 @@ type Timeseries struct {
 	Bucket time.Duration
 }
 
-// steady returns a copy of the scenario in which every traffic source keeps
+// Steady returns a copy of the scenario in which every traffic source keeps
 // the rate it has at the start: its steps after time zero and its bursts
 // are gone. It is the scenario's normal day, against which the success of
 // the sources a runaway shares the upstream with is judged.
-func (s *Scenario) steady() *Scenario {
+func (s *Scenario) Steady() *Scenario {
 	c := *s
 	c.Traffic = slices.Clone(s.Traffic)
 	for i := range c.Traffic {
@@ -345,8 +345,9 @@ func (s *Scenario) steady() *Scenario {
 	return &c
 }
 
-// changes reports whether the source's rate changes after the start.
-func (src *Source) changes() bool {
+// Changes reports whether the source's rate changes after the start: a
+// step after time zero, or a burst.
+func (src *Source) Changes() bool {
 	return len(src.Bursts) > 0 || slices.ContainsFunc(src.Steps, func(st Step) bool { return !st.At.isStart() })
 }
 

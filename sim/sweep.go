@@ -31,9 +31,6 @@ type Sweep struct {
 	Policies []Policy
 	// Results[i][j] is load i, policy j.
 	Results [][]*Result
-	// steady[i] is the spend policy at load i on the scenario's normal day
-	// (every source at its starting rate), when WriteResults ran it.
-	steady []*Result
 }
 
 // Result returns the result of a load and a policy, or nil.

@@ -7,7 +7,7 @@ import (
 	"io"
 	"time"
 
-	"github.com/sluicehq/sluice/demo"
+	"github.com/sluicehq/sluice/internal/demo"
 )
 
 func init() {

@@ -14,8 +14,9 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/sluicehq/sluice/internal/calibrate"
+	"github.com/sluicehq/sluice/internal/simreport"
 	"github.com/sluicehq/sluice/sim"
-	"github.com/sluicehq/sluice/sim/calibrate"
 )
 
 func init() {
@@ -186,7 +187,7 @@ func runSim(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		enc.SetIndent("", "  ")
 		return enc.Encode(all)
 	}
-	return sw.WriteText(stdout)
+	return simreport.WriteText(stdout, sw)
 }
 
 func runSimAll(ctx context.Context, f *simFlags, stderr io.Writer) error {
@@ -206,7 +207,7 @@ func runSimAll(ctx context.Context, f *simFlags, stderr io.Writer) error {
 		}
 		scenarios = append(scenarios, sc)
 	}
-	opt := sim.ResultsOptions{
+	opt := simreport.Options{
 		Dir:       f.out,
 		Scenarios: scenarios,
 		Sweep:     f.sweepOptions(),
@@ -220,7 +221,7 @@ func runSimAll(ctx context.Context, f *simFlags, stderr io.Writer) error {
 		}
 		opt.Calibration = rep.WriteMarkdown
 	}
-	if err := sim.WriteResults(ctx, opt); err != nil {
+	if err := simreport.Write(ctx, opt); err != nil {
 		return err
 	}
 	fmt.Fprintf(stderr, "sim: wrote %s\n", filepath.Join(f.out, "results.md"))

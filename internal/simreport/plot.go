@@ -1,10 +1,11 @@
-package sim
+package simreport
 
 import (
 	"fmt"
 	"image/color"
 	"io"
 	"math"
+	"slices"
 	"strconv"
 	"time"
 
@@ -13,6 +14,8 @@ import (
 	"gonum.org/v1/plot/vg"
 	"gonum.org/v1/plot/vg/draw"
 	"gonum.org/v1/plot/vg/vgimg"
+
+	"github.com/sluicehq/sluice/sim"
 )
 
 // palette gives each policy of the ladder its own colour (Tableau 10), so a
@@ -24,6 +27,7 @@ var palette = []color.RGBA{
 }
 
 func policyStyle(name string) (color.Color, []vg.Length, vg.Length) {
+	policies := sim.Policies()
 	i := 0
 	for k, p := range policies {
 		if p.Name == name {
@@ -36,21 +40,27 @@ func policyStyle(name string) (color.Color, []vg.Length, vg.Length) {
 	if !p.Sluice {
 		dashes = []vg.Length{vg.Points(5), vg.Points(3)}
 	}
-	if p.Name == "sluice" || p.gate.spend {
+	if p.Name == "sluice" || p.SpendLimiter() {
 		width = vg.Points(3)
 	}
 	return palette[i%len(palette)], dashes, width
 }
 
-// WriteGoodputPlot draws goodput (% of capacity) against load, one line per
+// writeGoodputPlot draws goodput (% of capacity) against load, one line per
 // policy, as a PNG.
-func (sw *Sweep) WriteGoodputPlot(w io.Writer) error {
+func (sw *sweep) writeGoodputPlot(w io.Writer) error {
 	p := plot.New()
 	p.Title.Text = fmt.Sprintf("%s: goodput versus load", sw.Scenario.Name)
 	p.X.Label.Text = "offered load (× capacity, first attempts)"
 	p.Y.Label.Text = "goodput (% of capacity)"
 	p.X.Scale = plot.LogScale{}
 	p.X.Tick.Marker = loadTicks(sw.Loads)
+	if lo, hi := slices.Min(sw.Loads), slices.Max(sw.Loads); lo == hi {
+		// gonum widens an empty range by one on each side, which takes
+		// a single load of 1 or less to zero or below, where a log scale
+		// panics; a factor of two on each side keeps it positive.
+		p.X.Min, p.X.Max = lo/2, hi*2
+	}
 	// Goodput counts calls: calls degraded to a faster model take less of
 	// the upstream, so with the spend limiter it can pass 100%.
 	var top float64
@@ -119,24 +129,24 @@ func (plainTicks) Ticks(lo, hi float64) []plot.Tick {
 	return ticks
 }
 
-// WriteTimeseriesPlot draws, for traced results of one scenario and load,
+// writeTimeseriesPlot draws, for traced results of one scenario and load,
 // four panels over time: on-time answers per second, queue depth, the
 // estimated wait sluice would tell a newcomer, and the median latency of
 // on-time answers. Only [from, to) is drawn.
-func WriteTimeseriesPlot(w io.Writer, title string, results []*Result, from, to time.Duration) error {
+func writeTimeseriesPlot(w io.Writer, title string, results []*sim.Result, from, to time.Duration) error {
 	panels := []struct {
 		title, y string
-		value    func(s *Series, i int) (float64, bool)
+		value    func(s *sim.Series, i int) (float64, bool)
 	}{
-		{"on-time answers per second", "answers/s", func(s *Series, i int) (float64, bool) { return s.Goodput[i], true }},
-		{"queue depth", "queued", func(s *Series, i int) (float64, bool) { return float64(s.Depth[i]), true }},
-		{"estimated wait told to a newcomer (sluice policies only)", "seconds", func(s *Series, i int) (float64, bool) {
+		{"on-time answers per second", "answers/s", func(s *sim.Series, i int) (float64, bool) { return s.Goodput[i], true }},
+		{"queue depth", "queued", func(s *sim.Series, i int) (float64, bool) { return float64(s.Depth[i]), true }},
+		{"estimated wait told to a newcomer (sluice policies only)", "seconds", func(s *sim.Series, i int) (float64, bool) {
 			if s.EstimatedWait == nil {
 				return 0, false
 			}
 			return s.EstimatedWait[i].Seconds(), true
 		}},
-		{"median latency of on-time answers", "seconds", func(s *Series, i int) (float64, bool) {
+		{"median latency of on-time answers", "seconds", func(s *sim.Series, i int) (float64, bool) {
 			if s.LatencyP50[i] == 0 {
 				return math.NaN(), true
 			}

@@ -1,15 +1,18 @@
-// Package calibrate checks the simulator against reality: it runs one
-// workload twice — in package sim's virtual time, and for real on loopback
-// with the load generator (package loadgen) sending through the gateway
-// (package gateway) to the mock provider (package mockllm) — and reports
-// the figures side by side, so results.md can say how far apart they are.
+// Package calibrate is the calibration behind `sluice sim --all` (unless
+// --calibrate=false), the section of docs/results.md that checks the
+// simulator against reality: it runs one workload twice — in package sim's
+// virtual time, and for real on loopback with the load generator (package
+// loadgen) sending through the gateway (package gateway) to the mock
+// provider (package mockllm) — and reports the figures side by side, so
+// results.md can say how far apart they are.
 //
 // The workload is the retry storm, scaled down so that the real run takes
 // seconds: a provider with a few slots and lognormal service times in the
 // hundreds of milliseconds, naive callers with a two-second deadline.
 //
 // It lives apart from package sim because it imports the gateway, which the
-// simulator must not: the simulator depends only on the cores it drives.
+// simulator must not: the simulator depends only on the cores it drives. It
+// is internal because it is a program, not a library.
 package calibrate
 
 import (

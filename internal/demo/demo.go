@@ -1,7 +1,9 @@
-// Package demo runs sluice's one-command demonstration: an overload storm sent
+// Package demo is the program behind `sluice demo`: an overload storm sent
 // straight at a provider, then the same storm through the gateway, side by
 // side. Everything runs in one process on loopback: the mock provider, the
-// gateway and the load generator are the real packages.
+// gateway and the load generator are the real packages. It is internal
+// because it is a program, not a library: nothing outside cmd/sluice calls
+// it.
 package demo
 
 import (

@@ -1,4 +1,4 @@
-package sim
+package simreport
 
 import (
 	"fmt"
@@ -6,9 +6,11 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+
+	"github.com/sluicehq/sluice/sim"
 )
 
-// The table columns, as the issue asks for them: goodput as a percentage of
+// The table columns: goodput as a percentage of
 // capacity, success per class (per traffic source when tenants share a
 // class), wasted upstream work as a percentage of billed calls, p50/p99
 // latency of successes, attempts per logical request; then the bill per hour
@@ -16,29 +18,29 @@ import (
 // section's rate window when there is one, and time to recover when the
 // upstream steps.
 
-func (sw *Sweep) header(withLoad bool) []string {
+func header(sw *sim.Sweep, withLoad bool) []string {
 	var h []string
 	if withLoad {
 		h = append(h, "load")
 	}
 	h = append(h, "policy", "goodput % cap")
-	for _, src := range sw.sourceNames() {
+	for _, src := range sourceNames(sw) {
 		h = append(h, "success "+src+" %")
 	}
 	h = append(h, "waste % billed", "p50 s", "p99 s", "attempts/req")
-	if sw.hasCost() {
+	if hasCost(sw) {
 		h = append(h, "billed $/h")
 	}
 	if sw.Scenario.Spend != nil {
 		h = append(h, "peak $/h")
 	}
-	if sw.hasRecovery() {
+	if hasRecovery(sw) {
 		h = append(h, "recovery")
 	}
 	return h
 }
 
-func (sw *Sweep) sourceNames() []string {
+func sourceNames(sw *sim.Sweep) []string {
 	for _, row := range sw.Results {
 		for _, r := range row {
 			names := make([]string, len(r.Sources))
@@ -51,7 +53,7 @@ func (sw *Sweep) sourceNames() []string {
 	return nil
 }
 
-func (sw *Sweep) hasCost() bool {
+func hasCost(sw *sim.Sweep) bool {
 	for _, row := range sw.Results {
 		for _, r := range row {
 			if r.BilledCost > 0 {
@@ -62,7 +64,7 @@ func (sw *Sweep) hasCost() bool {
 	return false
 }
 
-func (sw *Sweep) hasRecovery() bool {
+func hasRecovery(sw *sim.Sweep) bool {
 	for _, row := range sw.Results {
 		for _, r := range row {
 			if r.Recovery != nil {
@@ -73,7 +75,7 @@ func (sw *Sweep) hasRecovery() bool {
 	return false
 }
 
-func (sw *Sweep) row(r *Result, withLoad bool) []string {
+func row(sw *sim.Sweep, r *sim.Result, withLoad bool) []string {
 	var c []string
 	if withLoad {
 		c = append(c, fmt.Sprintf("%g×", r.Load))
@@ -83,7 +85,7 @@ func (sw *Sweep) row(r *Result, withLoad bool) []string {
 		c = append(c, fmt.Sprintf("%.1f", s.SuccessPct))
 	}
 	c = append(c, fmt.Sprintf("%.2f", r.WastePct), seconds(r.P50Ms), seconds(r.P99Ms), fmt.Sprintf("%.2f", r.AttemptsPerRequest))
-	if sw.hasCost() {
+	if hasCost(sw) {
 		c = append(c, fmt.Sprintf("%.0f", r.BilledCost/(r.WindowSeconds/3600)))
 	}
 	if sw.Scenario.Spend != nil {
@@ -93,7 +95,7 @@ func (sw *Sweep) row(r *Result, withLoad bool) []string {
 		}
 		c = append(c, peak)
 	}
-	if sw.hasRecovery() {
+	if hasRecovery(sw) {
 		c = append(c, recoveryText(r.Recovery))
 	}
 	return c
@@ -106,18 +108,9 @@ func seconds(ms float64) string {
 	return fmt.Sprintf("%.2f", ms/1000)
 }
 
-func recoveryText(r *Recovery) string {
-	switch {
-	case r == nil:
-		return "–"
-	case !r.Recovered:
-		return "never"
-	}
-	return fmt.Sprintf("%.0f s", r.Seconds)
-}
-
-// WriteText prints one aligned table per load.
-func (sw *Sweep) WriteText(w io.Writer) error {
+// WriteText prints a sweep as one aligned table per load, for a terminal
+// (sluice sim --scenario).
+func WriteText(w io.Writer, sw *sim.Sweep) error {
 	sc := sw.Scenario
 	for i, load := range sw.Loads {
 		if i > 0 {
@@ -136,9 +129,9 @@ func (sw *Sweep) WriteText(w io.Writer) error {
 			return strings.Join(cells, "\t") + "\t"
 		}
 		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-		fmt.Fprintln(tw, pad(sw.header(false)))
+		fmt.Fprintln(tw, pad(header(sw, false)))
 		for _, r := range sw.Results[i] {
-			fmt.Fprintln(tw, pad(sw.row(r, false)))
+			fmt.Fprintln(tw, pad(row(sw, r, false)))
 		}
 		if err := tw.Flush(); err != nil {
 			return err
@@ -153,7 +146,7 @@ func (sw *Sweep) WriteText(w io.Writer) error {
 }
 
 // limiterText sums up what the spend limiter did in a run.
-func limiterText(r *Result) string {
+func limiterText(r *sim.Result) string {
 	sp := r.Spend
 	l := sp.Limiter
 	text := fmt.Sprintf("bill peaked at $%.0f/h over %s windows (ceiling $%.0f/h; the limiter saw $%.0f/h); refused %d attempts by a tenant budget and %d by the ceiling; degraded %d",
@@ -172,7 +165,7 @@ func limiterText(r *Result) string {
 
 // alertText says when an alert's rate crossed its threshold and when it
 // fired.
-func alertText(a AlertResult) string {
+func alertText(a sim.AlertResult) string {
 	s := fmt.Sprintf("%s ($%.0f/h)", a.Name(), a.ThresholdPerHour)
 	switch {
 	case a.Crossed && a.Fired:
@@ -186,24 +179,33 @@ func alertText(a AlertResult) string {
 	return s + " never crossed"
 }
 
-// WriteMarkdown prints one Markdown table with a row per load and policy.
-func (sw *Sweep) WriteMarkdown(w io.Writer) error {
-	h := sw.header(true)
-	fmt.Fprintf(w, "| %s |\n", strings.Join(h, " | "))
-	sep := make([]string, len(h))
-	for i := range sep {
-		sep[i] = "---:"
-		if i == 1 {
-			sep[i] = "---"
-		}
+// table is a Markdown table for templates/table.md.tmpl: cells are
+// written here, the layout there.
+type table struct {
+	Header []string
+	// Align is each column's delimiter row cell: "---" or "---:".
+	Align []string
+	Rows  [][]string
+}
+
+// alignRight aligns every column right.
+func (t *table) alignRight() {
+	t.Align = make([]string, len(t.Header))
+	for i := range t.Align {
+		t.Align[i] = "---:"
 	}
-	fmt.Fprintf(w, "|%s|\n", strings.Join(sep, "|"))
+}
+
+// sweepTable is a sweep's table with a row per load and policy: numbers
+// to the right, the policy to the left.
+func sweepTable(sw *sim.Sweep) table {
+	t := table{Header: header(sw, true)}
+	t.alignRight()
+	t.Align[1] = "---"
 	for i := range sw.Loads {
 		for _, r := range sw.Results[i] {
-			if _, err := fmt.Fprintf(w, "| %s |\n", strings.Join(sw.row(r, true), " | ")); err != nil {
-				return err
-			}
+			t.Rows = append(t.Rows, row(sw, r, true))
 		}
 	}
-	return nil
+	return t
 }
