@@ -144,6 +144,11 @@ type TenantConfig struct {
 type LimitsConfig struct {
 	// MaxBodyBytes bounds a request body; larger → 413. Zero means 10 MiB.
 	MaxBodyBytes int64 `yaml:"max_body_bytes"`
+	// MaxHeaderBytes bounds a request's line and headers; larger → 431
+	// with the JSON error. Zero means 64 KiB; at most 1 MiB. (Go's server
+	// itself cuts at twice this, with a plain-text 431, so that what lies
+	// between is answered in the contract's shape.)
+	MaxHeaderBytes int `yaml:"max_header_bytes"`
 	// MaxTimeout is the largest X-Sluice-Timeout-Ms accepted; larger → 400.
 	// Zero means 10m.
 	MaxTimeout Duration `yaml:"max_timeout"`
@@ -207,6 +212,9 @@ func (c Config) withDefaults() Config {
 	if c.Limits.MaxTimeout == 0 {
 		c.Limits.MaxTimeout = Duration(10 * time.Minute)
 	}
+	if c.Limits.MaxHeaderBytes == 0 {
+		c.Limits.MaxHeaderBytes = DefaultMaxHeaderBytes
+	}
 	if c.ShutdownGrace == 0 {
 		c.ShutdownGrace = Duration(30 * time.Second)
 	}
@@ -261,6 +269,9 @@ func (c Config) Validate() error {
 	}
 	if c.Limits.MaxBodyBytes < 0 {
 		return fmt.Errorf("config: limits.max_body_bytes: %d, want ≥ 0", c.Limits.MaxBodyBytes)
+	}
+	if c.Limits.MaxHeaderBytes < 0 || c.Limits.MaxHeaderBytes > MaxMaxHeaderBytes {
+		return fmt.Errorf("config: limits.max_header_bytes: %d, want 0 (64 KiB) to %d", c.Limits.MaxHeaderBytes, MaxMaxHeaderBytes)
 	}
 	if c.Limits.MaxTimeout < 0 {
 		return fmt.Errorf("config: limits.max_timeout: %v, want ≥ 0", c.Limits.MaxTimeout.D())

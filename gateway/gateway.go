@@ -205,6 +205,10 @@ func (c *call) finish(result admission.Result) {
 // passes through, and refuses every other path (see routes.go): nothing is
 // forwarded that the chain did not admit.
 func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if headerBytes(r) > g.cfg.Limits.MaxHeaderBytes {
+		g.headersTooLarge(w)
+		return
+	}
 	if r.URL.Path == EstimatePath {
 		g.serveEstimate(w, r)
 		return

@@ -214,3 +214,33 @@ func TestUpstreamFailuresSayTheKindNotTheAddress(t *testing.T) {
 		}
 	}
 }
+
+// Headers over the limit get the JSON error, not Go's plain text.
+func TestOversizeHeadersGetTheJSONError(t *testing.T) {
+	received, up := countingUpstream(t)
+	cfg := baseConfig(up.URL)
+	cfg.Limits.MaxHeaderBytes = 8 << 10
+	g, err := New(cfg, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewUnstartedServer(g)
+	srv.Config.MaxHeaderBytes = g.ServerMaxHeaderBytes()
+	srv.Start()
+	t.Cleanup(srv.Close)
+	resp, body := do(t, "POST", srv.URL+"/v1/chat/completions", chatBody, map[string]string{"X-Padding": strings.Repeat("a", 10<<10)})
+	if resp.StatusCode != http.StatusRequestHeaderFieldsTooLarge || resp.Header.Get("Content-Type") != "application/json" || decodeError(t, body).Code != "headers_too_large" {
+		t.Fatalf("10 KiB header over an 8 KiB limit: %d %q %s", resp.StatusCode, resp.Header.Get("Content-Type"), body)
+	}
+	if resp, body := do(t, "POST", srv.URL+"/v1/chat/completions", chatBody, map[string]string{"X-Padding": strings.Repeat("a", 4<<10)}); resp.StatusCode != 200 {
+		t.Fatalf("4 KiB header: %d %s", resp.StatusCode, body)
+	}
+	if n := received.Load(); n != 1 {
+		t.Fatalf("provider received %d, want 1", n)
+	}
+	bad := baseConfig(up.URL)
+	bad.Limits.MaxHeaderBytes = 2 << 20
+	if err := bad.Validate(); err == nil || !strings.Contains(err.Error(), "limits.max_header_bytes") {
+		t.Fatalf("2 MiB limit: %v", err)
+	}
+}
