@@ -18,8 +18,8 @@ import (
 //
 // A Client is safe for concurrent use.
 type Client struct {
-	cfg      Config
-	throttle *throttle // nil when throttling is off
+	cfg     Config
+	retrier *Retrier
 }
 
 var _ http.RoundTripper = (*Client)(nil)
@@ -30,11 +30,7 @@ func New(cfg Config) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &Client{cfg: cfg}
-	if cfg.ThrottleK > 0 {
-		c.throttle = newThrottle(cfg.ThrottleK, cfg.ThrottleWindow)
-	}
-	return c, nil
+	return &Client{cfg: cfg, retrier: newRetrier(cfg)}, nil
 }
 
 // NewHTTPClient returns an *http.Client whose transport is a Client
@@ -113,15 +109,20 @@ func (c *Client) RoundTrip(req *http.Request) (*http.Response, error) {
 			}
 			return nil, context.DeadlineExceeded
 		}
-		if c.throttle != nil && !c.throttle.admit(now, c.cfg.Rand()) {
+		// A request whose earlier attempts were made above this transport
+		// had its first attempt deposited there, or not at all.
+		var allowed bool
+		if attempt == 0 && base == 0 {
+			allowed = c.retrier.Begin(now, c.cfg.Rand())
+		} else {
+			allowed = c.retrier.Allow(now, c.cfg.Rand())
+		}
+		if !allowed {
 			body.close()
 			if attempt == 0 {
 				return nil, &RejectedError{Reason: ReasonClientThrottled, GaveUp: GaveUpThrottled}
 			}
 			return nil, giveUp(last, lastErr, attempt, GaveUpThrottled)
-		}
-		if attempt == 0 && base == 0 {
-			c.cfg.RetryBudget.Deposit(now)
 		}
 
 		out, sent, err := newAttempt(req, body)
@@ -146,50 +147,40 @@ func (c *Client) RoundTrip(req *http.Request) (*http.Response, error) {
 		resp, err := c.cfg.Base.RoundTrip(out)
 		now = c.cfg.Now()
 
-		var wait time.Duration
-		var hinted bool
+		f := Failure{Attempt: attempt, Deadline: deadline}
 		switch {
 		case err != nil:
 			if ctx.Err() != nil {
 				// The caller stopped waiting: nothing to learn, nothing to retry.
 				return nil, err
 			}
-			c.observe(now, false)
+			c.retrier.Observe(now, false)
 			if sent() && !idempotent(req) {
 				// The server may have acted on it, and billed it.
 				return nil, fmt.Errorf("client: not retried, since the request may have reached the server and is not idempotent: %w", err)
 			}
 			last, lastErr = nil, err
 		case isRejection(resp):
-			c.observe(now, false)
-			last, hinted = rejectionFrom(resp, now)
+			c.retrier.Observe(now, false)
+			last, f.HasRetryAfter = rejectionFrom(resp, now)
 			last.Attempts = attempt + 1
-			wait, lastErr = last.RetryAfter, nil
+			f.RetryAfter, lastErr = last.RetryAfter, nil
 		default:
-			c.observe(now, true)
+			c.retrier.Observe(now, true)
 			return resp, nil
 		}
 
-		if !hinted {
-			wait = c.backoff(attempt)
+		if !f.HasRetryAfter {
+			f.U = c.cfg.Rand()
 		}
+		var wait time.Duration
 		var stop GiveUp
-		switch {
-		case attempt+1 >= c.cfg.MaxAttempts:
-			stop = GaveUpMaxAttempts
-		case !body.ok:
+		if !body.ok && attempt+1 < c.cfg.MaxAttempts {
+			// Checked before Next, which would take a retry budget token
+			// for a retry that cannot be sent.
 			stop = GaveUpBodyNotReplayable
-		case hinted && wait > c.cfg.MaxRetryDelay:
-			stop = GaveUpMaxDelay
-		case hasDeadline && !now.Add(wait).Before(deadline):
-			stop = GaveUpDeadline
-		case !c.cfg.RetryBudget.TryWithdraw(now.Add(wait)):
-			// The retry is charged at the time it will be sent, after the
-			// wait, so the floor's accrual during the wait counts: a client
-			// whose first request is rejected within milliseconds of starting
-			// has no token yet, but will have one 100ms later. (The token is
-			// spent even if the caller gives up during the wait.)
-			stop = GaveUpRetryBudget
+		} else {
+			wait, stop = c.retrier.Next(now, f)
 		}
 		if stop != "" {
 			return nil, giveUp(last, lastErr, attempt+1, stop)
@@ -246,27 +237,6 @@ func idempotent(req *http.Request) bool {
 		return true
 	}
 	return req.Header.Get("Idempotency-Key") != "" || req.Header.Get("X-Idempotency-Key") != ""
-}
-
-func (c *Client) observe(now time.Time, accepted bool) {
-	if c.throttle != nil {
-		c.throttle.observe(now, accepted)
-	}
-}
-
-// backoff is the wait before retry number attempt+1 when the server gave no
-// delay: Backoff doubled per retry, capped, drawn from the upper half.
-func (c *Client) backoff(attempt int) time.Duration {
-	d := c.cfg.Backoff
-	for range attempt {
-		if d >= c.cfg.MaxRetryDelay/2 {
-			d = c.cfg.MaxRetryDelay
-			break
-		}
-		d *= 2
-	}
-	d = min(d, c.cfg.MaxRetryDelay)
-	return d/2 + time.Duration(c.cfg.Rand()*float64(d/2))
 }
 
 // giveUp returns the error a request ends with: the last rejection, marked

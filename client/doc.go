@@ -25,6 +25,10 @@
 // locally without being sent at all, so an overloaded gateway does not spend
 // its capacity rejecting.
 //
+// That retry discipline is a Retrier of its own, with time and random draws
+// as inputs and no HTTP, so that code which is not a transport (the
+// simulator, in virtual time) applies the very same rules.
+//
 // Estimate asks the gateway, before submitting, how long a request of a given
 // priority would wait and whether it would be admitted; behind a gateway with
 // tenants it needs Config.APIKey, the caller's own key.

@@ -38,3 +38,26 @@ func Example_rejection() {
 	// Output:
 	// 503 queue_wait 30s 28s deadline
 }
+
+// A Retrier applies the client's retry discipline in virtual time, as a
+// simulator does: time and the uniform draws are arguments.
+func ExampleRetrier() {
+	r, err := client.NewRetrier(client.Config{})
+	if err != nil {
+		panic(err)
+	}
+	start := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	deadline := start.Add(2 * time.Second)
+
+	r.Begin(start, 0.5)                      // the first attempt, sent at start
+	r.Observe(start.Add(time.Second), false) // and rejected a second later
+	// No Retry-After: the backoff, 200ms drawn from its upper half.
+	wait, stop := r.Next(start.Add(time.Second), client.Failure{Deadline: deadline, U: 0.5})
+	fmt.Println(wait, stop == "")
+	// A Retry-After of 1s would start the retry at the deadline: no retry.
+	_, stop = r.Next(start.Add(time.Second), client.Failure{Attempt: 1, Deadline: deadline, RetryAfter: time.Second, HasRetryAfter: true})
+	fmt.Println(stop)
+	// Output:
+	// 150ms true
+	// deadline
+}

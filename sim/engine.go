@@ -106,8 +106,17 @@ func Run(ctx context.Context, sc *Scenario, policy string, load float64, opt Opt
 
 func (s *setup) run(ctx context.Context) (*Result, error) {
 	e := &engine{s: s, m: newMetrics(s)}
-	for range s.tenants {
-		c, err := newCaller()
+	// A tenant's client allows as many attempts as the most permissive of
+	// its client sources (zero, the client's default, when it has none);
+	// failed holds each source to its own.
+	maxAttempts := make([]int, len(s.tenants))
+	for _, src := range s.sources {
+		if src.client == clientSluice {
+			maxAttempts[src.tenant] = max(maxAttempts[src.tenant], src.maxAttempts)
+		}
+	}
+	for _, n := range maxAttempts {
+		c, err := newCaller(n)
 		if err != nil {
 			return nil, err
 		}
@@ -273,7 +282,7 @@ func (e *engine) finish(a *attempt) {
 		useful = e.now <= c.deadline
 		e.m.answered(c, a, e.now, useful)
 		if src := c.src; src.client == clientSluice {
-			e.callers[src.tenant].observe(e.now, true)
+			e.callers[src.tenant].observe(e, true)
 		}
 		e.end(c)
 	}
@@ -329,7 +338,7 @@ func (e *engine) failed(c *call, a *attempt, why refusal, retryAfter time.Durati
 	case clientSluice:
 		cl := e.callers[src.tenant]
 		if why != refTimeout {
-			cl.observe(e.now, false)
+			cl.observe(e, false)
 		}
 		var ok bool
 		wait, ok = cl.retry(e, c, a, why, retryAfter, hasRA)
