@@ -45,8 +45,10 @@
 // gateway runs with a spend section). Every sluice rung runs package
 // chain's Core: the admission chain the gateway runs — tenant, retry
 // budgets, spend, gate, settlement — with the same stages in the same
-// order, by construction, in virtual time. Nothing of the policy is
-// modelled a second time. The shell around the chain does what the
+// order, by construction, in virtual time. The client callers run package
+// client's own retry discipline (client.Retrier: backoff, retry budget,
+// adaptive throttle) on the virtual clock. Nothing of either is modelled a
+// second time. The shell around the chain does what the
 // gateway's does: the request deadline is the attempt's timeout (what the
 // X-Sluice-Timeout-Ms header carries), a queued request whose caller leaves
 // is withdrawn with Core.Cancel, refusals carry the Retry-After of whichever
