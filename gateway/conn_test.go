@@ -11,9 +11,16 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptrace"
+	"os"
 	"strings"
+	"sync"
+	"syscall"
 	"testing"
+	"testing/synctest"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/sluicehq/sluice/mockllm"
 )
@@ -352,3 +359,101 @@ func TestServerDefaults(t *testing.T) {
 		t.Errorf("set cap, unknown descriptors: %+v %v", l, err)
 	}
 }
+
+// emfileListener fails Accept with EMFILE a number of times, then hands out
+// one end of a pipe: a process out of descriptors, then relieved.
+type emfileListener struct {
+	fails   int
+	accepts int
+	closed  chan struct{}
+}
+
+func (l *emfileListener) Accept() (net.Conn, error) {
+	l.accepts++
+	if l.accepts <= l.fails {
+		return nil, &net.OpError{Op: "accept", Net: "tcp", Err: os.NewSyscallError("accept4", syscall.EMFILE)}
+	}
+	select {
+	case <-l.closed:
+		return nil, net.ErrClosed
+	default:
+	}
+	c, _ := net.Pipe()
+	return c, nil
+}
+func (l *emfileListener) Close() error   { close(l.closed); return nil }
+func (l *emfileListener) Addr() net.Addr { return &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1)} }
+
+// TestAcceptBacksOffWhenOutOfDescriptors: EMFILE from accept is retried
+// after a doubling pause (5ms, 10ms, … 1s), not in a hot loop, and a
+// listener closed during a pause returns at once.
+func TestAcceptBacksOffWhenOutOfDescriptors(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		inner := &emfileListener{fails: 10, closed: make(chan struct{})}
+		l := newConnListener(inner, connLimits{maxConns: 10, maxUnauthPerIP: 10, write: time.Second},
+			slog.New(slog.NewTextHandler(io.Discard, nil)), newConnMetrics(prometheus.NewRegistry()))
+		start := time.Now()
+		c, err := l.Accept()
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.Close()
+		// 5+10+20+…+640ms, then 1s twice.
+		want := 1275*time.Millisecond + 2*time.Second
+		if took := time.Since(start); took != want || inner.accepts != 11 {
+			t.Errorf("%d accepts over %v, want 11 over %v", inner.accepts, took, want)
+		}
+		if got := testutil.ToFloat64(l.metrics.refused.WithLabelValues("out_of_descriptors")); got != 10 {
+			t.Errorf("out_of_descriptors = %v, want 10", got)
+		}
+
+		inner.fails, inner.accepts = 1<<30, 0
+		done := make(chan error, 1)
+		go func() { _, err := l.Accept(); done <- err }()
+		synctest.Wait()
+		l.Close()
+		if err := <-done; !errors.Is(err, net.ErrClosed) {
+			t.Errorf("Accept after Close: %v, want net.ErrClosed", err)
+		}
+	})
+}
+
+// TestServeLogsTheEffectiveLimits: the startup line says what the
+// connection policy is, defaults resolved.
+func TestServeLogsTheEffectiveLimits(t *testing.T) {
+	var log syncBuffer
+	cfg := baseConfig("http://127.0.0.1:1")
+	cfg.Listen, cfg.Admin = "127.0.0.1:0", "127.0.0.1:0"
+	cfg.Server.MaxConnections = 100
+	g, err := New(cfg, Options{Logger: slog.New(slog.NewTextHandler(&log, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := Listen(g)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, stop := context.WithCancel(t.Context())
+	stop()
+	if err := srv.Serve(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"read_header_timeout=10s", "read_body_timeout=20s", "idle_timeout=1m0s", "write_timeout=1m0s",
+		"max_connections=100", "max_unauthenticated_per_ip=12", "fd_limit="} {
+		if !strings.Contains(log.String(), want) {
+			t.Errorf("startup log lacks %s:\n%s", want, log.String())
+		}
+	}
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+func (s *syncBuffer) String() string { s.mu.Lock(); defer s.mu.Unlock(); return s.b.String() }
