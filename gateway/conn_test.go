@@ -457,3 +457,42 @@ func (s *syncBuffer) Write(p []byte) (int, error) {
 	return s.b.Write(p)
 }
 func (s *syncBuffer) String() string { s.mu.Lock(); defer s.mu.Unlock(); return s.b.String() }
+
+// TestWriteStallTimeoutIsPerWrite: a client that keeps reading, however
+// slowly and for however long, is written to; one that stops reading is
+// let go after write_timeout. A deadline for the whole response would cut
+// the first; no deadline would keep the second for ever.
+func TestWriteStallTimeoutIsPerWrite(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		server, client := net.Pipe()
+		defer client.Close()
+		l := newConnListener(&emfileListener{closed: make(chan struct{})}, connLimits{maxConns: 1, maxUnauthPerIP: 1, write: 100 * time.Millisecond},
+			slog.New(slog.NewTextHandler(io.Discard, nil)), newConnMetrics(prometheus.NewRegistry()))
+		tc := l.admit(server)
+		defer tc.Close()
+		reading := make(chan struct{})
+		go func() {
+			defer close(reading)
+			buf := make([]byte, 8)
+			for range 20 { // one read every 80ms: 1.6s in all
+				time.Sleep(80 * time.Millisecond)
+				if _, err := io.ReadFull(client, buf); err != nil {
+					return
+				}
+			}
+		}()
+		start := time.Now()
+		for i := range 20 {
+			if _, err := tc.Write([]byte("datadata")); err != nil {
+				t.Fatalf("write %d, %v in, to a client reading steadily: %v", i, time.Since(start), err)
+			}
+		}
+		<-reading
+		start = time.Now()
+		_, err := tc.Write([]byte("datadata"))
+		var ne net.Error
+		if !errors.As(err, &ne) || !ne.Timeout() || time.Since(start) != 100*time.Millisecond {
+			t.Errorf("write to a client that stopped reading: %v after %v, want a timeout after 100ms", err, time.Since(start))
+		}
+	})
+}
