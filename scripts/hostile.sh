@@ -5,9 +5,11 @@
 # connection (scripts/slowloris). The same attack runs against the gateway
 # built from OLD_REF (default: the commit before the connection limits) and
 # from the working tree, one after the other, with the server: section at
-# its defaults (derived from the descriptor limit). A last run sends the
-# probe alone to the new gateway: the machine's own latency at that moment,
-# to read the others against.
+# its defaults (derived from the descriptor limit). The attack and the
+# probe are two processes. A third run repeats the attack on the new
+# gateway with the attacker at nice 19, the way an attacker elsewhere does
+# not take the gateway's CPU; a last one sends the probe alone: the
+# machine's own latency at that moment, to read the others against.
 #
 #   scripts/hostile.sh [slow] [idle] [duration]      # default 2000 2000 30s
 #   OLD_REF=main scripts/hostile.sh
@@ -37,9 +39,10 @@ wait_port $mock_port
 key=sk-hostile-probe
 digest=$(echo -n $key | "$dir/sluice" hash-key)
 
-for which in old new baseline; do
+for which in old new new-nice baseline; do
   bin="$dir/sluice"; [ $which = old ] && bin="$dir/sluice-old"
   n_slow=$slow; n_idle=$idle; [ $which = baseline ] && n_slow=0 n_idle=0
+  nice=0; [ $which = new-nice ] && nice=19
   api_port=$(free_port); admin_port=$(free_port)
   cat >"$dir/$which.yaml" <<CFG
 listen: 127.0.0.1:$api_port
@@ -52,9 +55,14 @@ CFG
   (ulimit -n 1024; SLUICE_HOSTILE_KEY=sk-upstream exec "$bin" serve --config "$dir/$which.yaml") >/dev/null 2>"$dir/$which.log" &
   gw=$!; pids+=($gw)
   wait_port $api_port
-  echo "== $which ($([ $which = old ] && echo "$old_ref" || echo "working tree")): $n_slow slow-body + $n_idle idle connections from 127.0.0.1 for $duration, ulimit -n 1024"
+  echo "== $which ($([ $which = old ] && echo "$old_ref" || echo "working tree")): $n_slow slow-body + $n_idle idle connections from 127.0.0.1 (nice $nice) for $duration, ulimit -n 1024"
   grep -o 'read_header_timeout=.*' "$dir/$which.log" | head -1 || true
-  "$dir/slowloris" --target 127.0.0.1:$api_port --key $key --pid $gw --slow "$n_slow" --idle "$n_idle" --duration "$duration"
+  if [ $which != baseline ]; then
+    nice -n $nice "$dir/slowloris" --target 127.0.0.1:$api_port --probe=false --slow "$n_slow" --idle "$n_idle" --duration "$duration" &
+    attack=$!
+  fi
+  "$dir/slowloris" --target 127.0.0.1:$api_port --key $key --pid $gw --slow 0 --idle 0 --duration "$duration"
+  [ $which != baseline ] && wait $attack
   echo "gateway log: $(grep -c 'too many open files' "$dir/$which.log" || true) lines with \"too many open files\""
   if [ $which != old ]; then
     curl -s "http://127.0.0.1:$admin_port/metrics" | grep '^sluice_connections_refused_total' || true

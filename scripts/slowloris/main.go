@@ -45,6 +45,7 @@ type options struct {
 	duration, probeEvery, redial time.Duration
 	probeTimeout                 time.Duration
 	pid                          int
+	probe                        bool
 }
 
 func run() error {
@@ -59,7 +60,8 @@ func run() error {
 	flag.DurationVar(&o.probeEvery, "probe-every", 50*time.Millisecond, "time between probe requests")
 	flag.DurationVar(&o.probeTimeout, "probe-timeout", 2*time.Second, "a probe request not answered by then counts as failed")
 	flag.DurationVar(&o.redial, "redial", time.Second, "how long an attacker waits before reopening a connection the gateway closed")
-	flag.IntVar(&o.pid, "pid", 0, "the gateway's `pid`, whose VmRSS is sampled")
+	flag.IntVar(&o.pid, "pid", 0, "the gateway's `pid`, whose VmRSS, descriptors and CPU time are sampled")
+	flag.BoolVar(&o.probe, "probe", true, "run the probe (false: the attack alone, for a probe in another process)")
 	flag.Parse()
 	for _, a := range []struct{ flag, addr string }{{"--from", o.from}, {"--probe-from", o.probeFrom}} {
 		if ip := net.ParseIP(a.addr); ip == nil || !ip.IsLoopback() {
@@ -71,7 +73,7 @@ func run() error {
 		return fmt.Errorf("--target: %q is not a loopback host:port", o.target)
 	}
 	switch {
-	case o.key == "":
+	case o.key == "" && o.probe:
 		return errors.New("--key is required")
 	case o.slow < 0 || o.slow > 10000:
 		return fmt.Errorf("--slow: %d, want 0..10000", o.slow)
@@ -97,11 +99,34 @@ func run() error {
 	var rss rssSampler
 	rssDone := make(chan struct{})
 	go func() { defer close(rssDone); rss.run(ctx, o.pid) }()
-	lat, failed := probe(ctx, &o)
+	cpu0 := cpuTime(o.pid)
+	var lat []time.Duration
+	var failed int
+	if o.probe {
+		lat, failed = probe(ctx, &o)
+	} else {
+		<-ctx.Done()
+	}
 	wg.Wait()
 	<-rssDone
+	cpu := cpuTime(o.pid) - cpu0
 
 	slices.Sort(lat)
+	if o.probe {
+		printProbe(&o, lat, failed)
+	}
+	if o.slow+o.idle > 0 {
+		fmt.Printf("attack: %d connections opened, %d refused at once (a canned 503/429 or a close), %d closed later by the gateway, %d dials failed, %d held at most at once\n",
+			st.opened.Load(), st.refused.Load(), st.closed.Load(), st.dialErrs.Load(), st.maxHeld.Load())
+	}
+	if o.pid > 0 {
+		fmt.Printf("gateway: max RSS %.1f MiB, max open descriptors %d, CPU %.0f%% of one core\n",
+			float64(rss.maxRSS.Load())/1024, rss.maxFDs.Load(), 100*cpu.Seconds()/o.duration.Seconds())
+	}
+	return nil
+}
+
+func printProbe(o *options, lat []time.Duration, failed int) {
 	fmt.Printf("probe: %d served, %d failed (no answer within %v or an error)\n", len(lat), failed, o.probeTimeout)
 	if len(lat) > 0 {
 		fmt.Printf("probe latency: p50 %v  p99 %v  max %v\n", pct(lat, 0.50), pct(lat, 0.99), lat[len(lat)-1])
@@ -111,13 +136,27 @@ func run() error {
 	if len(all) > 0 {
 		fmt.Printf("probe latency, failures counted as %v: p99 %v\n", o.probeTimeout, pct(all, 0.99))
 	}
-	fmt.Printf("attack: %d connections opened, %d refused at once (a canned 503/429 or a close), %d closed later by the gateway, %d dials failed, %d held at the end\n",
-		st.opened.Load(), st.refused.Load(), st.closed.Load(), st.dialErrs.Load(), st.held.Load())
-	fmt.Printf("attack: %d held at most at once\n", st.maxHeld.Load())
-	if o.pid > 0 {
-		fmt.Printf("gateway: max RSS %.1f MiB, max open descriptors %d\n", float64(rss.maxRSS.Load())/1024, rss.maxFDs.Load())
+}
+
+// cpuTime is the user and system time of pid so far (0 when pid is 0 or
+// gone), from /proc/PID/stat at the usual 100 ticks a second.
+func cpuTime(pid int) time.Duration {
+	if pid <= 0 {
+		return 0
 	}
-	return nil
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	// The command name, in parentheses, may hold spaces: count fields
+	// after its closing parenthesis (utime and stime are fields 14, 15).
+	f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
+	if len(f) < 13 {
+		return 0
+	}
+	u, _ := strconv.ParseInt(f[11], 10, 64)
+	s, _ := strconv.ParseInt(f[12], 10, 64)
+	return time.Duration(u+s) * 10 * time.Millisecond
 }
 
 func pct(sorted []time.Duration, q float64) time.Duration {
