@@ -18,7 +18,8 @@ cd "$(dirname "$0")/.."
 slow=${1:-2000}
 idle=${2:-2000}
 duration=${3:-30s}
-old_ref=${OLD_REF:-5419f90^}
+# The commit before the one that added the connection limits' listener.
+old_ref=${OLD_REF:-$(git log --diff-filter=A --format=%H -- gateway/listener.go | tail -1)^}
 dir=$(mktemp -d)
 pids=()
 trap 'kill ${pids[@]} 2>/dev/null; wait 2>/dev/null; rm -rf "$dir"' EXIT
