@@ -69,11 +69,11 @@ func isLoopback(host string) bool {
 // refused with 503 draining, /readyz turns 503, and in-flight requests get
 // the grace period to finish. It returns nil after a clean shutdown.
 func (s *Server) Serve(ctx context.Context) error {
-	// No ReadTimeout and no WriteTimeout: both are deadlines for a whole
-	// request or response, and would cut a stream that legitimately runs
-	// for minutes (and a ReadTimeout would also cut the server's read
-	// pending under a stream). The body's deadline is set per request by
-	// guard, and the write stall timeout per write by trackedConn.
+	// No WriteTimeout: it is a deadline for a whole response, and would
+	// cut a stream that legitimately runs for minutes; trackedConn gives
+	// each write a deadline of its own instead. No ReadTimeout: guard sets
+	// the body's deadline per request, from the end of the headers, where
+	// ReadTimeout would count the time the headers took too.
 	api := &http.Server{
 		Handler:           s.guard(s.Gateway),
 		ReadHeaderTimeout: s.limits.readHeader,
