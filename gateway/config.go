@@ -64,6 +64,8 @@ type Config struct {
 	// policy and alerts (see package spend). Nil means no books and no
 	// budgets.
 	Spend *spend.Config `yaml:"spend"`
+	// Server bounds client connections: timeouts and connection caps.
+	Server ServerConfig `yaml:"server"`
 	// ShutdownGrace is how long in-flight requests may take to finish after
 	// SIGTERM/SIGINT. Zero means 30s.
 	ShutdownGrace Duration `yaml:"shutdown_grace"`
@@ -283,6 +285,9 @@ func (c Config) Validate() error {
 		return err
 	}
 	if err := c.UpstreamLimit.validate(); err != nil {
+		return err
+	}
+	if err := c.Server.validate(); err != nil {
 		return err
 	}
 	if c.ShutdownGrace < 0 {

@@ -25,16 +25,27 @@ type Server struct {
 	AdminHandler http.Handler
 	log          *slog.Logger
 	grace        time.Duration
+	limits       connLimits
 }
 
 // Listen binds the proxy and admin addresses of the config. An admin
 // address off loopback is allowed, with a warning: it exposes tenants and
 // state to whoever can reach it.
 func Listen(g *Gateway) (*Server, error) {
-	api, err := net.Listen("tcp", g.cfg.Listen)
+	fds := fdLimit()
+	limits, err := g.cfg.Server.effective(g.cfg.Limits.MaxBodyBytes, fds)
+	if err != nil {
+		return nil, err
+	}
+	if fds > 0 && uint64(limits.maxConns) > fds-min(fds, reservedFDs) {
+		g.log.Warn("server.max_connections is above what the file-descriptor limit leaves: accept will fail with EMFILE before the cap refuses",
+			"max_connections", limits.maxConns, "fd_limit", fds)
+	}
+	ln, err := net.Listen("tcp", g.cfg.Listen)
 	if err != nil {
 		return nil, fmt.Errorf("listen: %w", err)
 	}
+	api := newConnListener(ln, limits, g.log, newConnMetrics(g.metrics.reg))
 	admin, err := net.Listen("tcp", g.cfg.Admin)
 	if err != nil {
 		api.Close()
@@ -43,7 +54,7 @@ func Listen(g *Gateway) (*Server, error) {
 	if host, _, _ := net.SplitHostPort(g.cfg.Admin); !isLoopback(host) {
 		g.log.Warn("the admin listener is not on loopback: /metrics and /admin/v1/state are reachable from the network", "admin", g.cfg.Admin)
 	}
-	return &Server{Gateway: g, API: api, Admin: admin, AdminHandler: g.AdminHandler(), log: g.log, grace: g.cfg.ShutdownGrace.D()}, nil
+	return &Server{Gateway: g, API: api, Admin: admin, AdminHandler: g.AdminHandler(), log: g.log, grace: g.cfg.ShutdownGrace.D(), limits: limits}, nil
 }
 
 func isLoopback(host string) bool {
@@ -58,7 +69,18 @@ func isLoopback(host string) bool {
 // refused with 503 draining, /readyz turns 503, and in-flight requests get
 // the grace period to finish. It returns nil after a clean shutdown.
 func (s *Server) Serve(ctx context.Context) error {
-	api := &http.Server{Handler: s.Gateway, ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelWarn)}
+	// No WriteTimeout: it is a deadline for a whole response, and would
+	// cut a stream that legitimately runs for minutes; trackedConn gives
+	// each write a deadline of its own instead. No ReadTimeout: guard sets
+	// the body's deadline per request, from the end of the headers, where
+	// ReadTimeout would count the time the headers took too.
+	api := &http.Server{
+		Handler:           s.guard(s.Gateway),
+		ReadHeaderTimeout: s.limits.readHeader,
+		IdleTimeout:       s.limits.idle,
+		ConnContext:       connContext,
+		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
+	}
 	admin := &http.Server{Handler: s.AdminHandler, ReadHeaderTimeout: 10 * time.Second}
 	errs := make(chan error, 2)
 	go func() { errs <- api.Serve(s.API) }()
@@ -74,7 +96,10 @@ func (s *Server) Serve(ctx context.Context) error {
 		<-alertsDone
 	}()
 	s.log.Info("sluice gateway serving", "listen", s.API.Addr().String(), "admin", s.Admin.Addr().String(),
-		"upstream", s.Gateway.upstream.Redacted(), "concurrency", s.Gateway.cfg.Admission.Concurrency, "max_queue", s.Gateway.cfg.Admission.MaxQueue)
+		"upstream", s.Gateway.upstream.Redacted(), "concurrency", s.Gateway.cfg.Admission.Concurrency, "max_queue", s.Gateway.cfg.Admission.MaxQueue,
+		"read_header_timeout", s.limits.readHeader, "read_body_timeout", s.limits.readBody, "idle_timeout", s.limits.idle,
+		"write_timeout", s.limits.write, "max_connections", s.limits.maxConns, "max_unauthenticated_per_ip", s.limits.maxUnauthPerIP,
+		"fd_limit", s.limits.fdLimit)
 
 	select {
 	case err := <-errs:

@@ -1,0 +1,244 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net"
+	"net/netip"
+	"strconv"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Canned refusals, written straight to a connection the listener will not
+// serve. They are precomputed and small enough to fit a fresh socket's send
+// buffer, so the write never blocks the accept loop; an answer the client
+// can act on costs one write more than closing, and says when to come back.
+var (
+	refuseFull = cannedRefusal("503 Service Unavailable", "max_connections", "server_error",
+		"the gateway is at server.max_connections; retry in 1s")
+	refusePerIP = cannedRefusal("429 Too Many Requests", "unauthenticated_per_ip", "rate_limit_error",
+		"too many connections from this address without a valid request; reuse one, or retry in 1s")
+)
+
+// cannedRefusal is a whole HTTP/1.1 response in the contract's shape:
+// Retry-After, retry-after-ms, X-Sluice-Reason and an OpenAI-style error.
+func cannedRefusal(status, reason, typ, msg string) []byte {
+	body := `{"error":{"message":"` + msg + `","type":"` + typ + `","code":"` + reason + `"}}` + "\n"
+	return []byte("HTTP/1.1 " + status + "\r\nRetry-After: 1\r\nretry-after-ms: 1000\r\n" + HeaderReason + ": " + reason +
+		"\r\nContent-Type: application/json\r\nConnection: close\r\nContent-Length: " + strconv.Itoa(len(body)) + "\r\n\r\n" + body)
+}
+
+// connListener is the API listener with the connection caps of a
+// ServerConfig: at most maxConns open, at most maxUnauthPerIP of them per
+// client address not yet authenticated. Connections beyond are refused in
+// Accept itself, before net/http spends a goroutine on them. Safe for
+// concurrent use.
+type connListener struct {
+	net.Listener
+	maxConns, maxUnauthPerIP int
+	writeStall               time.Duration
+	log                      *slog.Logger
+	metrics                  *connMetrics
+	closed                   chan struct{}
+	closeOnce                sync.Once
+
+	mu struct {
+		sync.Mutex
+		open   int
+		unauth map[netip.Addr]int
+	}
+}
+
+func newConnListener(ln net.Listener, l connLimits, log *slog.Logger, m *connMetrics) *connListener {
+	cl := &connListener{Listener: ln, maxConns: l.maxConns, maxUnauthPerIP: l.maxUnauthPerIP, writeStall: l.write,
+		log: log, metrics: m, closed: make(chan struct{})}
+	cl.mu.unauth = map[netip.Addr]int{}
+	return cl
+}
+
+// Accept returns the next connection within the caps. Connections beyond
+// them get their canned refusal and are closed here. When the process is
+// out of descriptors (EMFILE, ENFILE) it backs off, doubling from 5ms to
+// 1s, rather than spinning on an accept that cannot succeed; the pending
+// connections wait in the kernel's backlog meanwhile.
+func (l *connListener) Accept() (net.Conn, error) {
+	backoff := time.Duration(0)
+	for {
+		c, err := l.Listener.Accept()
+		if err != nil {
+			if !errors.Is(err, syscall.EMFILE) && !errors.Is(err, syscall.ENFILE) {
+				return nil, err
+			}
+			l.metrics.refused.WithLabelValues("out_of_descriptors").Inc()
+			if backoff == 0 {
+				backoff = 5 * time.Millisecond
+				l.log.Warn("accept: out of file descriptors; backing off (lower server.max_connections or raise ulimit -n)", "err", err)
+			} else {
+				backoff = min(2*backoff, time.Second)
+			}
+			t := time.NewTimer(backoff)
+			select {
+			case <-t.C:
+			case <-l.closed:
+				t.Stop()
+				return nil, net.ErrClosed
+			}
+			continue
+		}
+		backoff = 0
+		if tc := l.admit(c); tc != nil {
+			return tc, nil
+		}
+	}
+}
+
+// admit counts c in, or refuses it and returns nil.
+func (l *connListener) admit(c net.Conn) *trackedConn {
+	ip := addrOf(c.RemoteAddr())
+	l.mu.Lock()
+	var refusal []byte
+	var reason string
+	switch {
+	case l.mu.open >= l.maxConns:
+		refusal, reason = refuseFull, "max_connections"
+	case l.mu.unauth[ip] >= l.maxUnauthPerIP:
+		refusal, reason = refusePerIP, "unauthenticated_per_ip"
+	default:
+		l.mu.open++
+		l.mu.unauth[ip]++
+	}
+	l.mu.Unlock()
+	if refusal != nil {
+		l.metrics.refused.WithLabelValues(reason).Inc()
+		// A short deadline in case the send buffer is somehow full: the
+		// accept loop must not wait on one client.
+		_ = c.SetWriteDeadline(time.Now().Add(10 * time.Millisecond))
+		_, _ = c.Write(refusal)
+		_ = c.Close()
+		return nil
+	}
+	l.metrics.open.Inc()
+	return &trackedConn{Conn: c, l: l, ip: ip}
+}
+
+// Close stops Accept, including one backing off.
+func (l *connListener) Close() error {
+	l.closeOnce.Do(func() { close(l.closed) })
+	return l.Listener.Close()
+}
+
+func addrOf(a net.Addr) netip.Addr {
+	if ta, ok := a.(*net.TCPAddr); ok {
+		ip, _ := netip.AddrFromSlice(ta.IP)
+		return ip.Unmap()
+	}
+	ap, _ := netip.ParseAddrPort(a.String())
+	return ap.Addr().Unmap()
+}
+
+// trackedConn is one admitted connection: it leaves the counts when closed,
+// and the per-address unauthenticated count when authenticated.
+type trackedConn struct {
+	net.Conn
+	l  *connListener
+	ip netip.Addr
+	// authed and closed are guarded by l.mu.
+	authed, closed bool
+}
+
+// Write gives every write to the socket a fresh deadline: the stall
+// timeout. A response may take as long as it takes, a stream minutes, but
+// one write may not wait longer than this for a client that stopped
+// reading.
+func (c *trackedConn) Write(p []byte) (int, error) {
+	_ = c.Conn.SetWriteDeadline(time.Now().Add(c.l.writeStall))
+	return c.Conn.Write(p)
+}
+
+func (c *trackedConn) Close() error {
+	l := c.l
+	l.mu.Lock()
+	if !c.closed {
+		c.closed = true
+		l.mu.open--
+		if !c.authed {
+			l.dropUnauthLocked(c.ip)
+		}
+		l.metrics.open.Dec()
+	}
+	l.mu.Unlock()
+	return c.Conn.Close()
+}
+
+// authenticate takes the connection out of its address's unauthenticated
+// count, once.
+func (c *trackedConn) authenticate() {
+	l := c.l
+	l.mu.Lock()
+	if !c.authed && !c.closed {
+		c.authed = true
+		l.dropUnauthLocked(c.ip)
+	}
+	l.mu.Unlock()
+}
+
+func (c *trackedConn) isAuthenticated() bool {
+	c.l.mu.Lock()
+	defer c.l.mu.Unlock()
+	return c.authed
+}
+
+func (l *connListener) dropUnauthLocked(ip netip.Addr) {
+	if n := l.mu.unauth[ip]; n <= 1 {
+		delete(l.mu.unauth, ip)
+	} else {
+		l.mu.unauth[ip] = n - 1
+	}
+}
+
+type connKey struct{}
+
+// connContext hands the tracked connection to the handler (Server.guard).
+func connContext(ctx context.Context, c net.Conn) context.Context {
+	if tc, ok := c.(*trackedConn); ok {
+		return context.WithValue(ctx, connKey{}, tc)
+	}
+	return ctx
+}
+
+// connMetrics are the listener's collectors, registered on the gateway's
+// registry.
+type connMetrics struct {
+	open    prometheus.Gauge
+	refused *prometheus.CounterVec
+}
+
+func newConnMetrics(reg *prometheus.Registry) *connMetrics {
+	m := &connMetrics{
+		open: prometheus.NewGauge(prometheus.GaugeOpts{Name: "sluice_connections_open",
+			Help: "API connections open (admitted by the listener's caps)."}),
+		refused: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_connections_refused_total",
+			Help: "API connections refused at accept: max_connections, unauthenticated_per_ip, or out_of_descriptors (an accept that failed with EMFILE/ENFILE)."},
+			[]string{"reason"}),
+	}
+	// A second Server on the same gateway shares the first one's
+	// collectors rather than failing to register its own.
+	if err := reg.Register(m.open); err != nil {
+		var are prometheus.AlreadyRegisteredError
+		if errors.As(err, &are) {
+			m.open = are.ExistingCollector.(prometheus.Gauge)
+		}
+	}
+	if err := reg.Register(m.refused); err != nil {
+		var are prometheus.AlreadyRegisteredError
+		if errors.As(err, &are) {
+			m.refused = are.ExistingCollector.(*prometheus.CounterVec)
+		}
+	}
+	return m
+}
