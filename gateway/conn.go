@@ -162,7 +162,7 @@ func (s *Server) guard(next http.Handler) http.Handler {
 		// Identify only while the connection still counts as
 		// unauthenticated: one extra key hash per connection, not per
 		// request. The gateway identifies again and answers 401 itself.
-		known := tc != nil && !tc.isAuthenticated() && s.Gateway.tenants.identify(r) != nil
+		known := tc != nil && !tc.isAuthenticated() && s.Gateway.identified(r)
 		if r.Body == nil || r.Body == http.NoBody {
 			if known {
 				tc.authenticate()

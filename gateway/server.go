@@ -78,10 +78,12 @@ func (s *Server) Serve(ctx context.Context) error {
 		Handler:           s.guard(s.Gateway),
 		ReadHeaderTimeout: s.limits.readHeader,
 		IdleTimeout:       s.limits.idle,
+		MaxHeaderBytes:    s.Gateway.ServerMaxHeaderBytes(),
 		ConnContext:       connContext,
 		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
 	}
-	admin := &http.Server{Handler: s.AdminHandler, ReadHeaderTimeout: 10 * time.Second}
+	admin := &http.Server{Handler: s.AdminHandler, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: s.limits.idle,
+		ReadTimeout: time.Minute}
 	errs := make(chan error, 2)
 	go func() { errs <- api.Serve(s.API) }()
 	go func() { errs <- admin.Serve(s.Admin) }()

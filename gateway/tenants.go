@@ -34,3 +34,10 @@ func bearer(h string) string {
 	}
 	return ""
 }
+
+// identified says whether the request carries a valid key (always, without
+// tenants).
+func (g *Gateway) identified(r *http.Request) bool {
+	_, _, ok := g.identify(r)
+	return ok
+}
