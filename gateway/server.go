@@ -82,8 +82,8 @@ func (s *Server) Serve(ctx context.Context) error {
 		ConnContext:       connContext,
 		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
 	}
-	admin := &http.Server{Handler: s.AdminHandler, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: s.limits.idle,
-		ReadTimeout: time.Minute}
+	// No ReadTimeout: its deadline would cut the dashboard's event stream.
+	admin := &http.Server{Handler: s.AdminHandler, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: s.limits.idle}
 	errs := make(chan error, 2)
 	go func() { errs <- api.Serve(s.API) }()
 	go func() { errs <- admin.Serve(s.Admin) }()
