@@ -21,6 +21,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sluicehq/sluice/admission"
+	"github.com/sluicehq/sluice/contract"
 	"github.com/sluicehq/sluice/spend"
 )
 
@@ -201,7 +202,7 @@ func (c *call) finish(result admission.Result) {
 // through.
 func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	switch {
-	case r.URL.Path == EstimatePath:
+	case r.URL.Path == contract.EstimatePath:
 		g.serveEstimate(w, r)
 		return
 	case !apiPaths[r.URL.Path] || r.Method != http.MethodPost:
@@ -316,7 +317,7 @@ func (g *Gateway) rewrite(pr *httputil.ProxyRequest) {
 	pr.SetURL(g.upstream)
 	pr.Out.Host = g.upstream.Host
 	h := pr.Out.Header
-	for _, name := range []string{HeaderPriority, HeaderTimeoutMs, HeaderAttempt} {
+	for _, name := range []string{contract.HeaderPriority, contract.HeaderTimeoutMs, contract.HeaderAttempt} {
 		h.Del(name)
 	}
 	if g.apiKey != "" {
@@ -337,8 +338,8 @@ func (g *Gateway) modifyResponse(resp *http.Response) error {
 	if c == nil {
 		return nil // a pass-through path
 	}
-	resp.Header.Set(HeaderQueueMs, strconv.FormatInt(c.queue.Milliseconds(), 10))
-	resp.Header.Set(HeaderModel, c.model)
+	resp.Header.Set(contract.HeaderQueueMs, strconv.FormatInt(c.queue.Milliseconds(), 10))
+	resp.Header.Set(contract.HeaderModel, c.model)
 	g.metrics.response(c.class, resp.StatusCode).Inc()
 	result := admission.Success
 	if resp.StatusCode >= 500 || resp.StatusCode == http.StatusTooManyRequests {

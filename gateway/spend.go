@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/admission"
+	"github.com/sluicehq/sluice/contract"
 	"github.com/sluicehq/sluice/spend"
 )
 
@@ -45,11 +46,11 @@ func (c Config) spendConfig() (*spend.Config, error) {
 		names[t.Name] = true
 	}
 	if len(c.Tenants) == 0 {
-		names[AnonymousTenant] = true
+		names[contract.AnonymousTenant] = true
 	}
 	for _, name := range sortedKeys(sc.Tenants) {
 		if !names[name] {
-			return nil, errorf("spend.tenants.%s: not a tenant of the gateway (tenants[].name, or %q without tenants)", name, AnonymousTenant)
+			return nil, errorf("spend.tenants.%s: not a tenant of the gateway (tenants[].name, or %q without tenants)", name, contract.AnonymousTenant)
 		}
 	}
 	if err := sc.Validate(); err != nil {
@@ -131,12 +132,12 @@ func (c *call) settleSpend(result admission.Result, elapsed time.Duration) {
 		return
 	}
 	now := time.Now()
-	var u Usage
+	var u contract.Usage
 	var known bool
 	if c.meter != nil {
 		u, known = c.meter.done()
 	}
-	cost, err := l.Reconcile(now, c.res, spend.Usage{Input: u.Input, CachedInput: u.CachedInput, Output: u.Output}, known)
+	cost, err := l.Reconcile(now, c.res, u, known)
 	if err != nil {
 		c.g.log.Warn("spend: reconcile failed", "model", c.model, "err", err)
 		l.Cancel(now, c.res)

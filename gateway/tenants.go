@@ -9,11 +9,8 @@ import (
 	"strings"
 
 	"github.com/sluicehq/sluice/admission"
+	"github.com/sluicehq/sluice/contract"
 )
-
-// AnonymousTenant is the tenant of every request when no tenants are
-// configured.
-const AnonymousTenant = "anonymous"
 
 // tenant is one configured tenant.
 type tenant struct {
@@ -71,7 +68,7 @@ func HashKey(key string) string {
 	return hex.EncodeToString(d[:])
 }
 
-var anonymous = &tenant{name: AnonymousTenant}
+var anonymous = &tenant{name: contract.AnonymousTenant}
 
 // identify returns the caller's tenant, or nil for a missing or unknown key
 // (a 401). With no tenants configured everyone is the anonymous tenant.

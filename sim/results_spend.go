@@ -8,7 +8,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/sluicehq/sluice/spend"
+	"github.com/sluicehq/sluice/contract"
 )
 
 // The spend limiter's part of results.md: for a scenario with a spend
@@ -62,7 +62,7 @@ func (sw *Sweep) runaway(i int) *runaway {
 		}
 		name := src.Tenant
 		if name == "" {
-			name = spend.AnonymousTenant
+			name = contract.AnonymousTenant
 		}
 		if !slices.Contains(ra.tenants, name) {
 			ra.tenants = append(ra.tenants, name)

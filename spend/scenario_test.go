@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/contract"
 	"github.com/sluicehq/sluice/spend"
 )
 
@@ -130,7 +131,7 @@ func runScenario(t *testing.T, sc scenario) scenarioResult {
 	nextTick := start.Add(time.Second) // rate sampling each second, alert evaluation every 10
 	tick := 0
 	finish := func(c completion) {
-		cost, err := l.Reconcile(c.at, c.res, spend.Usage{Input: c.in, Output: c.out}, true)
+		cost, err := l.Reconcile(c.at, c.res, contract.Usage{Input: c.in, Output: c.out}, true)
 		if err != nil {
 			t.Fatal(err)
 		}
