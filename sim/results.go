@@ -38,7 +38,7 @@ type ResultsOptions struct {
 // DefaultCommand regenerates docs/results.md and docs/plots.
 const DefaultCommand = "go run ./cmd/sluice sim --all --out docs/"
 
-// headlineLoad is the load of the headline claims.
+// headlineLoad is the load of the headline claims.
 const headlineLoad = 5
 
 // WriteResults runs every scenario over its loads and policies and writes
@@ -402,7 +402,7 @@ func writeFindings(w io.Writer, sweeps []*Sweep) {
 		}
 	}
 	if len(mean) > 0 {
-		f = append(f, fmt.Sprintf("**The mean, not the p50.** Without expiry at dequeue, dividing the queued work by the p50 service time (the essay's rule) underestimates waits under skewed service times, and the work it admits too late is wasted; the mean, which Little's law asks for, wastes less. Waste at %g×, p50 → mean: %s.",
+		f = append(f, fmt.Sprintf("**The mean, not the p50.** Without expiry at dequeue, dividing the queued work by the p50 service time underestimates waits under skewed service times, and the work it admits too late is wasted; the mean, which Little's law asks for, wastes less. Waste at %g×, p50 → mean: %s.",
 			float64(headlineLoad), strings.Join(mean, "; ")))
 	}
 	if m, e := at("retry-storm", headlineLoad, "wait-mean"), at("retry-storm", headlineLoad, "expiry"); m != nil && e != nil {
@@ -506,7 +506,7 @@ timeout); *small bounded queue* (as many places as slots). The classic queues do
 not notice that a caller left: its attempt is executed when its turn comes.
 Their refusals are bare 503s. Then the real admission code, one feature at a
 time: *wait-based* admission (estimated wait + p95 service must fit the
-deadline) dividing the queued work by the p50 service time (the essay) or by the
+deadline) dividing the queued work by the p50 service time or by the
 mean; *+ expiry at dequeue*; *+ adaptive LIFO*; *+ priority shedding* (the
 default ranks: retries below first attempts, speculative below interactive);
 and *sluice*, which adds the gateway's retry budgets (global and per tenant).

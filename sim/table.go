@@ -8,7 +8,7 @@ import (
 	"time"
 )
 
-// The table columns, as the issue asks for them: goodput as a percentage of
+// The table columns: goodput as a percentage of
 // capacity, success per class (per traffic source when tenants share a
 // class), wasted upstream work as a percentage of billed calls, p50/p99
 // latency of successes, attempts per logical request; then the bill per hour

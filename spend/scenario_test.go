@@ -243,7 +243,7 @@ func successRates(r scenarioResult) (minimum, overall float64) {
 	return minimum, float64(ok) / float64(sent)
 }
 
-// TestRunawayTenant is the acceptance scenario: a tenant at 100× its
+// TestRunawayTenant is the spend limiter's acceptance scenario: a tenant at 100× its
 // normal rate, the others normal. The global spend rate must stay within
 // the ceiling + 5%, the other tenants must keep ≥ 99% of the success they
 // have without the runaway, and the runaway's alert must fire within 60s of
