@@ -39,6 +39,11 @@
 // [HeaderEstimatedWaitMs], and an [ErrorBody] that repeats the reason, the
 // estimated wait and the retry delay.
 //
+// Some of these the gateway does not handle yet: it neither reads
+// HeaderDegrade, HeaderIdempotencyKey and HeaderStainlessTimeout nor sends
+// HeaderClass and HeaderUpstream. They are declared here so that the
+// contract is written down in one place before its parts are built.
+//
 // # Rejections
 //
 // A rejection names one of the Reason constants. The caller's own limits
