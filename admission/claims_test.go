@@ -103,8 +103,8 @@ func abs(x float64) float64 {
 }
 
 // TestWaitEstimatorAccuracy measures which statistic of service time predicts
-// real queueing delay better: Little's law asks for the mean, the essay uses
-// the median. For symmetric service times they agree; for the right-skewed
+// real queueing delay better: Little's law asks for the mean, the common rule
+// of thumb uses the median. For symmetric service times they agree; for the right-skewed
 // latencies of LLM calls (lognormal, sigma 0.8–1) the median underestimates
 // every wait by the ratio mean/median, so the mean is the default.
 func TestWaitEstimatorAccuracy(t *testing.T) {

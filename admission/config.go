@@ -34,7 +34,7 @@ type Config struct {
 	// WaitEstimator chooses the service time that converts queued work into
 	// wait time. The zero value, [ByMean], is what Little's law asks for and
 	// predicts real waits better under skewed service times (see
-	// TestWaitEstimatorAccuracy); [ByMedian] is the essay's rule.
+	// TestWaitEstimatorAccuracy); [ByMedian] is the common rule of thumb.
 	WaitEstimator WaitEstimator
 
 	// ServiceWindow is how many recent service times the estimator keeps (per

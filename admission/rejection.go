@@ -4,11 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"time"
+
+	"github.com/sluicehq/sluice/contract"
 )
 
-// Reason says why a request was refused. The strings are part of the HTTP
-// contract (X-Sluice-Reason) and never change.
+// Reason says why a request was refused. Its strings are the contract's
+// reasons (contract.ReasonQueueWait, ...), sent in X-Sluice-Reason.
 type Reason uint8
 
 const (
@@ -38,14 +41,14 @@ const (
 
 var reasonNames = [numReasons]string{
 	reasonNone:         "",
-	ReasonQueueWait:    "queue_wait",
-	ReasonQueueFull:    "queue_full",
-	ReasonEvicted:      "evicted",
-	ReasonExpired:      "expired",
-	ReasonRetryBudget:  "retry_budget",
-	ReasonTenantBudget: "tenant_budget",
-	ReasonSpendCeiling: "spend_ceiling",
-	ReasonDraining:     "draining",
+	ReasonQueueWait:    contract.ReasonQueueWait,
+	ReasonQueueFull:    contract.ReasonQueueFull,
+	ReasonEvicted:      contract.ReasonEvicted,
+	ReasonExpired:      contract.ReasonExpired,
+	ReasonRetryBudget:  contract.ReasonRetryBudget,
+	ReasonTenantBudget: contract.ReasonTenantBudget,
+	ReasonSpendCeiling: contract.ReasonSpendCeiling,
+	ReasonDraining:     contract.ReasonDraining,
 }
 
 func (r Reason) String() string {
@@ -75,9 +78,11 @@ func ParseReason(s string) (Reason, bool) {
 }
 
 // CallersOwnLimit reports whether the reason is the caller's own limit
-// (HTTP 429) rather than overload of the dependency (HTTP 503).
+// (HTTP 429) rather than overload of the dependency (HTTP 503), as the
+// contract says (contract.ReasonStatus).
 func (r Reason) CallersOwnLimit() bool {
-	return r == ReasonRetryBudget || r == ReasonTenantBudget
+	status, _, _ := contract.ReasonStatus(r.String())
+	return status == http.StatusTooManyRequests
 }
 
 // Sentinel errors, one per reason, for errors.Is. A *Rejection matches the

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/admission"
+	"github.com/sluicehq/sluice/contract"
 	"github.com/sluicehq/sluice/retrybudget"
 	"github.com/sluicehq/sluice/spend"
 )
@@ -96,7 +97,7 @@ func TestStagesInOrderAndGiveBack(t *testing.T) {
 	}
 	// The granted call ends with its usage: settled and released.
 	if err := c.Release(t0.Add(time.Second), first, Outcome{Result: admission.Success, ServiceTime: time.Second,
-		Usage: spend.Usage{Input: 100, Output: 50}, UsageKnown: true}); err != nil {
+		Usage: contract.Usage{Input: 100, Output: 50}, UsageKnown: true}); err != nil {
 		t.Fatal(err)
 	}
 	s := l.Snapshot(t0.Add(time.Second))

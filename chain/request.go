@@ -4,7 +4,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/admission"
-	"github.com/sluicehq/sluice/spend"
+	"github.com/sluicehq/sluice/contract"
 )
 
 // Request is one call presented to the chain. The shell fills what the
@@ -73,6 +73,6 @@ type Outcome struct {
 	// means measured by the gate.
 	ServiceTime time.Duration
 	// Usage is what the provider reported, when UsageKnown.
-	Usage      spend.Usage
+	Usage      contract.Usage
 	UsageKnown bool
 }

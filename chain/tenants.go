@@ -10,12 +10,12 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/admission"
-	"github.com/sluicehq/sluice/spend"
+	"github.com/sluicehq/sluice/contract"
 )
 
 // AnonymousTenant is the tenant of every call when no tenants are
 // configured, and of a call the shell names no tenant for.
-const AnonymousTenant = spend.AnonymousTenant
+const AnonymousTenant = contract.AnonymousTenant
 
 // ErrUnknownKey is the identify stage's answer to a missing or unknown API
 // key when tenants have keys: the gateway's 401.

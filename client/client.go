@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/sluicehq/sluice/contract"
 	"github.com/sluicehq/sluice/retrybudget"
 )
 
@@ -82,7 +83,7 @@ func (c *Client) RoundTrip(req *http.Request) (*http.Response, error) {
 		closeBody()
 		return nil, err
 	}
-	callerTimeoutMs, hasCallerTimeout, err := headerInt(req.Header, HeaderTimeoutMs)
+	callerTimeoutMs, hasCallerTimeout, err := headerInt(req.Header, contract.HeaderTimeoutMs)
 	if err != nil {
 		closeBody()
 		return nil, err
@@ -134,15 +135,15 @@ func (c *Client) RoundTrip(req *http.Request) (*http.Response, error) {
 			if hasCallerTimeout {
 				ms = min(ms, callerTimeoutMs)
 			}
-			out.Header.Set(HeaderTimeoutMs, strconv.FormatInt(ms, 10))
+			out.Header.Set(contract.HeaderTimeoutMs, strconv.FormatInt(ms, 10))
 		}
 		if prio != "" {
-			out.Header.Set(HeaderPriority, prio)
+			out.Header.Set(contract.HeaderPriority, prio)
 		}
-		out.Header.Set(HeaderAttempt, strconv.Itoa(base+attempt))
-		if out.Header.Get(headerStainlessAttempts) != "" {
+		out.Header.Set(contract.HeaderAttempt, strconv.Itoa(base+attempt))
+		if out.Header.Get(contract.HeaderStainlessRetryCount) != "" {
 			// Keep the SDK's count in step so a gateway reading either agrees.
-			out.Header.Set(headerStainlessAttempts, strconv.Itoa(base+attempt))
+			out.Header.Set(contract.HeaderStainlessRetryCount, strconv.Itoa(base+attempt))
 		}
 		resp, err := c.cfg.Base.RoundTrip(out)
 		now = c.cfg.Now()
@@ -193,11 +194,11 @@ func (c *Client) RoundTrip(req *http.Request) (*http.Response, error) {
 
 // priorAttempts is how many attempts were made above this transport.
 func (c *Client) priorAttempts(h http.Header) (int, error) {
-	n, ok, err := headerInt(h, HeaderAttempt)
+	n, ok, err := headerInt(h, contract.HeaderAttempt)
 	if err != nil || ok {
 		return int(n), err
 	}
-	n, _, err = headerInt(h, headerStainlessAttempts)
+	n, _, err = headerInt(h, contract.HeaderStainlessRetryCount)
 	return int(n), err
 }
 
@@ -236,7 +237,7 @@ func idempotent(req *http.Request) bool {
 	case "", http.MethodGet, http.MethodHead, http.MethodOptions, http.MethodTrace:
 		return true
 	}
-	return req.Header.Get("Idempotency-Key") != "" || req.Header.Get("X-Idempotency-Key") != ""
+	return req.Header.Get(contract.HeaderIdempotencyKey) != "" || req.Header.Get("X-Idempotency-Key") != ""
 }
 
 // giveUp returns the error a request ends with: the last rejection, marked

@@ -10,6 +10,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/sluicehq/sluice/contract"
 	"github.com/sluicehq/sluice/retrybudget"
 )
 
@@ -50,15 +51,15 @@ func TestTimeoutHeaderFromContextDeadline(t *testing.T) {
 				}
 				req := newGET(t, ctx, g.URL)
 				if tt.callerMs != "" {
-					req.Header.Set(HeaderTimeoutMs, tt.callerMs)
+					req.Header.Set(contract.HeaderTimeoutMs, tt.callerMs)
 				}
 				if _, err := do(t, c, req); err != nil {
 					t.Fatal(err)
 				}
 			})
 			got := g.requests()
-			if h := got[len(got)-1].header; h.Get(HeaderTimeoutMs) != tt.want {
-				t.Fatalf("%s = %q, want %q", HeaderTimeoutMs, h.Get(HeaderTimeoutMs), tt.want)
+			if h := got[len(got)-1].header; h.Get(contract.HeaderTimeoutMs) != tt.want {
+				t.Fatalf("%s = %q, want %q", contract.HeaderTimeoutMs, h.Get(contract.HeaderTimeoutMs), tt.want)
 			}
 		})
 	}
@@ -88,8 +89,8 @@ func TestPriorityHeader(t *testing.T) {
 				t.Fatal(err)
 			}
 			got := g.requests()
-			if h := got[len(got)-1].header.Get(HeaderPriority); h != tt.want {
-				t.Fatalf("%s = %q, want %q", HeaderPriority, h, tt.want)
+			if h := got[len(got)-1].header.Get(contract.HeaderPriority); h != tt.want {
+				t.Fatalf("%s = %q, want %q", contract.HeaderPriority, h, tt.want)
 			}
 		})
 	}
@@ -104,8 +105,8 @@ func TestInvalidPriorityIsAnErrorAndNothingIsSent(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err = c.RoundTrip(req)
-	if err == nil || !strings.Contains(err.Error(), HeaderPriority) || !strings.Contains(err.Error(), "WithPriority") {
-		t.Fatalf("RoundTrip error = %v, want one naming %s and WithPriority", err, HeaderPriority)
+	if err == nil || !strings.Contains(err.Error(), contract.HeaderPriority) || !strings.Contains(err.Error(), "WithPriority") {
+		t.Fatalf("RoundTrip error = %v, want one naming %s and WithPriority", err, contract.HeaderPriority)
 	}
 	if n := len(g.requests()); n != 0 {
 		t.Fatalf("gateway saw %d requests, want 0", n)
@@ -119,9 +120,9 @@ func TestInvalidAttemptHeaderIsAnError(t *testing.T) {
 	g := newFakeGateway(t)
 	c := newTestClient(t, Config{})
 	req := newGET(t, t.Context(), g.URL)
-	req.Header.Set(HeaderAttempt, "-1")
-	if _, err := c.RoundTrip(req); err == nil || !strings.Contains(err.Error(), HeaderAttempt) {
-		t.Fatalf("RoundTrip error = %v, want one naming %s", err, HeaderAttempt)
+	req.Header.Set(contract.HeaderAttempt, "-1")
+	if _, err := c.RoundTrip(req); err == nil || !strings.Contains(err.Error(), contract.HeaderAttempt) {
+		t.Fatalf("RoundTrip error = %v, want one naming %s", err, contract.HeaderAttempt)
 	}
 }
 
@@ -156,9 +157,9 @@ func TestWaitsForRetryAfterAndRetries(t *testing.T) {
 	}
 	for i, want := range []struct{ attempt, timeout string }{{"0", "10000"}, {"1", "9750"}, {"2", "7750"}} {
 		h := got[i].header
-		if h.Get(HeaderAttempt) != want.attempt || h.Get(HeaderTimeoutMs) != want.timeout {
+		if h.Get(contract.HeaderAttempt) != want.attempt || h.Get(contract.HeaderTimeoutMs) != want.timeout {
 			t.Errorf("request %d: %s=%q %s=%q, want %q %q", i,
-				HeaderAttempt, h.Get(HeaderAttempt), HeaderTimeoutMs, h.Get(HeaderTimeoutMs), want.attempt, want.timeout)
+				contract.HeaderAttempt, h.Get(contract.HeaderAttempt), contract.HeaderTimeoutMs, h.Get(contract.HeaderTimeoutMs), want.attempt, want.timeout)
 		}
 	}
 }
@@ -285,7 +286,7 @@ func TestRetryAboveTheTransportIsChargedToTheBudget(t *testing.T) {
 	}
 	c := newTestClient(t, Config{RetryBudget: budget})
 	req := newGET(t, t.Context(), g.URL)
-	req.Header.Set(headerStainlessAttempts, "2")
+	req.Header.Set(contract.HeaderStainlessRetryCount, "2")
 	_, err = do(t, c, req)
 	var rej *RejectedError
 	if !errors.As(err, &rej) || rej.Reason != ReasonClientRetryBudget || rej.StatusCode != 0 {
@@ -304,8 +305,8 @@ func TestRetryAboveTheTransportIsChargedToTheBudget(t *testing.T) {
 		t.Fatalf("a funded retry: %v", err)
 	}
 	got := g.requests()
-	if h := got[len(got)-1].header; h.Get(HeaderAttempt) != "2" || h.Get(headerStainlessAttempts) != "2" {
-		t.Fatalf("attempt headers %q/%q, want 2/2", h.Get(HeaderAttempt), h.Get(headerStainlessAttempts))
+	if h := got[len(got)-1].header; h.Get(contract.HeaderAttempt) != "2" || h.Get(contract.HeaderStainlessRetryCount) != "2" {
+		t.Fatalf("attempt headers %q/%q, want 2/2", h.Get(contract.HeaderAttempt), h.Get(contract.HeaderStainlessRetryCount))
 	}
 }
 

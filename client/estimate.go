@@ -10,21 +10,15 @@ import (
 	"net/url"
 	"strconv"
 	"time"
-)
 
-// EstimatePath is the gateway endpoint Estimate queries, under Config.BaseURL.
-const EstimatePath = "/sluice/v1/estimate"
+	"github.com/sluicehq/sluice/contract"
+)
 
 // Estimate is the gateway's answer to "what if I sent a request now?".
 //
-// On the wire (the contract with the gateway) it is a JSON object with
-// durations in whole milliseconds:
-//
-//	{"priority":"interactive","rank":4,"estimated_wait_ms":1234,
-//	 "service_p50_ms":800,"service_p95_ms":2100,"admit":true,"reason":"",
-//	 "retry_after_ms":0,"queue_depth":12,"mode":"fifo"}
-//
-// Unknown fields are ignored, so the gateway may add to it.
+// On the wire it is a contract.Estimate, whose durations are whole
+// milliseconds; Estimate holds them as time.Duration. Unknown fields are
+// ignored, so the gateway may add to it.
 type Estimate struct {
 	// Priority is the class the estimate is for, after the gateway's default.
 	Priority string
@@ -44,19 +38,6 @@ type Estimate struct {
 	QueueDepth int
 	// Mode is the queue's current order: "fifo", or "lifo" under overload.
 	Mode string
-}
-
-type estimateWire struct {
-	Priority        string `json:"priority"`
-	Rank            int    `json:"rank"`
-	EstimatedWaitMs int64  `json:"estimated_wait_ms"`
-	ServiceP50Ms    int64  `json:"service_p50_ms"`
-	ServiceP95Ms    int64  `json:"service_p95_ms"`
-	Admit           bool   `json:"admit"`
-	Reason          string `json:"reason"`
-	RetryAfterMs    int64  `json:"retry_after_ms"`
-	QueueDepth      int    `json:"queue_depth"`
-	Mode            string `json:"mode"`
 }
 
 // maxEstimateBody bounds the estimate response read; the real one is ~200 bytes.
@@ -85,7 +66,7 @@ func (c *Client) Estimate(ctx context.Context, priority string, timeout time.Dur
 	case timeout > 0:
 		q.Set("timeout_ms", strconv.FormatInt(timeoutMs(timeout), 10))
 	}
-	u, err := url.JoinPath(c.cfg.BaseURL, EstimatePath)
+	u, err := url.JoinPath(c.cfg.BaseURL, contract.EstimatePath)
 	if err != nil {
 		return Estimate{}, fmt.Errorf("client: Estimate URL: %w", err)
 	}
@@ -98,7 +79,7 @@ func (c *Client) Estimate(ctx context.Context, priority string, timeout time.Dur
 	}
 	req.Header.Set("Accept", "application/json")
 	if c.cfg.APIKey != "" {
-		req.Header.Set("Authorization", "Bearer "+c.cfg.APIKey)
+		req.Header.Set(contract.HeaderAuthorization, "Bearer "+c.cfg.APIKey)
 	}
 	resp, err := c.cfg.Base.RoundTrip(req)
 	if err != nil {
@@ -112,7 +93,7 @@ func (c *Client) Estimate(ctx context.Context, priority string, timeout time.Dur
 	if resp.StatusCode != http.StatusOK {
 		return Estimate{}, fmt.Errorf("client: Estimate: %s answered %s: %.200s", u, resp.Status, body)
 	}
-	var w estimateWire
+	var w contract.Estimate
 	if err := json.Unmarshal(body, &w); err != nil {
 		return Estimate{}, fmt.Errorf("client: Estimate: decoding the response from %s: %w", u, err)
 	}

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/sluicehq/sluice/contract"
 )
 
 const estimateJSON = `{"priority":"interactive","rank":4,"estimated_wait_ms":1234,"service_p50_ms":800,"service_p95_ms":2100,"admit":true,"reason":"","retry_after_ms":0,"queue_depth":12,"mode":"fifo","future_field":[1,2]}`
@@ -17,7 +19,7 @@ func estimateServer(t *testing.T, prefix string, status int, body string) (*http
 	t.Helper()
 	var q url.Values
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Method != http.MethodGet || r.URL.Path != prefix+EstimatePath {
+		if r.Method != http.MethodGet || r.URL.Path != prefix+contract.EstimatePath {
 			http.NotFound(w, r)
 			return
 		}
@@ -76,7 +78,7 @@ func TestEstimateErrors(t *testing.T) {
 		want     string
 	}{
 		{name: "no BaseURL", noBase: true, want: "BaseURL"},
-		{name: "bad priority", priority: "a b", want: HeaderPriority},
+		{name: "bad priority", priority: "a b", want: contract.HeaderPriority},
 		{name: "negative timeout", timeout: -time.Second, want: "timeout"},
 		{name: "not found", status: 404, body: "no such thing", want: "404"},
 		{name: "not JSON", status: 200, body: "<html>", want: "decoding"},

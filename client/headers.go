@@ -7,18 +7,8 @@ import (
 	"net/http"
 	"strconv"
 	"time"
-)
 
-// Header names of the sluice HTTP contract (see DESIGN.md).
-const (
-	HeaderTimeoutMs         = "X-Sluice-Timeout-Ms"
-	HeaderPriority          = "X-Sluice-Priority"
-	HeaderAttempt           = "X-Sluice-Attempt"
-	HeaderReason            = "X-Sluice-Reason"
-	HeaderEstimatedWaitMs   = "X-Sluice-Estimated-Wait-Ms"
-	HeaderRetryAfterMs      = "Retry-After-Ms"
-	HeaderRetryAfter        = "Retry-After"
-	headerStainlessAttempts = "X-Stainless-Retry-Count" // sent by the official OpenAI SDKs
+	"github.com/sluicehq/sluice/contract"
 )
 
 type priorityKey struct{}
@@ -42,12 +32,12 @@ func PriorityFrom(ctx context.Context) (string, bool) {
 // reaches a header.
 func checkPriority(p string) error {
 	if p == "" || len(p) > 64 {
-		return fmt.Errorf("%s %q must be 1-64 characters long", HeaderPriority, p)
+		return fmt.Errorf("%s %q must be 1-64 characters long", contract.HeaderPriority, p)
 	}
 	for _, r := range p {
 		ok := r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_' || r == '.'
 		if !ok {
-			return fmt.Errorf("%s %q may hold only letters, digits, '-', '_' and '.'", HeaderPriority, p)
+			return fmt.Errorf("%s %q may hold only letters, digits, '-', '_' and '.'", contract.HeaderPriority, p)
 		}
 	}
 	return nil
@@ -94,10 +84,10 @@ func serverDelayMs(h http.Header, name string) (time.Duration, bool) {
 // valid, else Retry-After in whole seconds or as an HTTP date (relative to
 // now).
 func retryAfter(h http.Header, now time.Time) (time.Duration, bool) {
-	if d, ok := serverDelayMs(h, HeaderRetryAfterMs); ok {
+	if d, ok := serverDelayMs(h, contract.HeaderRetryAfterMs); ok {
 		return d, true
 	}
-	v := h.Get(HeaderRetryAfter)
+	v := h.Get(contract.HeaderRetryAfter)
 	if v == "" {
 		return 0, false
 	}

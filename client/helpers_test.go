@@ -8,6 +8,8 @@ import (
 	"testing"
 
 	"go.uber.org/goleak"
+
+	"github.com/sluicehq/sluice/contract"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -26,16 +28,16 @@ var ok = reply{status: http.StatusOK, body: `{"ok":true}`}
 func reject(status int, reason, retryAfterMs, retryAfter, estWaitMs string) reply {
 	h := map[string]string{"Content-Type": "application/json"}
 	if reason != "" {
-		h[HeaderReason] = reason
+		h[contract.HeaderReason] = reason
 	}
 	if retryAfterMs != "" {
-		h[HeaderRetryAfterMs] = retryAfterMs
+		h[contract.HeaderRetryAfterMs] = retryAfterMs
 	}
 	if retryAfter != "" {
-		h[HeaderRetryAfter] = retryAfter
+		h[contract.HeaderRetryAfter] = retryAfter
 	}
 	if estWaitMs != "" {
-		h[HeaderEstimatedWaitMs] = estWaitMs
+		h[contract.HeaderEstimatedWaitMs] = estWaitMs
 	}
 	return reply{status: status, header: h, body: `{"error":{"message":"rejected: ` + reason + `","type":"sluice","code":"` + reason + `"}}`}
 }

@@ -2,11 +2,14 @@ package client
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"strings"
 	"time"
+
+	"github.com/sluicehq/sluice/contract"
 )
 
 // Reasons a Client gives for refusing a request locally, without the gateway.
@@ -105,25 +108,25 @@ const maxErrorBody = 64 << 10
 func rejectionFrom(resp *http.Response, now time.Time) (*RejectedError, bool) {
 	rej := &RejectedError{
 		StatusCode: resp.StatusCode,
-		Reason:     resp.Header.Get(HeaderReason),
+		Reason:     resp.Header.Get(contract.HeaderReason),
 	}
 	ra, hinted := retryAfter(resp.Header, now)
 	rej.RetryAfter = ra
-	rej.EstimatedWait, _ = serverDelayMs(resp.Header, HeaderEstimatedWaitMs)
+	rej.EstimatedWait, _ = serverDelayMs(resp.Header, contract.HeaderEstimatedWaitMs)
 	rej.Message = errorMessage(io.LimitReader(resp.Body, maxErrorBody))
 	resp.Body.Close()
 	return rej, hinted
 }
 
-// errorMessage extracts error.message from an OpenAI-style error body; the
-// body is informational, so anything else yields "".
+// errorMessage extracts error.message from an OpenAI-style error body
+// (contract.ErrorBody); the body is informational, so anything else yields
+// "". A field of another type than sluice's (a numeric code, an object
+// param, sent by servers that are not sluice) does not hide the message:
+// encoding/json decodes the rest and reports only the mismatch.
 func errorMessage(r io.Reader) string {
-	var body struct {
-		Error struct {
-			Message string `json:"message"`
-		} `json:"error"`
-	}
-	if json.NewDecoder(r).Decode(&body) != nil {
+	var body contract.ErrorBody
+	var typeErr *json.UnmarshalTypeError
+	if err := json.NewDecoder(r).Decode(&body); err != nil && !errors.As(err, &typeErr) {
 		return ""
 	}
 	return body.Error.Message

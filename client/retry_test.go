@@ -12,6 +12,8 @@ import (
 	"testing"
 	"testing/synctest"
 	"time"
+
+	"github.com/sluicehq/sluice/contract"
 )
 
 func TestRetryAfterParsing(t *testing.T) {
@@ -39,10 +41,10 @@ func TestRetryAfterParsing(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			h := http.Header{}
 			if tt.ms != "" {
-				h.Set(HeaderRetryAfterMs, tt.ms)
+				h.Set(contract.HeaderRetryAfterMs, tt.ms)
 			}
 			if tt.sec != "" {
-				h.Set(HeaderRetryAfter, tt.sec)
+				h.Set(contract.HeaderRetryAfter, tt.sec)
 			}
 			got, ok := retryAfter(h, now)
 			if got != tt.want || ok != tt.ok {
@@ -233,4 +235,21 @@ func TestRoundTripDoesNotModifyTheRequest(t *testing.T) {
 			t.Fatalf("caller's headers changed to %v", req.Header)
 		}
 	})
+}
+
+// TestErrorMessageOfOtherServers: the message of an error body is read
+// whatever the other fields hold, since a server that is not sluice (the
+// provider, a proxy) may send a numeric code or an object param.
+func TestErrorMessageOfOtherServers(t *testing.T) {
+	for _, tc := range []struct{ body, want string }{
+		{`{"error":{"message":"queue full","type":"overloaded_error","param":null,"code":"queue_full","reason":"queue_full","estimated_wait_ms":5,"retry_after_ms":9}}`, "queue full"},
+		{`{"error":{"message":"Rate limit reached","type":"requests","param":null,"code":null}}`, "Rate limit reached"},
+		{`{"error":{"message":"slow down","code":429,"param":{"name":"x"}}}`, "slow down"},
+		{`{"error":"plain"}`, ""},
+		{`not json`, ""},
+	} {
+		if got := errorMessage(strings.NewReader(tc.body)); got != tc.want {
+			t.Errorf("errorMessage(%s) = %q, want %q", tc.body, got, tc.want)
+		}
+	}
 }

@@ -12,6 +12,8 @@ import (
 
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
+
+	"github.com/sluicehq/sluice/contract"
 )
 
 const chatCompletionJSON = `{"id":"chatcmpl-1","object":"chat.completion","created":1735732800,"model":"gpt-4o-mini",
@@ -63,12 +65,12 @@ func TestOpenAISDKRetriesThroughTheTransport(t *testing.T) {
 	}
 	for i, want := range []struct{ attempt, timeout string }{{"0", "30000"}, {"1", "29000"}} {
 		h := got[i].header
-		if h.Get(HeaderAttempt) != want.attempt || h.Get(headerStainlessAttempts) != want.attempt {
-			t.Errorf("request %d: attempt headers %q / %q, want %q", i, h.Get(HeaderAttempt), h.Get(headerStainlessAttempts), want.attempt)
+		if h.Get(contract.HeaderAttempt) != want.attempt || h.Get(contract.HeaderStainlessRetryCount) != want.attempt {
+			t.Errorf("request %d: attempt headers %q / %q, want %q", i, h.Get(contract.HeaderAttempt), h.Get(contract.HeaderStainlessRetryCount), want.attempt)
 		}
-		if h.Get(HeaderTimeoutMs) != want.timeout || h.Get(HeaderPriority) != "batch" {
+		if h.Get(contract.HeaderTimeoutMs) != want.timeout || h.Get(contract.HeaderPriority) != "batch" {
 			t.Errorf("request %d: %s=%q %s=%q, want %q and batch", i,
-				HeaderTimeoutMs, h.Get(HeaderTimeoutMs), HeaderPriority, h.Get(HeaderPriority), want.timeout)
+				contract.HeaderTimeoutMs, h.Get(contract.HeaderTimeoutMs), contract.HeaderPriority, h.Get(contract.HeaderPriority), want.timeout)
 		}
 		if h.Get("Authorization") != "Bearer sk-test" {
 			t.Errorf("request %d: Authorization %q", i, h.Get("Authorization"))

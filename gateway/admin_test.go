@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/admission"
+	"github.com/sluicehq/sluice/contract"
 	"github.com/sluicehq/sluice/mockllm"
 )
 
@@ -36,7 +37,7 @@ func TestAdminEndpoints(t *testing.T) {
 
 	resp := post(t, t.Context(), gw.URL, chatBody, map[string]string{"Authorization": "Bearer sk-acme"})
 	readAll(t, resp)
-	resp = post(t, t.Context(), gw.URL, chatBody, map[string]string{"Authorization": "Bearer sk-acme", HeaderTimeoutMs: "1"})
+	resp = post(t, t.Context(), gw.URL, chatBody, map[string]string{"Authorization": "Bearer sk-acme", contract.HeaderTimeoutMs: "1"})
 	readAll(t, resp) // refused or timed out: either way counted
 
 	if code, body := get(t, admin.URL+"/healthz"); code != 200 || !strings.Contains(body, "ok") {
@@ -86,13 +87,13 @@ func TestEstimateEndpoint(t *testing.T) {
 	cfg := baseConfig(up.URL)
 	cfg.Admission = AdmissionConfig{Concurrency: 1, MaxQueue: 10, InitialServiceTime: Duration(time.Second)}
 	g, gw := startGateway(t, cfg)
-	estimate := func(query string) (int, Estimate, string) {
-		resp, err := http.Get(gw.URL + EstimatePath + "?" + query)
+	estimate := func(query string) (int, contract.Estimate, string) {
+		resp, err := http.Get(gw.URL + contract.EstimatePath + "?" + query)
 		if err != nil {
 			t.Fatal(err)
 		}
 		b := readAll(t, resp)
-		var e Estimate
+		var e contract.Estimate
 		_ = json.Unmarshal(b, &e)
 		return resp.StatusCode, e, string(b)
 	}
@@ -116,7 +117,7 @@ func TestEstimateEndpoint(t *testing.T) {
 			t.Errorf("%s: %d %s (want 400 naming %s)", q, code, body, param)
 		}
 	}
-	resp, _ := http.Post(gw.URL+EstimatePath, "text/plain", nil)
+	resp, _ := http.Post(gw.URL+contract.EstimatePath, "text/plain", nil)
 	if b := readAll(t, resp); resp.StatusCode != 405 {
 		t.Errorf("POST estimate: %d %s", resp.StatusCode, b)
 	}
@@ -153,7 +154,7 @@ func TestGracefulShutdown(t *testing.T) {
 	eventually(t, "draining", func() bool { return g.draining.Load() })
 	resp := post(t, t.Context(), url, chatBody, nil)
 	b := readAll(t, resp)
-	if resp.StatusCode != 503 || resp.Header.Get(HeaderReason) != "draining" || resp.Header.Get("Retry-After") == "" {
+	if resp.StatusCode != 503 || resp.Header.Get(contract.HeaderReason) != "draining" || resp.Header.Get("Retry-After") == "" {
 		t.Fatalf("new request while draining: %d %v %s", resp.StatusCode, resp.Header, b)
 	}
 	if ra, _ := strconv.Atoi(resp.Header.Get("Retry-After")); ra < 1 {
@@ -196,18 +197,18 @@ func TestMiddlewareProtectsAGoHandler(t *testing.T) {
 	}()
 	<-entered
 	req, _ := http.NewRequest("GET", srv.URL, nil)
-	req.Header.Set(HeaderPriority, "batch")
+	req.Header.Set(contract.HeaderPriority, "batch")
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
 	b := readAll(t, resp)
-	if resp.StatusCode != 503 || resp.Header.Get(HeaderReason) != "queue_full" || resp.Header.Get("Retry-After") != "1" {
+	if resp.StatusCode != 503 || resp.Header.Get(contract.HeaderReason) != "queue_full" || resp.Header.Get("Retry-After") != "1" {
 		t.Fatalf("second request: %d %v %s", resp.StatusCode, resp.Header, b)
 	}
-	req.Header.Set(HeaderTimeoutMs, "nope")
+	req.Header.Set(contract.HeaderTimeoutMs, "nope")
 	resp, _ = http.DefaultClient.Do(req)
-	if b := readAll(t, resp); resp.StatusCode != 400 || !strings.Contains(string(b), HeaderTimeoutMs) {
+	if b := readAll(t, resp); resp.StatusCode != 400 || !strings.Contains(string(b), contract.HeaderTimeoutMs) {
 		t.Fatalf("bad header: %d %s", resp.StatusCode, b)
 	}
 	close(release)

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/contract"
 	"github.com/sluicehq/sluice/mockllm"
 )
 
@@ -31,15 +32,15 @@ func TestBadInputIsRefusedAndNothingIsForwarded(t *testing.T) {
 		{"empty body", ``, nil, 400, "JSON object"},
 		{"model not a string", `{"model": 7}`, nil, 400, "model"},
 		{"negative max_tokens", `{"model":"m","max_tokens":-1}`, nil, 400, "max_tokens"},
-		{"non-numeric timeout", chatBody, map[string]string{HeaderTimeoutMs: "soon"}, 400, HeaderTimeoutMs},
-		{"negative timeout", chatBody, map[string]string{HeaderTimeoutMs: "-5"}, 400, HeaderTimeoutMs},
-		{"zero timeout", chatBody, map[string]string{HeaderTimeoutMs: "0"}, 400, HeaderTimeoutMs},
-		{"absurd timeout", chatBody, map[string]string{HeaderTimeoutMs: "86400000"}, 400, HeaderTimeoutMs},
-		{"overflowing timeout", chatBody, map[string]string{HeaderTimeoutMs: "99999999999999999999999"}, 400, HeaderTimeoutMs},
-		{"unknown priority", chatBody, map[string]string{HeaderPriority: "urgent"}, 400, HeaderPriority},
-		{"non-numeric attempt", chatBody, map[string]string{HeaderAttempt: "two"}, 400, HeaderAttempt},
-		{"negative attempt", chatBody, map[string]string{HeaderAttempt: "-1"}, 400, HeaderAttempt},
-		{"bad SDK retry count", chatBody, map[string]string{HeaderStainlessRetry: "x"}, 400, HeaderStainlessRetry},
+		{"non-numeric timeout", chatBody, map[string]string{contract.HeaderTimeoutMs: "soon"}, 400, contract.HeaderTimeoutMs},
+		{"negative timeout", chatBody, map[string]string{contract.HeaderTimeoutMs: "-5"}, 400, contract.HeaderTimeoutMs},
+		{"zero timeout", chatBody, map[string]string{contract.HeaderTimeoutMs: "0"}, 400, contract.HeaderTimeoutMs},
+		{"absurd timeout", chatBody, map[string]string{contract.HeaderTimeoutMs: "86400000"}, 400, contract.HeaderTimeoutMs},
+		{"overflowing timeout", chatBody, map[string]string{contract.HeaderTimeoutMs: "99999999999999999999999"}, 400, contract.HeaderTimeoutMs},
+		{"unknown priority", chatBody, map[string]string{contract.HeaderPriority: "urgent"}, 400, contract.HeaderPriority},
+		{"non-numeric attempt", chatBody, map[string]string{contract.HeaderAttempt: "two"}, 400, contract.HeaderAttempt},
+		{"negative attempt", chatBody, map[string]string{contract.HeaderAttempt: "-1"}, 400, contract.HeaderAttempt},
+		{"bad SDK retry count", chatBody, map[string]string{contract.HeaderStainlessRetryCount: "x"}, 400, contract.HeaderStainlessRetryCount},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			resp := post(t, t.Context(), gw.URL, tc.body, tc.headers)

@@ -22,6 +22,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/sluicehq/sluice/contract"
 	"github.com/sluicehq/sluice/mockllm"
 )
 
@@ -237,7 +238,7 @@ func TestConnectionCapRefusesTheNextOne(t *testing.T) {
 	if err != nil {
 		t.Fatalf("refusal %q: %v", got, err)
 	}
-	if resp.StatusCode != 503 || resp.Header.Get("Retry-After") != "1" || resp.Header.Get(HeaderReason) != "max_connections" {
+	if resp.StatusCode != 503 || resp.Header.Get("Retry-After") != "1" || resp.Header.Get(contract.HeaderReason) != "max_connections" {
 		t.Errorf("refusal: %d %v, want 503 with Retry-After and the reason", resp.StatusCode, resp.Header)
 	}
 	if !reused() {

@@ -16,6 +16,7 @@ import (
 	"github.com/openai/openai-go/v3/option"
 
 	"github.com/sluicehq/sluice/admission"
+	"github.com/sluicehq/sluice/contract"
 	"github.com/sluicehq/sluice/mockllm"
 )
 
@@ -27,11 +28,11 @@ func TestProxiesAndStampsTheContractHeaders(t *testing.T) {
 	if resp.StatusCode != 200 {
 		t.Fatalf("status %d: %s", resp.StatusCode, body)
 	}
-	if resp.Header.Get(HeaderModel) != "gpt-4o-mini" {
-		t.Errorf("%s = %q", HeaderModel, resp.Header.Get(HeaderModel))
+	if resp.Header.Get(contract.HeaderModel) != "gpt-4o-mini" {
+		t.Errorf("%s = %q", contract.HeaderModel, resp.Header.Get(contract.HeaderModel))
 	}
-	if _, err := strconv.Atoi(resp.Header.Get(HeaderQueueMs)); err != nil {
-		t.Errorf("%s = %q", HeaderQueueMs, resp.Header.Get(HeaderQueueMs))
+	if _, err := strconv.Atoi(resp.Header.Get(contract.HeaderQueueMs)); err != nil {
+		t.Errorf("%s = %q", contract.HeaderQueueMs, resp.Header.Get(contract.HeaderQueueMs))
 	}
 	if !strings.Contains(string(body), `"usage"`) {
 		t.Errorf("body has no usage: %s", body)
@@ -59,7 +60,7 @@ func TestRewritesCredentialsAndStripsSluiceHeaders(t *testing.T) {
 	cfg.Tenants = []TenantConfig{{Name: "acme", APIKeysSHA256: []string{HashKey("sk-tenant-acme")}}}
 	_, gw := startGateway(t, cfg)
 	resp := post(t, t.Context(), gw.URL, chatBody, map[string]string{
-		"Authorization": "Bearer sk-tenant-acme", HeaderPriority: "batch", HeaderTimeoutMs: "5000", HeaderAttempt: "0",
+		"Authorization": "Bearer sk-tenant-acme", contract.HeaderPriority: "batch", contract.HeaderTimeoutMs: "5000", contract.HeaderAttempt: "0",
 	})
 	if b := readAll(t, resp); resp.StatusCode != 200 {
 		t.Fatalf("status %d: %s", resp.StatusCode, b)
@@ -69,7 +70,7 @@ func TestRewritesCredentialsAndStripsSluiceHeaders(t *testing.T) {
 	if got := seen.Get("Authorization"); got != "Bearer sk-provider-secret" {
 		t.Errorf("upstream Authorization = %q, want the provider key", got)
 	}
-	for _, h := range []string{HeaderPriority, HeaderTimeoutMs, HeaderAttempt} {
+	for _, h := range []string{contract.HeaderPriority, contract.HeaderTimeoutMs, contract.HeaderAttempt} {
 		if seen.Get(h) != "" {
 			t.Errorf("%s reached the provider", h)
 		}
@@ -106,13 +107,13 @@ func TestTenantKeys(t *testing.T) {
 	}
 	// Tiers map to ranks: low-tier interactive is rank 2, high-tier 5.
 	for key, want := range map[string]int{"key-a": 5, "key-c1": 2} {
-		req, _ := http.NewRequest("GET", gw.URL+EstimatePath+"?priority=interactive&timeout_ms=1000", nil)
+		req, _ := http.NewRequest("GET", gw.URL+contract.EstimatePath+"?priority=interactive&timeout_ms=1000", nil)
 		req.Header.Set("Authorization", "Bearer "+key)
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
 			t.Fatal(err)
 		}
-		var est Estimate
+		var est contract.Estimate
 		decodeJSON(t, resp, &est)
 		if est.Rank != want {
 			t.Errorf("%s: rank %d, want %d", key, est.Rank, want)
@@ -146,7 +147,7 @@ func TestOverloadRefusesEarlyAndHonestly(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			start := time.Now()
-			resp := post(t, t.Context(), gw.URL, chatBody, map[string]string{HeaderTimeoutMs: strconv.Itoa(int(budget.Milliseconds()))})
+			resp := post(t, t.Context(), gw.URL, chatBody, map[string]string{contract.HeaderTimeoutMs: strconv.Itoa(int(budget.Milliseconds()))})
 			b := readAll(t, resp)
 			results[i] = result{resp.StatusCode, resp.Header, b, time.Since(start)}
 		}()
@@ -162,7 +163,7 @@ func TestOverloadRefusesEarlyAndHonestly(t *testing.T) {
 			}
 		case 503:
 			refused++
-			reason := r.hdr.Get(HeaderReason)
+			reason := r.hdr.Get(contract.HeaderReason)
 			if reason != "queue_wait" && reason != "queue_full" {
 				t.Errorf("503 reason %q", reason)
 			}
@@ -170,12 +171,12 @@ func TestOverloadRefusesEarlyAndHonestly(t *testing.T) {
 			if err != nil || ra < 1 {
 				t.Errorf("Retry-After %q", r.hdr.Get("Retry-After"))
 			}
-			ms, err := strconv.Atoi(r.hdr.Get(HeaderRetryAfterMs))
+			ms, err := strconv.Atoi(r.hdr.Get(contract.HeaderRetryAfterMs))
 			if err != nil || ms < 1 {
-				t.Errorf("retry-after-ms %q", r.hdr.Get(HeaderRetryAfterMs))
+				t.Errorf("retry-after-ms %q", r.hdr.Get(contract.HeaderRetryAfterMs))
 			}
-			if _, err := strconv.Atoi(r.hdr.Get(HeaderEstimatedWait)); err != nil {
-				t.Errorf("%s %q", HeaderEstimatedWait, r.hdr.Get(HeaderEstimatedWait))
+			if _, err := strconv.Atoi(r.hdr.Get(contract.HeaderEstimatedWaitMs)); err != nil {
+				t.Errorf("%s %q", contract.HeaderEstimatedWaitMs, r.hdr.Get(contract.HeaderEstimatedWaitMs))
 			}
 			e := decodeError(t, r.body)
 			if e.Code != reason || e.RetryAfterMs == nil || *e.RetryAfterMs != int64(ms) || e.EstimatedWaitMs == nil {
@@ -215,9 +216,9 @@ func TestSpeculativeIsShedBeforeInteractive(t *testing.T) {
 	}
 	out := make(chan res, 10)
 	send := func(class string) {
-		resp := post(t, t.Context(), gw.URL, chatBody, map[string]string{HeaderPriority: class, HeaderTimeoutMs: "20000"})
+		resp := post(t, t.Context(), gw.URL, chatBody, map[string]string{contract.HeaderPriority: class, contract.HeaderTimeoutMs: "20000"})
 		readAll(t, resp)
-		out <- res{class, resp.StatusCode, resp.Header.Get(HeaderReason)}
+		out <- res{class, resp.StatusCode, resp.Header.Get(contract.HeaderReason)}
 	}
 	go send("interactive") // takes the slot
 	eventually(t, "the first call in flight", func() bool { return g.gate.Stats().InFlight == 1 })
@@ -243,7 +244,7 @@ func TestSpeculativeIsShedBeforeInteractive(t *testing.T) {
 			t.Errorf("speculative got %d %s, want 503 evicted", r.status, r.reason)
 		}
 	}
-	if n := counter(t, g, "rejections", "evicted", "speculative", AnonymousTenant); n != 3 {
+	if n := counter(t, g, "rejections", "evicted", "speculative", contract.AnonymousTenant); n != 3 {
 		t.Errorf("evicted speculative rejections counted %v", n)
 	}
 }
@@ -278,7 +279,7 @@ func TestDeadlineCancelsTheUpstreamCall(t *testing.T) {
 	mock, up := startMock(t, mockllm.Config{Slots: 1, Median: 20 * time.Second, AbortOnDisconnect: true})
 	g, gw := startGateway(t, baseConfig(up.URL))
 	start := time.Now()
-	resp := post(t, t.Context(), gw.URL, chatBody, map[string]string{HeaderTimeoutMs: "300"})
+	resp := post(t, t.Context(), gw.URL, chatBody, map[string]string{contract.HeaderTimeoutMs: "300"})
 	b := readAll(t, resp)
 	if resp.StatusCode != http.StatusGatewayTimeout || decodeError(t, b).Code != "deadline_exceeded" {
 		t.Fatalf("status %d: %s", resp.StatusCode, b)

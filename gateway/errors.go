@@ -10,43 +10,15 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/admission"
+	"github.com/sluicehq/sluice/contract"
 )
 
-// The response headers of the HTTP contract.
-const (
-	HeaderPriority       = "X-Sluice-Priority"
-	HeaderTimeoutMs      = "X-Sluice-Timeout-Ms"
-	HeaderAttempt        = "X-Sluice-Attempt"
-	HeaderStainlessRetry = "X-Stainless-Retry-Count"
-	HeaderReason         = "X-Sluice-Reason"
-	HeaderEstimatedWait  = "X-Sluice-Estimated-Wait-Ms"
-	HeaderQueueMs        = "X-Sluice-Queue-Ms"
-	HeaderModel          = "X-Sluice-Model"
-	HeaderRetryAfterMs   = "retry-after-ms"
-)
-
-// errorBody is an OpenAI-style error, with sluice's fields beside the usual
-// ones so that clients that read only message/type/code still get the gist.
-type errorBody struct {
-	Error errorDetail `json:"error"`
-}
-
-type errorDetail struct {
-	Message         string  `json:"message"`
-	Type            string  `json:"type"`
-	Param           *string `json:"param"`
-	Code            string  `json:"code"`
-	Reason          string  `json:"reason,omitempty"`
-	EstimatedWaitMs *int64  `json:"estimated_wait_ms,omitempty"`
-	RetryAfterMs    *int64  `json:"retry_after_ms,omitempty"`
-}
-
-// writeError writes an OpenAI-style JSON error.
+// writeError writes an OpenAI-style JSON error (contract.ErrorBody).
 func writeError(w http.ResponseWriter, status int, typ, code, msg string) {
-	writeJSONError(w, status, errorBody{Error: errorDetail{Message: msg, Type: typ, Code: code}})
+	writeJSONError(w, status, contract.ErrorBody{Error: contract.ErrorDetail{Message: msg, Type: typ, Code: code}})
 }
 
-func writeJSONError(w http.ResponseWriter, status int, body errorBody) {
+func writeJSONError(w http.ResponseWriter, status int, body contract.ErrorBody) {
 	h := w.Header()
 	h.Set("Content-Type", "application/json")
 	h.Set("X-Content-Type-Options", "nosniff")
@@ -54,13 +26,16 @@ func writeJSONError(w http.ResponseWriter, status int, body errorBody) {
 	_ = json.NewEncoder(w).Encode(body)
 }
 
-// rejectionStatus maps a reason to its status: the caller's own limits are
-// 429, overload is 503.
-func rejectionStatus(r admission.Reason) int {
-	if r.CallersOwnLimit() {
-		return http.StatusTooManyRequests
+// rejectionStatus is the status and error type of a refusal for r: the
+// caller's own limits are 429, overload is 503 (contract.ReasonStatus). A
+// Reason outside the contract is a bug in the layers above the gate, and
+// is answered as overload, which asks the caller to back off, rather than
+// as a success or a client error.
+func rejectionStatus(r admission.Reason) (int, string) {
+	if status, typ, ok := contract.ReasonStatus(r.String()); ok {
+		return status, typ
 	}
-	return http.StatusServiceUnavailable
+	return http.StatusServiceUnavailable, contract.ErrorTypeOverloaded
 }
 
 // ceilMs is d in whole milliseconds, rounded up, at least 1.
@@ -77,22 +52,18 @@ func ceilSeconds(d time.Duration) int64 {
 
 // writeRejection writes a refusal with every header of the contract.
 func writeRejection(w http.ResponseWriter, rej *admission.Rejection) {
-	status := rejectionStatus(rej.Reason)
+	status, typ := rejectionStatus(rej.Reason)
 	retryMs := ceilMs(rej.RetryAfter)
 	waitMs := int64(0)
 	if rej.EstimatedWait > 0 {
 		waitMs = ceilMs(rej.EstimatedWait)
 	}
 	h := w.Header()
-	h.Set("Retry-After", strconv.FormatInt(ceilSeconds(rej.RetryAfter), 10))
-	h.Set(HeaderRetryAfterMs, strconv.FormatInt(retryMs, 10))
-	h.Set(HeaderReason, rej.Reason.String())
-	h.Set(HeaderEstimatedWait, strconv.FormatInt(waitMs, 10))
-	typ := "overloaded_error"
-	if status == http.StatusTooManyRequests {
-		typ = "rate_limit_error"
-	}
-	writeJSONError(w, status, errorBody{Error: errorDetail{
+	h.Set(contract.HeaderRetryAfter, strconv.FormatInt(ceilSeconds(rej.RetryAfter), 10))
+	h.Set(contract.HeaderRetryAfterMs, strconv.FormatInt(retryMs, 10))
+	h.Set(contract.HeaderReason, rej.Reason.String())
+	h.Set(contract.HeaderEstimatedWaitMs, strconv.FormatInt(waitMs, 10))
+	writeJSONError(w, status, contract.ErrorBody{Error: contract.ErrorDetail{
 		Message: fmt.Sprintf("sluice refused the request (%s): %s; estimated wait %d ms; retry after %d ms",
 			rej.Reason, explain(rej.Reason), waitMs, retryMs),
 		Type:            typ,
@@ -142,10 +113,10 @@ func badHeader(name, format string, args ...any) *badRequest {
 func writeBadRequest(w http.ResponseWriter, err error) {
 	var br *badRequest
 	if errors.As(err, &br) {
-		writeError(w, br.status, "invalid_request_error", br.code, br.msg)
+		writeError(w, br.status, contract.ErrorTypeInvalidRequest, br.code, br.msg)
 		return
 	}
-	writeError(w, http.StatusBadRequest, "invalid_request_error", "invalid_request", err.Error())
+	writeError(w, http.StatusBadRequest, contract.ErrorTypeInvalidRequest, "invalid_request", err.Error())
 }
 
 func itoa(n int64) string { return strconv.FormatInt(n, 10) }

@@ -8,38 +8,15 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/admission"
+	"github.com/sluicehq/sluice/contract"
 )
 
-// EstimatePath answers "what would happen to such a request now", so a
-// producer can decide whether to submit at all.
-const EstimatePath = "/sluice/v1/estimate"
-
-// Estimate is the JSON answer of EstimatePath. Its field names are part of
-// the HTTP contract.
-type Estimate struct {
-	Priority        string `json:"priority"`
-	Rank            int    `json:"rank"`
-	EstimatedWaitMs int64  `json:"estimated_wait_ms"`
-	ServiceP50Ms    int64  `json:"service_p50_ms"`
-	ServiceP95Ms    int64  `json:"service_p95_ms"`
-	// Admit says whether a request with the given timeout would be
-	// admitted now (run at once or queued); Reason and RetryAfterMs say
-	// why not and when to ask again.
-	Admit        bool   `json:"admit"`
-	Reason       string `json:"reason"`
-	RetryAfterMs int64  `json:"retry_after_ms"`
-	QueueDepth   int    `json:"queue_depth"`
-	InFlight     int    `json:"in_flight"`
-	Concurrency  int    `json:"concurrency"`
-	Mode         string `json:"mode"`
-	TimeoutMs    int64  `json:"timeout_ms"`
-	Model        string `json:"model,omitempty"`
-}
-
+// serveEstimate answers contract.EstimatePath: what would happen to such a
+// request now, so that a producer can decide whether to submit at all.
 func (g *Gateway) serveEstimate(w http.ResponseWriter, r *http.Request) {
 	if r.Method != http.MethodGet && r.Method != http.MethodHead {
 		w.Header().Set("Allow", "GET, HEAD")
-		writeError(w, http.StatusMethodNotAllowed, "invalid_request_error", "method_not_allowed", "use GET")
+		writeError(w, http.StatusMethodNotAllowed, contract.ErrorTypeInvalidRequest, "method_not_allowed", "use GET")
 		return
 	}
 	tenant, tier, ok := g.identify(r)
@@ -51,7 +28,7 @@ func (g *Gateway) serveEstimate(w http.ResponseWriter, r *http.Request) {
 	// The query parameters mirror the request headers, and are checked by
 	// the same code.
 	h := http.Header{}
-	for param, header := range map[string]string{"priority": HeaderPriority, "timeout_ms": HeaderTimeoutMs, "attempt": HeaderAttempt} {
+	for param, header := range map[string]string{"priority": contract.HeaderPriority, "timeout_ms": contract.HeaderTimeoutMs, "attempt": contract.HeaderAttempt} {
 		if v := q.Get(param); v != "" {
 			h.Set(header, v)
 		}
@@ -60,7 +37,7 @@ func (g *Gateway) serveEstimate(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		// Name the query parameter, not the header it stands for.
 		msg := err.Error()
-		for param, header := range map[string]string{"priority": HeaderPriority, "timeout_ms": HeaderTimeoutMs, "attempt": HeaderAttempt} {
+		for param, header := range map[string]string{"priority": contract.HeaderPriority, "timeout_ms": contract.HeaderTimeoutMs, "attempt": contract.HeaderAttempt} {
 			msg = strings.Replace(msg, header, param, 1)
 		}
 		g.badInput(w, &badRequest{status: http.StatusBadRequest, code: "invalid_parameter", msg: msg})
@@ -75,7 +52,7 @@ func (g *Gateway) serveEstimate(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	st := g.gate.Stats()
-	est := Estimate{
+	est := contract.Estimate{
 		Priority:        hdr.class,
 		Rank:            d.Rank,
 		EstimatedWaitMs: d.EstimatedWait.Milliseconds(),
@@ -99,6 +76,6 @@ func (g *Gateway) serveEstimate(w http.ResponseWriter, r *http.Request) {
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Cache-Control", "no-store")
-	w.Header().Set(HeaderEstimatedWait, strconv.FormatInt(est.EstimatedWaitMs, 10))
+	w.Header().Set(contract.HeaderEstimatedWaitMs, strconv.FormatInt(est.EstimatedWaitMs, 10))
 	_ = json.NewEncoder(w).Encode(est)
 }

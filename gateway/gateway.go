@@ -23,6 +23,7 @@ import (
 
 	"github.com/sluicehq/sluice/admission"
 	"github.com/sluicehq/sluice/chain"
+	"github.com/sluicehq/sluice/contract"
 	"github.com/sluicehq/sluice/spend"
 )
 
@@ -185,7 +186,7 @@ func (c *call) finish(result admission.Result) {
 	}
 	if c.meter != nil {
 		if u, ok := c.meter.done(); ok {
-			o.Usage, o.UsageKnown = spend.Usage{Input: u.Input, CachedInput: u.CachedInput, Output: u.Output}, true
+			o.Usage, o.UsageKnown = u, true
 		}
 	}
 	if err := c.permit.Done(o); err != nil {
@@ -209,7 +210,7 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		g.headersTooLarge(w)
 		return
 	}
-	if r.URL.Path == EstimatePath {
+	if r.URL.Path == contract.EstimatePath {
 		g.serveEstimate(w, r)
 		return
 	}
@@ -345,7 +346,7 @@ func (g *Gateway) rewrite(pr *httputil.ProxyRequest) {
 	pr.SetURL(g.upstream)
 	pr.Out.Host = g.upstream.Host
 	h := pr.Out.Header
-	for _, name := range []string{HeaderPriority, HeaderTimeoutMs, HeaderAttempt} {
+	for _, name := range []string{contract.HeaderPriority, contract.HeaderTimeoutMs, contract.HeaderAttempt} {
 		h.Del(name)
 	}
 	if g.apiKey != "" {
@@ -363,9 +364,9 @@ func (g *Gateway) rewrite(pr *httputil.ProxyRequest) {
 // wraps its body so that the slot is released when the body ends.
 func (g *Gateway) modifyResponse(resp *http.Response) error {
 	c := resp.Request.Context().Value(callKey{}).(*call) // every forwarded request is a call
-	resp.Header.Set(HeaderQueueMs, strconv.FormatInt(c.queue.Milliseconds(), 10))
+	resp.Header.Set(contract.HeaderQueueMs, strconv.FormatInt(c.queue.Milliseconds(), 10))
 	if c.model != "" {
-		resp.Header.Set(HeaderModel, c.model)
+		resp.Header.Set(contract.HeaderModel, c.model)
 	}
 	g.metrics.response(c.class, resp.StatusCode).Inc()
 	result := admission.Success

@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/sluicehq/sluice/contract"
 	"github.com/sluicehq/sluice/mockllm"
 )
 
@@ -88,9 +89,9 @@ func readAll(t *testing.T, resp *http.Response) []byte {
 	return b
 }
 
-func decodeError(t *testing.T, b []byte) errorDetail {
+func decodeError(t *testing.T, b []byte) contract.ErrorDetail {
 	t.Helper()
-	var e errorBody
+	var e contract.ErrorBody
 	if err := json.NewDecoder(bytes.NewReader(b)).Decode(&e); err != nil {
 		t.Fatalf("error body %q is not JSON: %v", b, err)
 	}

@@ -1,6 +1,8 @@
 package gateway
 
 import (
+	"github.com/sluicehq/sluice/contract"
+
 	"context"
 	"errors"
 	"log/slog"
@@ -29,7 +31,7 @@ var (
 // Retry-After, retry-after-ms, X-Sluice-Reason and an OpenAI-style error.
 func cannedRefusal(status, reason, typ, msg string) []byte {
 	body := `{"error":{"message":"` + msg + `","type":"` + typ + `","code":"` + reason + `"}}` + "\n"
-	return []byte("HTTP/1.1 " + status + "\r\nRetry-After: 1\r\nretry-after-ms: 1000\r\n" + HeaderReason + ": " + reason +
+	return []byte("HTTP/1.1 " + status + "\r\nRetry-After: 1\r\nretry-after-ms: 1000\r\n" + contract.HeaderReason + ": " + reason +
 		"\r\nContent-Type: application/json\r\nConnection: close\r\nContent-Length: " + strconv.Itoa(len(body)) + "\r\n\r\n" + body)
 }
 

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/admission"
+	"github.com/sluicehq/sluice/contract"
 )
 
 // MiddlewareConfig configures Middleware.
@@ -49,7 +50,7 @@ func Middleware(gate *admission.Gate, cfg MiddlewareConfig) (func(http.Handler) 
 				writeBadRequest(w, err)
 				return
 			}
-			req := admission.Request{Class: hdr.class, Attempt: hdr.attempt, Tenant: AnonymousTenant, Key: r.URL.Path}
+			req := admission.Request{Class: hdr.class, Attempt: hdr.attempt, Tenant: contract.AnonymousTenant, Key: r.URL.Path}
 			if cfg.Tenant != nil {
 				req.Tenant, req.Tier = cfg.Tenant(r)
 			}
@@ -68,7 +69,7 @@ func Middleware(gate *admission.Gate, cfg MiddlewareConfig) (func(http.Handler) 
 			}
 			result := admission.Success
 			defer func() { permit.Done(admission.Outcome{Result: result}) }()
-			w.Header().Set(HeaderQueueMs, itoa(permit.QueueTime().Milliseconds()))
+			w.Header().Set(contract.HeaderQueueMs, itoa(permit.QueueTime().Milliseconds()))
 			next.ServeHTTP(w, r.WithContext(ctx))
 			if ctx.Err() != nil {
 				result = admission.Canceled

@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/sluicehq/sluice/contract"
 )
 
 // callHeaders is what the contract's request headers say.
@@ -23,33 +25,33 @@ type callHeaders struct {
 // silently substituted for a typo would hide the caller's bug.
 func (g *Gateway) parseHeaders(h http.Header) (callHeaders, error) {
 	var c callHeaders
-	c.class = h.Get(HeaderPriority)
+	c.class = h.Get(contract.HeaderPriority)
 	if c.class == "" {
 		c.class = g.cfg.DefaultClass
 	}
 	cl, ok := g.cfg.Classes[c.class]
 	if !ok {
-		return c, badHeader(HeaderPriority, "unknown priority %q (want one of %s)", c.class, strings.Join(sortedKeys(g.cfg.Classes), ", "))
+		return c, badHeader(contract.HeaderPriority, "unknown priority %q (want one of %s)", c.class, strings.Join(sortedKeys(g.cfg.Classes), ", "))
 	}
 	c.timeout = cl.DefaultTimeout.D()
 	if c.timeout == 0 {
 		c.timeout = g.cfg.Limits.MaxTimeout.D()
 	}
-	if v := h.Get(HeaderTimeoutMs); v != "" {
+	if v := h.Get(contract.HeaderTimeoutMs); v != "" {
 		ms, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
 		switch {
 		case err != nil:
-			return c, badHeader(HeaderTimeoutMs, "%q is not a whole number of milliseconds", v)
+			return c, badHeader(contract.HeaderTimeoutMs, "%q is not a whole number of milliseconds", v)
 		case ms <= 0:
-			return c, badHeader(HeaderTimeoutMs, "%d: the time budget must be positive", ms)
+			return c, badHeader(contract.HeaderTimeoutMs, "%d: the time budget must be positive", ms)
 		case ms > g.cfg.Limits.MaxTimeout.D().Milliseconds():
-			return c, badHeader(HeaderTimeoutMs, "%d ms is above the limit of %d ms", ms, g.cfg.Limits.MaxTimeout.D().Milliseconds())
+			return c, badHeader(contract.HeaderTimeoutMs, "%d ms is above the limit of %d ms", ms, g.cfg.Limits.MaxTimeout.D().Milliseconds())
 		}
 		c.timeout = time.Duration(ms) * time.Millisecond
 	}
-	name, v := HeaderAttempt, h.Get(HeaderAttempt)
+	name, v := contract.HeaderAttempt, h.Get(contract.HeaderAttempt)
 	if v == "" {
-		name, v = HeaderStainlessRetry, h.Get(HeaderStainlessRetry)
+		name, v = contract.HeaderStainlessRetryCount, h.Get(contract.HeaderStainlessRetryCount)
 	}
 	if v != "" {
 		n, err := strconv.Atoi(strings.TrimSpace(v))

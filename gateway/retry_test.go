@@ -16,6 +16,7 @@ import (
 
 	"github.com/sluicehq/sluice/admission"
 	"github.com/sluicehq/sluice/client"
+	"github.com/sluicehq/sluice/contract"
 	"github.com/sluicehq/sluice/mockllm"
 )
 
@@ -29,21 +30,21 @@ func TestRetryBudgetRefusesRetriesWith429(t *testing.T) {
 	cfg.Retries.PerTenant = BudgetConfig{Ratio: 0.1, MinPerSecond: 0.05, MaxTokens: 5}
 	g, gw := startGateway(t, cfg)
 	for range 10 {
-		resp := post(t, t.Context(), gw.URL, chatBody, map[string]string{HeaderAttempt: "0"})
+		resp := post(t, t.Context(), gw.URL, chatBody, map[string]string{contract.HeaderAttempt: "0"})
 		if b := readAll(t, resp); resp.StatusCode != 200 {
 			t.Fatalf("first attempt: %d %s", resp.StatusCode, b)
 		}
 	}
-	resp := post(t, t.Context(), gw.URL, chatBody, map[string]string{HeaderAttempt: "1"})
+	resp := post(t, t.Context(), gw.URL, chatBody, map[string]string{contract.HeaderAttempt: "1"})
 	if b := readAll(t, resp); resp.StatusCode != 200 {
 		t.Fatalf("the retry the budget earned: %d %s", resp.StatusCode, b)
 	}
-	resp = post(t, t.Context(), gw.URL, chatBody, map[string]string{HeaderStainlessRetry: "2"})
+	resp = post(t, t.Context(), gw.URL, chatBody, map[string]string{contract.HeaderStainlessRetryCount: "2"})
 	b := readAll(t, resp)
-	if resp.StatusCode != 429 || resp.Header.Get(HeaderReason) != "retry_budget" {
+	if resp.StatusCode != 429 || resp.Header.Get(contract.HeaderReason) != "retry_budget" {
 		t.Fatalf("retry over budget: %d %v %s", resp.StatusCode, resp.Header, b)
 	}
-	ms, _ := strconv.Atoi(resp.Header.Get(HeaderRetryAfterMs))
+	ms, _ := strconv.Atoi(resp.Header.Get(contract.HeaderRetryAfterMs))
 	// A token accrues in 1/0.05 = 20s (the gap since the last deposit has
 	// already brought part of it).
 	if ms < 15_000 || ms > 20_000 {
@@ -58,7 +59,7 @@ func TestRetryBudgetRefusesRetriesWith429(t *testing.T) {
 	if st := mock.Stats(); st.Received != 11 {
 		t.Fatalf("the provider saw %d calls, want 11 (the refused retry never reached it)", st.Received)
 	}
-	if n := counter(t, g, "rejections", "retry_budget", "interactive", AnonymousTenant); n != 1 {
+	if n := counter(t, g, "rejections", "retry_budget", "interactive", contract.AnonymousTenant); n != 1 {
 		t.Fatalf("retry_budget rejections %v", n)
 	}
 	// A first attempt still goes through.
@@ -112,7 +113,7 @@ func TestGatewayRetriesTheProvider(t *testing.T) {
 	t.Run("not past the deadline", func(t *testing.T) {
 		mock, up := startMock(t, mockllm.Config{RetryAfter: 2 * time.Second})
 		_, gw := startGateway(t, fastBudget(baseConfig(up.URL)))
-		resp := post(t, t.Context(), gw.URL, chatBody, map[string]string{"X-Mock-Fault": "429", HeaderTimeoutMs: "1000"})
+		resp := post(t, t.Context(), gw.URL, chatBody, map[string]string{"X-Mock-Fault": "429", contract.HeaderTimeoutMs: "1000"})
 		readAll(t, resp)
 		if st := mock.Stats(); resp.StatusCode != 429 || st.Received != 1 {
 			t.Fatalf("status %d, provider received %d: a retry that cannot fit the deadline was sent", resp.StatusCode, st.Received)
@@ -319,7 +320,7 @@ func TestClientEstimateAsATenant(t *testing.T) {
 		t.Fatal(err)
 	}
 	if _, err := anon.Estimate(t.Context(), "batch", 5*time.Second); err == nil || !strings.Contains(err.Error(), "401") {
-		t.Fatalf("Estimate without a key: %v, want the gateway's 401", err)
+		t.Fatalf("contract.Estimate without a key: %v, want the gateway's 401", err)
 	}
 	c, err := client.New(client.Config{BaseURL: gw.URL, APIKey: "sk-acme"})
 	if err != nil {

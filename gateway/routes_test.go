@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/contract"
 	"github.com/sluicehq/sluice/mockllm"
 )
 
@@ -114,7 +115,7 @@ func TestPassthroughIsAdmittedThroughTheChain(t *testing.T) {
 	cfg := baseConfig(up.URL)
 	cfg.Passthrough = []PassthroughConfig{{Path: "/v1/models", Methods: []string{"get"}, Class: "batch"}}
 	g, gw := startGateway(t, cfg)
-	resp, body := do(t, "GET", gw.URL+"/v1/models", "", map[string]string{HeaderPriority: "interactive"})
+	resp, body := do(t, "GET", gw.URL+"/v1/models", "", map[string]string{contract.HeaderPriority: "interactive"})
 	if resp.StatusCode != 200 || !strings.Contains(string(body), "gpt-4o") {
 		t.Fatalf("GET /v1/models: %d %s", resp.StatusCode, body)
 	}

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/contract"
 	"github.com/sluicehq/sluice/mockllm"
 	"github.com/sluicehq/sluice/spend"
 )
@@ -64,20 +65,20 @@ func TestSpendLadderAndShedOrder(t *testing.T) {
 	cfg.Spend.CeilingPerHour = 12 * c / 0.92
 	g, gw := startGateway(t, cfg)
 	resp := post(t, t.Context(), gw.URL, bigModelBody, nil)
-	if b := readAll(t, resp); resp.StatusCode != 200 || resp.Header.Get(HeaderModel) != "gpt-4o" {
-		t.Fatalf("first call: %d %s %s", resp.StatusCode, resp.Header.Get(HeaderModel), b)
+	if b := readAll(t, resp); resp.StatusCode != 200 || resp.Header.Get(contract.HeaderModel) != "gpt-4o" {
+		t.Fatalf("first call: %d %s %s", resp.StatusCode, resp.Header.Get(contract.HeaderModel), b)
 	}
 
-	resp = post(t, t.Context(), gw.URL, bigModelBody, map[string]string{HeaderPriority: "speculative"})
+	resp = post(t, t.Context(), gw.URL, bigModelBody, map[string]string{contract.HeaderPriority: "speculative"})
 	b := readAll(t, resp)
-	if resp.StatusCode != 503 || resp.Header.Get(HeaderReason) != "spend_ceiling" || resp.Header.Get("Retry-After") == "" {
+	if resp.StatusCode != 503 || resp.Header.Get(contract.HeaderReason) != "spend_ceiling" || resp.Header.Get("Retry-After") == "" {
 		t.Fatalf("speculative past shed_speculative_at: %d %v %s", resp.StatusCode, resp.Header, b)
 	}
 
 	resp = post(t, t.Context(), gw.URL, bigModelBody, nil)
 	b = readAll(t, resp)
-	if resp.StatusCode != 200 || resp.Header.Get(HeaderModel) != "gpt-4o-mini" {
-		t.Fatalf("interactive in the degrade stage: %d model %q %s", resp.StatusCode, resp.Header.Get(HeaderModel), b)
+	if resp.StatusCode != 200 || resp.Header.Get(contract.HeaderModel) != "gpt-4o-mini" {
+		t.Fatalf("interactive in the degrade stage: %d model %q %s", resp.StatusCode, resp.Header.Get(contract.HeaderModel), b)
 	}
 	var answer struct{ Model string }
 	if err := json.Unmarshal(b, &answer); err != nil || answer.Model != "gpt-4o-mini" {
@@ -115,14 +116,14 @@ func TestTenantBudgetRefusesWith429(t *testing.T) {
 	}
 	resp = post(t, t.Context(), gw.URL, bigModelBody, acme)
 	b := readAll(t, resp)
-	if resp.StatusCode != 429 || resp.Header.Get(HeaderReason) != "tenant_budget" {
+	if resp.StatusCode != 429 || resp.Header.Get(contract.HeaderReason) != "tenant_budget" {
 		t.Fatalf("acme over budget: %d %v %s", resp.StatusCode, resp.Header, b)
 	}
 	// The call's spend sits in the current minute bucket of a 5-minute
 	// window: the rate falls under the budget as that bucket leaves it,
 	// some 4 to 6 minutes from now (the oldest minute of the window is
 	// counted pro rata; spend's own tests pin the exact value).
-	ms, _ := strconv.ParseInt(resp.Header.Get(HeaderRetryAfterMs), 10, 64)
+	ms, _ := strconv.ParseInt(resp.Header.Get(contract.HeaderRetryAfterMs), 10, 64)
 	if ms < 4*60_000 || ms > 6*60_000 {
 		t.Fatalf("retry-after-ms %d, want the time until the window frees (4–6 min)", ms)
 	}

@@ -4,12 +4,9 @@ import (
 	"bytes"
 	"encoding/json"
 	"strings"
-)
 
-// Usage is the token count a provider reports for one call.
-type Usage struct {
-	Input, CachedInput, Output int64
-}
+	"github.com/sluicehq/sluice/contract"
+)
 
 // usageMeter watches a response body go by and finds the provider's usage
 // in it: in a JSON body (OpenAI chat/completions/embeddings, Responses,
@@ -21,7 +18,7 @@ type usageMeter struct {
 	sse   bool
 	buf   []byte // a JSON body so far, or the current partial SSE line
 	over  bool   // the JSON body outgrew the limit
-	usage Usage
+	usage contract.Usage
 	found bool
 	// Anthropic counts cache reads apart from input_tokens; OpenAI counts
 	// cached tokens inside prompt_tokens. Usage.Input is always the total.
@@ -70,7 +67,7 @@ func (m *usageMeter) line(l []byte) {
 }
 
 // done reports the usage found once the body has ended.
-func (m *usageMeter) done() (Usage, bool) {
+func (m *usageMeter) done() (contract.Usage, bool) {
 	if !m.sse && !m.over && len(m.buf) > 0 {
 		m.parse(m.buf)
 		m.buf = nil

@@ -7,12 +7,13 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/sluicehq/sluice/contract"
 	"github.com/sluicehq/sluice/mockllm"
 )
 
 // meter feeds a body to a usageMeter a few bytes at a time, as a proxy
 // sees it.
-func meter(contentType string, body []byte) (Usage, bool) {
+func meter(contentType string, body []byte) (contract.Usage, bool) {
 	m := newUsageMeter(contentType)
 	for len(body) > 0 {
 		n := min(7, len(body))
@@ -73,12 +74,12 @@ func TestUsageEdgeCases(t *testing.T) {
 		t.Error("usage found in a stream without one")
 	}
 	u, ok := meter("application/json", []byte(`{"usage":{"prompt_tokens":100,"completion_tokens":20,"prompt_tokens_details":{"cached_tokens":60}}}`))
-	if !ok || u != (Usage{Input: 100, CachedInput: 60, Output: 20}) {
+	if !ok || u != (contract.Usage{Input: 100, CachedInput: 60, Output: 20}) {
 		t.Errorf("OpenAI cached tokens: %+v", u)
 	}
 	u, ok = meter("text/event-stream", []byte("event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"usage\":{\"input_tokens\":40,\"cache_read_input_tokens\":60,\"output_tokens\":1}}}\n\n"+
 		"event: message_delta\ndata: {\"type\":\"message_delta\",\"usage\":{\"output_tokens\":25}}\n\n"))
-	if !ok || u != (Usage{Input: 100, CachedInput: 60, Output: 25}) {
+	if !ok || u != (contract.Usage{Input: 100, CachedInput: 60, Output: 25}) {
 		t.Errorf("Anthropic stream with cache reads: %+v", u)
 	}
 	big := `{"usage":{"prompt_tokens":1,"completion_tokens":1},"pad":"` + strings.Repeat("x", maxUsageBody) + `"}`

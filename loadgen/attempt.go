@@ -9,17 +9,8 @@ import (
 	"net/http"
 	"strconv"
 	"time"
-)
 
-// Headers of the sluice HTTP contract that the runner sends and reads.
-const (
-	HeaderPriority      = "X-Sluice-Priority"
-	HeaderTimeoutMs     = "X-Sluice-Timeout-Ms"
-	HeaderAttempt       = "X-Sluice-Attempt"
-	HeaderReason        = "X-Sluice-Reason"
-	HeaderEstimatedWait = "X-Sluice-Estimated-Wait-Ms"
-	HeaderRetryAfterMs  = "retry-after-ms"
-	HeaderRetryAfter    = "Retry-After"
+	"github.com/sluicehq/sluice/contract"
 )
 
 // Failure reasons the runner assigns itself; the server's reasons come from
@@ -79,12 +70,12 @@ func (t *attemptTransport) RoundTrip(req *http.Request) (*http.Response, error) 
 		return nil, err
 	}
 	out := req.Clone(ctx)
-	if out.Header.Get(HeaderAttempt) == "" {
-		out.Header.Set(HeaderAttempt, strconv.Itoa(a.Number))
+	if out.Header.Get(contract.HeaderAttempt) == "" {
+		out.Header.Set(contract.HeaderAttempt, strconv.Itoa(a.Number))
 	}
-	if out.Header.Get(HeaderTimeoutMs) == "" {
+	if out.Header.Get(contract.HeaderTimeoutMs) == "" {
 		if dl, ok := ctx.Deadline(); ok {
-			out.Header.Set(HeaderTimeoutMs, timeoutMs(dl.Sub(rn.clk.Now())))
+			out.Header.Set(contract.HeaderTimeoutMs, timeoutMs(dl.Sub(rn.clk.Now())))
 		}
 	}
 	resp, err := rn.client.Do(out)
@@ -144,25 +135,25 @@ func (rn *runner) errReason(actx context.Context, err error) string {
 // readHeaders extracts the backpressure signals from a response. Unparsable
 // values are counted, not guessed at.
 func readHeaders(a *Attempt, h http.Header, now time.Time) {
-	if v := h.Get(HeaderRetryAfterMs); v != "" {
+	if v := h.Get(contract.HeaderRetryAfterMs); v != "" {
 		if d, ok := parseMillis(v); ok {
 			a.RetryAfter, a.HasRetryAfter = d, true
 		} else {
-			a.malformed = append(a.malformed, HeaderRetryAfterMs)
+			a.malformed = append(a.malformed, contract.HeaderRetryAfterMs)
 		}
 	}
-	if v := h.Get(HeaderRetryAfter); v != "" && !a.HasRetryAfter {
+	if v := h.Get(contract.HeaderRetryAfter); v != "" && !a.HasRetryAfter {
 		if d, ok := parseRetryAfter(v, now); ok {
 			a.RetryAfter, a.HasRetryAfter = d, true
 		} else {
-			a.malformed = append(a.malformed, HeaderRetryAfter)
+			a.malformed = append(a.malformed, contract.HeaderRetryAfter)
 		}
 	}
-	if v := h.Get(HeaderEstimatedWait); v != "" {
+	if v := h.Get(contract.HeaderEstimatedWaitMs); v != "" {
 		if d, ok := parseMillis(v); ok {
 			a.EstimatedWait, a.HasEstimatedWait = d, true
 		} else {
-			a.malformed = append(a.malformed, HeaderEstimatedWait)
+			a.malformed = append(a.malformed, contract.HeaderEstimatedWaitMs)
 		}
 	}
 }

@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"sync"
 	"time"
+
+	"github.com/sluicehq/sluice/contract"
 )
 
 // call is the runner's record of one logical request: its attempts and the
@@ -55,7 +57,7 @@ func (c *call) respond(a *Attempt, resp *http.Response) {
 	a.Status = resp.StatusCode
 	readHeaders(a, resp.Header, c.rn.clk.Now())
 	if resp.StatusCode < 200 || resp.StatusCode >= 300 {
-		a.Reason = resp.Header.Get(HeaderReason)
+		a.Reason = resp.Header.Get(contract.HeaderReason)
 		if a.Reason == "" {
 			a.Reason = strconv.Itoa(resp.StatusCode)
 		}

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"go.uber.org/goleak"
+
+	"github.com/sluicehq/sluice/contract"
 )
 
 func TestMain(m *testing.M) {
@@ -90,9 +92,9 @@ func newRecorder(t *testing.T, answer func(w http.ResponseWriter, r *http.Reques
 		rec.mu.Lock()
 		n := len(rec.reqs)
 		rec.reqs = append(rec.reqs, seen{
-			priority:  r.Header.Get(HeaderPriority),
-			timeoutMs: r.Header.Get(HeaderTimeoutMs),
-			attempt:   r.Header.Get(HeaderAttempt),
+			priority:  r.Header.Get(contract.HeaderPriority),
+			timeoutMs: r.Header.Get(contract.HeaderTimeoutMs),
+			attempt:   r.Header.Get(contract.HeaderAttempt),
 			header:    r.Header.Clone(),
 			body:      string(body),
 		})
@@ -129,13 +131,13 @@ func ok(w http.ResponseWriter, _ *http.Request, _ int) {
 // reject answers like a sluice gateway rejecting a request.
 func reject(w http.ResponseWriter, status int, reason string, retryAfterMs string, estimatedMs string) {
 	if reason != "" {
-		w.Header().Set(HeaderReason, reason)
+		w.Header().Set(contract.HeaderReason, reason)
 	}
 	if retryAfterMs != "" {
-		w.Header().Set(HeaderRetryAfterMs, retryAfterMs)
+		w.Header().Set(contract.HeaderRetryAfterMs, retryAfterMs)
 	}
 	if estimatedMs != "" {
-		w.Header().Set(HeaderEstimatedWait, estimatedMs)
+		w.Header().Set(contract.HeaderEstimatedWaitMs, estimatedMs)
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)

@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"testing"
 	"time"
+
+	"github.com/sluicehq/sluice/contract"
 )
 
 var t0 = time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
@@ -137,7 +139,7 @@ func TestParseHeaders(t *testing.T) {
 		{h: http.Header{"Retry-After": {now.Add(-time.Hour).Format(http.TimeFormat)}}, retryAfter: 0, hasRA: true},
 		{h: http.Header{"X-Sluice-Estimated-Wait-Ms": {"1200"}}, estimated: 1200 * time.Millisecond, hasEst: true},
 		{h: http.Header{"Retry-After-Ms": {"soon"}, "Retry-After": {"-1"}, "X-Sluice-Estimated-Wait-Ms": {"NaN"}},
-			malformed: []string{HeaderRetryAfterMs, HeaderRetryAfter, HeaderEstimatedWait}},
+			malformed: []string{contract.HeaderRetryAfterMs, contract.HeaderRetryAfter, contract.HeaderEstimatedWaitMs}},
 	} {
 		var a Attempt
 		readHeaders(&a, tc.h, now)
@@ -174,7 +176,7 @@ func (p shotPolicy) Transport(attempt http.RoundTripper) (http.RoundTripper, err
 			if n > 0 {
 				areq.Body, _ = req.GetBody()
 			}
-			areq.Header.Set(HeaderAttempt, strconv.Itoa(10+n)) // its own numbering
+			areq.Header.Set(contract.HeaderAttempt, strconv.Itoa(10+n)) // its own numbering
 			resp, err := attempt.RoundTrip(areq)
 			if err != nil {
 				return nil, err // ErrMaxAttempts ends the loop

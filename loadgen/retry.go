@@ -8,6 +8,8 @@ import (
 	"net/http"
 	"strconv"
 	"time"
+
+	"github.com/sluicehq/sluice/contract"
 )
 
 // Rule is a retry policy reduced to two pure decisions, with the current time
@@ -224,8 +226,8 @@ func attemptRequest(req *http.Request, n int, timeout time.Duration, clk clock) 
 		}
 		areq.Body = body
 	}
-	areq.Header.Set(HeaderAttempt, strconv.Itoa(n))
-	areq.Header.Set(HeaderTimeoutMs, timeoutMs(timeout))
+	areq.Header.Set(contract.HeaderAttempt, strconv.Itoa(n))
+	areq.Header.Set(contract.HeaderTimeoutMs, timeoutMs(timeout))
 	return areq, cancel, nil
 }
 

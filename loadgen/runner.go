@@ -7,6 +7,8 @@ import (
 	"net/http"
 	"sync"
 	"time"
+
+	"github.com/sluicehq/sluice/contract"
 )
 
 // Run generates the load described by cfg and returns what the callers
@@ -203,7 +205,7 @@ func (rn *runner) serve(c *call) {
 	if rn.cfg.APIKey != "" {
 		req.Header.Set("Authorization", "Bearer "+rn.cfg.APIKey)
 	}
-	req.Header.Set(HeaderPriority, c.r.Class)
+	req.Header.Set(contract.HeaderPriority, c.r.Class)
 
 	resp, err := rn.rt.RoundTrip(req)
 	answered := false

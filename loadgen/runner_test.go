@@ -13,11 +13,13 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/sluicehq/sluice/contract"
 )
 
 func TestNaiveRetriesAtOnceOn503(t *testing.T) {
 	srv := newRecorder(t, func(w http.ResponseWriter, _ *http.Request, _ int) {
-		w.Header().Set(HeaderRetryAfter, "7")
+		w.Header().Set(contract.HeaderRetryAfter, "7")
 		reject(w, http.StatusServiceUnavailable, "queue_full", "7000", "6500")
 	})
 	clk := newFakeClock()
@@ -56,7 +58,7 @@ func TestNaiveRetriesAtOnceOn503(t *testing.T) {
 func TestPoliteWaitsRetryAfterMs(t *testing.T) {
 	srv := newRecorder(t, func(w http.ResponseWriter, r *http.Request, n int) {
 		if n == 0 {
-			w.Header().Set(HeaderRetryAfter, "1") // retry-after-ms wins
+			w.Header().Set(contract.HeaderRetryAfter, "1") // retry-after-ms wins
 			reject(w, http.StatusServiceUnavailable, "queue_wait", "300", "250")
 			return
 		}
@@ -91,7 +93,7 @@ func TestPoliteWaitsRetryAfterMs(t *testing.T) {
 func TestPoliteUsesRetryAfterSecondsWithoutMs(t *testing.T) {
 	srv := newRecorder(t, func(w http.ResponseWriter, r *http.Request, n int) {
 		if n == 0 {
-			w.Header().Set(HeaderRetryAfter, "2")
+			w.Header().Set(contract.HeaderRetryAfter, "2")
 			reject(w, http.StatusTooManyRequests, "tenant_budget", "", "")
 			return
 		}

@@ -8,6 +8,8 @@ import (
 	"net/http"
 	"strconv"
 	"time"
+
+	"github.com/sluicehq/sluice/contract"
 )
 
 // dialect is the error and event vocabulary of an endpoint: OpenAI's for
@@ -113,8 +115,8 @@ func writeError(w http.ResponseWriter, d dialect, e *apiError) {
 // OpenAI SDKs) and the exhausted request limit.
 func writeRateLimited(w http.ResponseWriter, d dialect, after time.Duration, msg string) {
 	h := w.Header()
-	h.Set("Retry-After", strconv.FormatInt(int64(math.Ceil(max(after, time.Second).Seconds())), 10))
-	h.Set("retry-after-ms", strconv.FormatInt(max(after.Milliseconds(), 1), 10))
+	h.Set(contract.HeaderRetryAfter, strconv.FormatInt(int64(math.Ceil(max(after, time.Second).Seconds())), 10))
+	h.Set(contract.HeaderRetryAfterMs, strconv.FormatInt(max(after.Milliseconds(), 1), 10))
 	h.Set("x-ratelimit-remaining-requests", "0")
 	if d == anthropic {
 		h.Set("anthropic-ratelimit-requests-remaining", "0")

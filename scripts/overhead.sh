@@ -8,7 +8,7 @@
 #   reverseproxy  scripts/bareproxy: a bare httputil.ReverseProxy with the
 #                 gateway's transport settings and nothing of sluice — the
 #                 floor of any gateway built on Go's net/http
-#   haproxy       HAProxy, when `haproxy` is on PATH (the issue's yardstick)
+#   haproxy       HAProxy, when `haproxy` is on PATH (the yardstick)
 #   sluice        sluice serve, defaults
 #
 # Each run sends the load to every target in turn, so that they share the

@@ -68,7 +68,7 @@ func TestHeadlineRetryStorm(t *testing.T) {
 	}
 }
 
-// TestHeadlineExpiryAndMeanRecoverGoodput: the essay's claims, rung by rung
+// TestHeadlineExpiryAndMeanRecoverGoodput: two of sluice's claims, rung by rung
 // — dividing by the mean predicts waits better than the p50, and dropping
 // work at dequeue that can no longer finish turns waste into goodput.
 func TestHeadlineExpiryAndMeanRecoverGoodput(t *testing.T) {

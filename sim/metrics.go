@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/admission"
+	"github.com/sluicehq/sluice/contract"
 )
 
 // refusal is why an attempt failed without an answer.
@@ -24,13 +25,13 @@ const (
 )
 
 var refusalNames = [numRefusals]string{
-	refQueueWait:    "queue_wait",
-	refQueueFull:    "queue_full",
-	refEvicted:      "evicted",
-	refExpired:      "expired",
-	refRetryBudget:  "retry_budget",
-	refTenantBudget: "tenant_budget",
-	refSpendCeiling: "spend_ceiling",
+	refQueueWait:    contract.ReasonQueueWait,
+	refQueueFull:    contract.ReasonQueueFull,
+	refEvicted:      contract.ReasonEvicted,
+	refExpired:      contract.ReasonExpired,
+	refRetryBudget:  contract.ReasonRetryBudget,
+	refTenantBudget: contract.ReasonTenantBudget,
+	refSpendCeiling: contract.ReasonSpendCeiling,
 	refQueueTimeout: "queue_timeout",
 	refOther:        "other",
 	refTimeout:      "timeout",

@@ -58,7 +58,7 @@ var policies = []Policy{
 	{Name: "depth-threshold", Label: "FIFO, depth threshold", queue: queueDepth},
 	{Name: "queue-timeout", Label: "FIFO, queue timeout", queue: queueTimeout},
 	{Name: "small-queue", Label: "small bounded queue", queue: queueSmall},
-	{Name: "wait-p50", Label: "wait-based, p50 (essay)", Sluice: true,
+	{Name: "wait-p50", Label: "wait-based, p50", Sluice: true,
 		gate: gateOptions{estimator: admission.ByMedian}},
 	{Name: "wait-mean", Label: "wait-based, mean", Sluice: true,
 		gate: gateOptions{estimator: admission.ByMean}},

@@ -66,7 +66,8 @@ type Scenario struct {
 // DefaultRequests is Scenario.Requests when zero.
 const DefaultRequests = 100_000
 
-// DefaultLoads are the load factors of the issue: 0.8×, 1×, 2×, 5×, 10×.
+// DefaultLoads are the load factors every scenario is run at: 0.8×, 1×,
+// 2×, 5×, 10×.
 var DefaultLoads = []float64{0.8, 1, 2, 5, 10}
 
 // Upstream is the dependency: finite concurrency, a service-time
@@ -282,8 +283,8 @@ type Source struct {
 // Baselines parameterise the comparison queues that are not sluice.
 type Baselines struct {
 	// DepthThreshold is the queue depth at which the depth-threshold
-	// baseline refuses (depth_threshold). Zero means 500, the essay's
-	// number.
+	// baseline refuses (depth_threshold). Zero means 500, a
+	// threshold such queues are commonly given.
 	DepthThreshold int
 	// QueueTimeout is the queue-timeout baseline's fixed maximum queue time
 	// (queue_timeout). Zero means 30s.

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/admission"
+	"github.com/sluicehq/sluice/contract"
 	"github.com/sluicehq/sluice/retrybudget"
 	"github.com/sluicehq/sluice/spend"
 )
@@ -56,7 +57,7 @@ type source struct {
 	model          *modelInfo
 	rung           *modelInfo // the ladder's next rung below model, or nil
 	rungCost       float64    // of one call degraded to rung
-	usage          spend.Usage
+	usage          contract.Usage
 	maxTokens      int64
 	req            admission.Request // Class, Tenant, Tier, Key; the rest per attempt
 	base           float64           // first attempts per second before steps and bursts
@@ -201,7 +202,7 @@ func newSetup(sc *Scenario, policy string, load float64, opt Options) (*setup, e
 			r.cost = sc.Upstream.CostPerCall
 		}
 		r.model = model(src.Model)
-		r.usage = spend.Usage{Input: src.InputTokens, Output: src.OutputTokens}
+		r.usage = contract.Usage{Input: src.InputTokens, Output: src.OutputTokens}
 		r.maxTokens = src.MaxTokens
 		if pricer != nil {
 			var err error

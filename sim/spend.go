@@ -8,6 +8,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/sluicehq/sluice/contract"
 	"github.com/sluicehq/sluice/spend"
 )
 
@@ -266,7 +267,7 @@ func (m *metrics) spendResult(e *engine) *SpendResult {
 	r.PeakPerHour, _ = peakRate(m.spent[0], w)
 	for i, name := range s.tenants {
 		if name == "" {
-			name = spend.AnonymousTenant
+			name = contract.AnonymousTenant
 		}
 		ts := TenantSpend{Name: name, BudgetPerHour: s.spend.Tenants[name].PerHour}
 		ts.PeakPerHour, ts.SpentUSD = peakRate(m.spent[1+i], w)
@@ -324,13 +325,13 @@ func (s *Scenario) spendConfig() (*spend.Config, error) {
 	for _, src := range s.Traffic {
 		name := src.Tenant
 		if name == "" {
-			name = spend.AnonymousTenant
+			name = contract.AnonymousTenant
 		}
 		tenants[name] = true
 	}
 	for _, name := range slices.Sorted(maps.Keys(cfg.Tenants)) {
 		if !tenants[name] {
-			return nil, ferr("spend.tenants."+name, "not a tenant of the traffic (traffic[].tenant, or %q for a source without one)", spend.AnonymousTenant)
+			return nil, ferr("spend.tenants."+name, "not a tenant of the traffic (traffic[].tenant, or %q for a source without one)", contract.AnonymousTenant)
 		}
 	}
 	if len(s.Upstream.Models) > 0 {
@@ -352,7 +353,7 @@ func (s *Scenario) spendConfig() (*spend.Config, error) {
 		if src.CostPerCall != 0 {
 			return nil, ferr(f+".cost_per_call", "must be 0 with a spend section: calls are priced from spend.prices by their tokens")
 		}
-		if _, err := pricer.Cost(src.Model, spend.Usage{Input: src.InputTokens, Output: src.OutputTokens}); err != nil {
+		if _, err := pricer.Cost(src.Model, contract.Usage{Input: src.InputTokens, Output: src.OutputTokens}); err != nil {
 			return nil, ferr(f+".model", "%v", err)
 		}
 	}

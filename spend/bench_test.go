@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/contract"
 	"github.com/sluicehq/sluice/spend"
 )
 
@@ -24,7 +25,7 @@ func benchConfig() spend.Config {
 func BenchmarkAdmitReconcile(b *testing.B) {
 	l := newLimiter(b, benchConfig(), spend.Options{})
 	req := spend.Request{Tenant: "bench", Model: "big", Rank: 4, EstimatedInputTokens: 1200, MaxOutputTokens: 400}
-	u := spend.Usage{Input: 1200, CachedInput: 200, Output: 310}
+	u := contract.Usage{Input: 1200, CachedInput: 200, Output: 310}
 	now := t0
 	b.ReportAllocs()
 	for b.Loop() {
@@ -47,7 +48,7 @@ func BenchmarkAdmitReconcileParallel(b *testing.B) {
 	b.ReportAllocs()
 	b.RunParallel(func(pb *testing.PB) {
 		req := spend.Request{Tenant: "bench", Model: "big", Rank: 4, EstimatedInputTokens: 1200, MaxOutputTokens: 400}
-		u := spend.Usage{Input: 1200, Output: 310}
+		u := contract.Usage{Input: 1200, Output: 310}
 		for pb.Next() {
 			now := t0.Add(time.Duration(clock.Add(1)) * time.Millisecond)
 			d, err := l.Admit(now, req)

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/sluicehq/sluice/contract"
 	"github.com/sluicehq/sluice/spend"
 )
 
@@ -34,7 +35,7 @@ tenants:
 	d, _ := l.Admit(now, req)
 	fmt.Printf("allow=%v model=%s reserved=$%.6f\n", d.Allow, d.Model, d.EstimatedUSD)
 	// ... the call, which reports its usage ...
-	cost, _ := l.Reconcile(now.Add(3*time.Second), d.Reservation, spend.Usage{Input: 21, Output: 64}, true)
+	cost, _ := l.Reconcile(now.Add(3*time.Second), d.Reservation, contract.Usage{Input: 21, Output: 64}, true)
 	fmt.Printf("actual=$%.6f\n", cost)
 
 	// A loop sends the same request over and over.
@@ -45,7 +46,7 @@ tenants:
 			fmt.Printf("retry after %v\n", d.Rejection.RetryAfter.Round(time.Second))
 			break
 		}
-		l.Reconcile(now.Add(4*time.Second), d.Reservation, spend.Usage{Input: 21, Output: 300}, true)
+		l.Reconcile(now.Add(4*time.Second), d.Reservation, contract.Usage{Input: 21, Output: 300}, true)
 	}
 	// Output:
 	// allow=true model=gpt-4o reserved=$0.003037

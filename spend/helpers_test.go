@@ -4,6 +4,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/contract"
 	"github.com/sluicehq/sluice/spend"
 )
 
@@ -55,7 +56,7 @@ func spendUSD(t testing.TB, l *spend.Limiter, at time.Time, tenant string, usd f
 	if !d.Allow {
 		t.Fatalf("spend of $%v for %s at %v refused: %v", usd, tenant, at, d.Err())
 	}
-	if _, err := l.Reconcile(at, d.Reservation, spend.Usage{Input: tokens}, true); err != nil {
+	if _, err := l.Reconcile(at, d.Reservation, contract.Usage{Input: tokens}, true); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -10,11 +10,8 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/admission"
+	"github.com/sluicehq/sluice/contract"
 )
-
-// AnonymousTenant is the tenant of a Request that names none; it matches
-// the gateway's tenant when it has no tenants configured.
-const AnonymousTenant = "anonymous"
 
 // Options are the parts of a Limiter that are not configuration.
 type Options struct {
@@ -96,7 +93,7 @@ func New(cfg Config, opts Options) (*Limiter, error) {
 
 // Request is what the Limiter needs to know of a call before it is made.
 type Request struct {
-	// Tenant is who the call is for. Empty means AnonymousTenant.
+	// Tenant is who the call is for. Empty means contract.AnonymousTenant.
 	Tenant string
 	// Model is the model the caller asked for. It must have a price, unless
 	// unknown models are billed at the default price.
@@ -270,7 +267,7 @@ func (l *Limiter) Admit(now time.Time, req Request) (Decision, error) {
 		return Decision{}, err
 	}
 	if req.Tenant == "" {
-		req.Tenant = AnonymousTenant
+		req.Tenant = contract.AnonymousTenant
 	}
 	rank := req.Rank
 	if req.Class == admission.ClassSpeculative {

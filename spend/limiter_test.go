@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/admission"
+	"github.com/sluicehq/sluice/contract"
 	"github.com/sluicehq/sluice/spend"
 )
 
@@ -171,7 +172,7 @@ func TestLadderReestimate(t *testing.T) {
 	if d := admit(t, l, now, req); d.Model != "tiny" || d.Degraded || !d.Allow {
 		t.Errorf("the bottom rung: %+v", d)
 	}
-	if _, err := l.Reconcile(now, d.Reservation, spend.Usage{Input: 1000, Output: 100}, true); err != nil {
+	if _, err := l.Reconcile(now, d.Reservation, contract.Usage{Input: 1000, Output: 100}, true); err != nil {
 		t.Fatal(err)
 	}
 	s := l.Snapshot(now)
@@ -342,7 +343,7 @@ func TestAdmitBadInput(t *testing.T) {
 	if err := l.RecordWasted(t0, "x", "unit", -1); !errors.Is(err, spend.ErrInvalidRequest) {
 		t.Errorf("RecordWasted(-1) = %v", err)
 	}
-	if _, err := l.Cost("gpt-9", spend.Usage{}); !errors.Is(err, spend.ErrUnknownModel) {
+	if _, err := l.Cost("gpt-9", contract.Usage{}); !errors.Is(err, spend.ErrUnknownModel) {
 		t.Errorf("Cost of an unknown model: %v", err)
 	}
 }
@@ -356,7 +357,7 @@ func TestUnknownModelDefaultPrice(t *testing.T) {
 	if !d.Allow || !near(d.EstimatedUSD, 1+1, 1e-12) || d.Model != "gpt-9" {
 		t.Fatalf("%+v", d)
 	}
-	if c, err := l.Cost("gpt-9", spend.Usage{Input: 1000, Output: 1000}); err != nil || !near(c, 3, 1e-12) {
+	if c, err := l.Cost("gpt-9", contract.Usage{Input: 1000, Output: 1000}); err != nil || !near(c, 3, 1e-12) {
 		t.Fatalf("Cost = %v, %v", c, err)
 	}
 }
@@ -374,11 +375,11 @@ func TestOutputEstimate(t *testing.T) {
 	}
 	for _, out := range []int64{100, 200} {
 		d := admit(t, l, t0, spend.Request{Model: "out"})
-		if _, err := l.Reconcile(t0, d.Reservation, spend.Usage{Output: out}, true); err != nil {
+		if _, err := l.Reconcile(t0, d.Reservation, contract.Usage{Output: out}, true); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if _, err := l.Reconcile(t0, d.Reservation, spend.Usage{}, false); err != nil { // no usage: not an observation
+	if _, err := l.Reconcile(t0, d.Reservation, contract.Usage{}, false); err != nil { // no usage: not an observation
 		t.Fatal(err)
 	}
 	if d := admit(t, l, t0, spend.Request{Model: "out"}); !near(d.EstimatedUSD, 0.15, 1e-12) {
@@ -411,7 +412,7 @@ func TestTrackedNamesAreBounded(t *testing.T) {
 func TestEmptyTenantIsAnonymous(t *testing.T) {
 	l := newLimiter(t, testConfig(), spend.Options{})
 	d := admit(t, l, t0, spend.Request{Model: "unit", EstimatedInputTokens: 1})
-	if d.Reservation.Tenant() != spend.AnonymousTenant {
+	if d.Reservation.Tenant() != contract.AnonymousTenant {
 		t.Errorf("tenant %q", d.Reservation.Tenant())
 	}
 }
@@ -439,7 +440,7 @@ func TestRunawayTenantCannotCrowdOthersOut(t *testing.T) {
 			tl.refused++
 			return
 		}
-		if _, err := l.Reconcile(now, d.Reservation, spend.Usage{Input: tokens}, true); err != nil {
+		if _, err := l.Reconcile(now, d.Reservation, contract.Usage{Input: tokens}, true); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -2,6 +2,8 @@ package spend
 
 import (
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/sluicehq/sluice/contract"
 )
 
 // Collector returns a Prometheus collector of the Limiter's spend: totals
@@ -93,8 +95,8 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 		counter(descTenantSpent, t.EstimatedUSD, t.Name, "estimated")
 		gauge(descRate, t.RatePerHour, "tenant", t.Name)
 		gauge(descStage, float64(t.Stage), "tenant", t.Name)
-		counter(descRefused, float64(t.RefusedCeiling), t.Name, "spend_ceiling")
-		counter(descRefused, float64(t.RefusedBudget), t.Name, "tenant_budget")
+		counter(descRefused, float64(t.RefusedCeiling), t.Name, contract.ReasonSpendCeiling)
+		counter(descRefused, float64(t.RefusedBudget), t.Name, contract.ReasonTenantBudget)
 		counter(descOverShare, float64(t.OverShare), t.Name)
 		counter(descWasted, t.WastedUSD, t.Name)
 		counter(descSaved, t.SavedUSD, t.Name)

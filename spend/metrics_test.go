@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	dto "github.com/prometheus/client_model/go"
 
+	"github.com/sluicehq/sluice/contract"
 	"github.com/sluicehq/sluice/spend"
 )
 
@@ -66,7 +67,7 @@ func TestCollector(t *testing.T) {
 	if !d.Degraded {
 		t.Fatal("not degraded")
 	}
-	if _, err := l.Reconcile(now, d.Reservation, spend.Usage{}, false); err != nil {
+	if _, err := l.Reconcile(now, d.Reservation, contract.Usage{}, false); err != nil {
 		t.Fatal(err)
 	}
 	admit(t, l, now, spend.Request{Tenant: "acme", Model: "unit", Rank: 1})                                // refused: tenant budget

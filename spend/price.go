@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"math"
+
+	"github.com/sluicehq/sluice/contract"
 )
 
 // Amounts of money are kept as whole nano-dollars (1e-9 USD) in int64: sums
@@ -36,7 +38,7 @@ func newPrice(p Price) price {
 func tokens(n int64, perMTok float64) float64 { return float64(n) * perMTok * 1e3 }
 
 // cost is the nano-dollar cost of u. u must be valid.
-func (p price) cost(u Usage) int64 {
+func (p price) cost(u contract.Usage) int64 {
 	return int64(math.Round(tokens(u.Input-u.CachedInput, p.in) + tokens(u.CachedInput, p.cached) + tokens(u.Output, p.out)))
 }
 
@@ -47,26 +49,12 @@ func (p price) estimate(in, out int64) int64 {
 	return int64(math.Round(tokens(in, p.in) + tokens(out, p.out)))
 }
 
-// Usage is what a response reports it consumed, in tokens.
-type Usage struct {
-	// Input is every input (prompt) token, cached ones included — OpenAI's
-	// usage.prompt_tokens (or input_tokens). For Anthropic, whose
-	// input_tokens excludes cache reads, add cache_read_input_tokens.
-	Input int64
-	// CachedInput is the part of Input served from the provider's prompt
-	// cache and billed at the cached price (OpenAI's
-	// prompt_tokens_details.cached_tokens, Anthropic's
-	// cache_read_input_tokens).
-	CachedInput int64
-	// Output is every output (completion) token, reasoning included.
-	Output int64
-}
-
 // ErrInvalidUsage is matched (errors.Is) by the error Reconcile returns for
 // a usage that cannot be true.
 var ErrInvalidUsage = errors.New("spend: invalid usage")
 
-func (u Usage) validate() error {
+// validUsage reports a usage that cannot be true, naming the field.
+func validUsage(u contract.Usage) error {
 	switch {
 	case u.Input < 0:
 		return fmt.Errorf("%w: Usage.Input = %d, want ≥ 0", ErrInvalidUsage, u.Input)
@@ -84,12 +72,12 @@ func (u Usage) validate() error {
 // price (or the default price, when unknown models are billed at it). It
 // lets a caller value usage outside a reservation, e.g. the wasted part of
 // an answer nobody received.
-func (l *Limiter) Cost(model string, u Usage) (float64, error) {
+func (l *Limiter) Cost(model string, u contract.Usage) (float64, error) {
 	p, err := l.priceOf(model)
 	if err != nil {
 		return 0, err
 	}
-	if err := u.validate(); err != nil {
+	if err := validUsage(u); err != nil {
 		return 0, err
 	}
 	return toUSD(p.cost(u)), nil

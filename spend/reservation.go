@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"math"
 	"time"
+
+	"github.com/sluicehq/sluice/contract"
 )
 
 // Reservation is the estimated cost of one admitted call, held against the
@@ -54,7 +56,7 @@ var ErrForeignReservation = errors.New("spend: reservation belongs to another Li
 // The difference between the actual cost and the estimate is booked into
 // the minute the reservation was made in, so the windows hold each call's
 // cost at the time it was admitted.
-func (l *Limiter) Reconcile(now time.Time, r *Reservation, u Usage, known bool) (float64, error) {
+func (l *Limiter) Reconcile(now time.Time, r *Reservation, u contract.Usage, known bool) (float64, error) {
 	if r == nil {
 		return 0, nil
 	}
@@ -63,7 +65,7 @@ func (l *Limiter) Reconcile(now time.Time, r *Reservation, u Usage, known bool) 
 	}
 	var uerr error
 	if known {
-		if uerr = u.validate(); uerr != nil {
+		if uerr = validUsage(u); uerr != nil {
 			known = false
 		}
 	}
@@ -132,7 +134,7 @@ func (l *Limiter) record(tenant, model, op string, usd float64, add func(*scopeS
 		return fmt.Errorf("%w: %s: usd = %v, want a finite amount ≥ 0", ErrInvalidRequest, op, usd)
 	}
 	if tenant == "" {
-		tenant = AnonymousTenant
+		tenant = contract.AnonymousTenant
 	}
 	n := fromUSD(usd)
 	l.mu.Lock()

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/contract"
 	"github.com/sluicehq/sluice/spend"
 )
 
@@ -25,7 +26,7 @@ func TestReconcileReplacesTheEstimate(t *testing.T) {
 	// 1500 input tokens of which 1000 cached, 300 output; settled two
 	// minutes later, into the reservation's minute.
 	later := t0.Add(2 * time.Minute)
-	cost, err := l.Reconcile(later, d.Reservation, spend.Usage{Input: 1500, CachedInput: 1000, Output: 300}, true)
+	cost, err := l.Reconcile(later, d.Reservation, contract.Usage{Input: 1500, CachedInput: 1000, Output: 300}, true)
 	want := (500*2.5 + 1000*1.25 + 300*10) / 1e6
 	if err != nil || !near(cost, want, 1e-12) {
 		t.Fatalf("Reconcile = %v, %v; want $%v", cost, err, want)
@@ -45,7 +46,7 @@ func TestReconcileReplacesTheEstimate(t *testing.T) {
 	}
 	// Idempotent: nothing more happens however often it is settled again.
 	for range 3 {
-		if c, err := l.Reconcile(later, d.Reservation, spend.Usage{Input: 1e6}, true); c != 0 || err != nil {
+		if c, err := l.Reconcile(later, d.Reservation, contract.Usage{Input: 1e6}, true); c != 0 || err != nil {
 			t.Fatalf("second Reconcile = %v, %v", c, err)
 		}
 		l.Cancel(later, d.Reservation)
@@ -58,7 +59,7 @@ func TestReconcileReplacesTheEstimate(t *testing.T) {
 func TestReconcileWithoutUsageKeepsTheEstimate(t *testing.T) {
 	l := newLimiter(t, testConfig(), spend.Options{})
 	d := admit(t, l, t0, spend.Request{Tenant: "acme", Model: "unit", EstimatedInputTokens: 40})
-	cost, err := l.Reconcile(t0, d.Reservation, spend.Usage{Input: 1}, false)
+	cost, err := l.Reconcile(t0, d.Reservation, contract.Usage{Input: 1}, false)
 	if err != nil || !near(cost, 0.04, 1e-12) {
 		t.Fatalf("Reconcile(known=false) = %v, %v; want the estimate $0.04", cost, err)
 	}
@@ -68,7 +69,7 @@ func TestReconcileWithoutUsageKeepsTheEstimate(t *testing.T) {
 	}
 	// An impossible usage is reported, and settled at the estimate too.
 	d = admit(t, l, t0, spend.Request{Tenant: "acme", Model: "unit", EstimatedInputTokens: 10})
-	cost, err = l.Reconcile(t0, d.Reservation, spend.Usage{Input: 5, CachedInput: 6}, true)
+	cost, err = l.Reconcile(t0, d.Reservation, contract.Usage{Input: 5, CachedInput: 6}, true)
 	if !errors.Is(err, spend.ErrInvalidUsage) || !near(cost, 0.01, 1e-12) {
 		t.Fatalf("impossible usage: %v, %v", cost, err)
 	}
@@ -82,11 +83,11 @@ func TestCancel(t *testing.T) {
 	d := admit(t, l, t0, spend.Request{Model: "unit", EstimatedInputTokens: 500})
 	l.Cancel(t0.Add(time.Second), d.Reservation)
 	l.Cancel(t0.Add(time.Second), d.Reservation)
-	if c, _ := l.Reconcile(t0, d.Reservation, spend.Usage{Input: 500}, true); c != 0 {
+	if c, _ := l.Reconcile(t0, d.Reservation, contract.Usage{Input: 500}, true); c != 0 {
 		t.Errorf("Reconcile after Cancel counted $%v", c)
 	}
 	l.Cancel(t0, nil)
-	if c, err := l.Reconcile(t0, nil, spend.Usage{}, true); c != 0 || err != nil {
+	if c, err := l.Reconcile(t0, nil, contract.Usage{}, true); c != 0 || err != nil {
 		t.Errorf("Reconcile(nil) = %v, %v", c, err)
 	}
 	s := l.Snapshot(t0)
@@ -95,7 +96,7 @@ func TestCancel(t *testing.T) {
 	}
 	other := newLimiter(t, testConfig(), spend.Options{})
 	d = admit(t, l, t0, spend.Request{Model: "unit", EstimatedInputTokens: 1})
-	if _, err := other.Reconcile(t0, d.Reservation, spend.Usage{}, true); !errors.Is(err, spend.ErrForeignReservation) {
+	if _, err := other.Reconcile(t0, d.Reservation, contract.Usage{}, true); !errors.Is(err, spend.ErrForeignReservation) {
 		t.Errorf("foreign reservation: %v", err)
 	}
 	other.Cancel(t0, d.Reservation)
@@ -138,13 +139,13 @@ func TestBooksBalance(t *testing.T) {
 				case 0:
 					l.Cancel(at, r)
 				case 1:
-					cost, _ = l.Reconcile(at, r, spend.Usage{}, false)
+					cost, _ = l.Reconcile(at, r, contract.Usage{}, false)
 				default:
 					in := rng.Int64N(5000)
-					cost, _ = l.Reconcile(at, r, spend.Usage{Input: in, CachedInput: rng.Int64N(in + 1), Output: rng.Int64N(2000)}, true)
+					cost, _ = l.Reconcile(at, r, contract.Usage{Input: in, CachedInput: rng.Int64N(in + 1), Output: rng.Int64N(2000)}, true)
 				}
 				// A second settlement, of any kind, must change nothing.
-				if c, _ := l.Reconcile(at, r, spend.Usage{Input: 99}, true); c != 0 {
+				if c, _ := l.Reconcile(at, r, contract.Usage{Input: 99}, true); c != 0 {
 					t.Errorf("second settlement counted $%v", c)
 				}
 				l.Cancel(at, r)
@@ -219,7 +220,7 @@ func TestWastedAndSaved(t *testing.T) {
 		t.Fatal(err)
 	}
 	s := l.Snapshot(t0)
-	acme, big, anon := findScope(s.Tenants, "acme"), findScope(s.Models, "big"), findScope(s.Tenants, spend.AnonymousTenant)
+	acme, big, anon := findScope(s.Tenants, "acme"), findScope(s.Models, "big"), findScope(s.Tenants, contract.AnonymousTenant)
 	if s.Global.WastedUSD != 0.25 || s.Global.SavedUSD != 0.625 || acme.WastedUSD != 0.25 || acme.SavedUSD != 0.5 ||
 		big.WastedUSD != 0.25 || anon.SavedUSD != 0.125 {
 		t.Fatalf("global %+v, acme %+v, big %+v", s.Global, acme, big)

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/contract"
 	"github.com/sluicehq/sluice/spend"
 )
 
@@ -130,7 +131,7 @@ func runScenario(t *testing.T, sc scenario) scenarioResult {
 	nextTick := start.Add(time.Second) // rate sampling each second, alert evaluation every 10
 	tick := 0
 	finish := func(c completion) {
-		cost, err := l.Reconcile(c.at, c.res, spend.Usage{Input: c.in, Output: c.out}, true)
+		cost, err := l.Reconcile(c.at, c.res, contract.Usage{Input: c.in, Output: c.out}, true)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -242,7 +243,7 @@ func successRates(r scenarioResult) (minimum, overall float64) {
 	return minimum, float64(ok) / float64(sent)
 }
 
-// TestRunawayTenant is the acceptance scenario: a tenant at 100× its
+// TestRunawayTenant is the spend limiter's acceptance scenario: a tenant at 100× its
 // normal rate, the others normal. The global spend rate must stay within
 // the ceiling + 5%, the other tenants must keep ≥ 99% of the success they
 // have without the runaway, and the runaway's alert must fire within 60s of

@@ -59,7 +59,7 @@ func TestSimScenarioErrorNamesFileAndField(t *testing.T) {
 	}
 }
 
-// TestSimPrintsOneTable is the command of the issue: one scenario, one
+// TestSimPrintsOneTable is the simulator's basic command: one scenario, one
 // load, a number of requests, one table with a row per policy.
 func TestSimPrintsOneTable(t *testing.T) {
 	var stdout bytes.Buffer
@@ -127,7 +127,7 @@ func TestSimAllWritesResults(t *testing.T) {
 		t.Fatal(err)
 	}
 	if i, j := bytes.Index(md, []byte("Scenario: retry-storm")), bytes.Index(md, []byte("Scenario: speculative-flood")); i < 0 || j < i {
-		t.Error("scenarios missing or out of the issue's order")
+		t.Error("scenarios missing or out of scenarioOrder's order")
 	}
 	for _, f := range []string{"retry-storm-goodput.png", "speculative-flood-goodput.png"} {
 		if _, err := os.Stat(filepath.Join(out, "plots", f)); err != nil {

@@ -18,6 +18,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sluicehq/sluice/contract"
 	"github.com/sluicehq/sluice/gateway"
 	"github.com/sluicehq/sluice/internal/loopback"
 	"github.com/sluicehq/sluice/loadgen"
@@ -71,7 +72,7 @@ type Result struct {
 	Direct   Storm
 	Sluice   Storm
 	// Estimate is what the gateway's estimate endpoint answered mid-storm.
-	Estimate *gateway.Estimate
+	Estimate *contract.Estimate
 	// Metrics are a few lines of /metrics sampled mid-storm.
 	Metrics []string
 }
@@ -266,13 +267,13 @@ func mockPrices() *spend.Config {
 	return cfg
 }
 
-func fetchEstimate(base string) *gateway.Estimate {
-	resp, err := http.Get(base + gateway.EstimatePath + "?priority=interactive&timeout_ms=3000")
+func fetchEstimate(base string) *contract.Estimate {
+	resp, err := http.Get(base + contract.EstimatePath + "?priority=interactive&timeout_ms=3000")
 	if err != nil {
 		return nil
 	}
 	defer resp.Body.Close()
-	var e gateway.Estimate
+	var e contract.Estimate
 	if json.NewDecoder(resp.Body).Decode(&e) != nil {
 		return nil
 	}

@@ -5,6 +5,7 @@ import (
 	"io"
 	"text/tabwriter"
 
+	"github.com/sluicehq/sluice/contract"
 	"github.com/sluicehq/sluice/loadgen"
 )
 
@@ -72,7 +73,7 @@ func reasons(m map[string]int) string {
 		return "none"
 	}
 	out := ""
-	for _, k := range []string{"queue_wait", "queue_full", "evicted", "expired", "timeout", "connection_error"} {
+	for _, k := range []string{contract.ReasonQueueWait, contract.ReasonQueueFull, contract.ReasonEvicted, contract.ReasonExpired, loadgen.ReasonTimeout, loadgen.ReasonConnectionError} {
 		if n := m[k]; n > 0 {
 			if out != "" {
 				out += ", "

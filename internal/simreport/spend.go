@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/sim"
-	"github.com/sluicehq/sluice/spend"
+	"github.com/sluicehq/sluice/contract"
 )
 
 // The spend limiter's part of results.md: for a scenario with a spend
@@ -66,7 +66,7 @@ func (sw *sweep) runaway(i int) *runaway {
 		}
 		name := src.Tenant
 		if name == "" {
-			name = spend.AnonymousTenant
+			name = contract.AnonymousTenant
 		}
 		if !slices.Contains(ra.Tenants, name) {
 			ra.Tenants = append(ra.Tenants, name)

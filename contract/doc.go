@@ -1,0 +1,53 @@
+// Package contract is the wire contract of the sluice gateway: the names and
+// shapes that a request and its answer carry over HTTP, declared once for
+// the gateway that writes them and for the client, the load generator and
+// the mock provider that read them.
+//
+// It holds the request and response header names, the rejection reasons
+// with the HTTP status and error type of each, the OpenAI-style JSON error
+// body, the estimate endpoint's path and answer, the name of the anonymous
+// tenant, and the token usage a provider reports for one call.
+//
+// Everything here is part of what callers see; a name or a field, once
+// released, does not change meaning. The package imports only the standard
+// library, so any part of the project (and any caller) may import it without
+// pulling in the gateway.
+//
+// # Request headers (all optional)
+//
+//   - Authorization: Bearer <key> identifies the tenant when tenants are
+//     configured; an unknown key is refused with 401. Without tenants every
+//     request belongs to [AnonymousTenant].
+//   - [HeaderPriority]: the class (interactive, batch, speculative, or one
+//     configured); interactive when absent.
+//   - [HeaderTimeoutMs]: the caller's remaining time budget in whole
+//     milliseconds, relative like grpc-timeout. When absent,
+//     [HeaderStainlessTimeout] (whole seconds, sent by the official OpenAI
+//     SDKs) is the budget; then the class's default.
+//   - [HeaderAttempt]: 0 for a first attempt, N for the Nth retry; also read
+//     from [HeaderStainlessRetryCount], which the official OpenAI SDKs send.
+//   - [HeaderDegrade]: [DegradeAllow] accepts a cheaper rung of the model's
+//     ladder rather than a refusal under load.
+//   - [HeaderIdempotencyKey]: the same key from the same tenant within the
+//     window makes one upstream call, and one answer for all.
+//
+// # Response headers
+//
+// On every proxied response: [HeaderQueueMs], [HeaderModel], [HeaderClass]
+// and [HeaderUpstream]. On every rejection: [HeaderRetryAfter] (whole
+// seconds, at least 1), [HeaderRetryAfterMs], [HeaderReason],
+// [HeaderEstimatedWaitMs], and an [ErrorBody] that repeats the reason, the
+// estimated wait and the retry delay.
+//
+// Some of these the gateway does not handle yet: it neither reads
+// HeaderDegrade, HeaderIdempotencyKey and HeaderStainlessTimeout nor sends
+// HeaderClass and HeaderUpstream. They are declared here so that the
+// contract is written down in one place before its parts are built.
+//
+// # Rejections
+//
+// A rejection names one of the Reason constants. The caller's own limits
+// ([ReasonRetryBudget], [ReasonTenantBudget]) are 429 with type
+// [ErrorTypeRateLimit]; overload is 503 with type [ErrorTypeOverloaded]
+// (see [ReasonStatus]).
+package contract

@@ -1,0 +1,43 @@
+package contract
+
+// EstimatePath is the gateway endpoint that answers "what would happen to
+// such a request now?", so that a producer can decide whether to submit at
+// all. GET it with the query parameters priority, timeout_ms, attempt
+// (which mean what HeaderPriority, HeaderTimeoutMs and HeaderAttempt mean)
+// and model; every one is optional. The answer is an Estimate.
+const EstimatePath = "/sluice/v1/estimate"
+
+// Estimate is the JSON answer of EstimatePath. Durations are in whole
+// milliseconds. A reader must ignore fields it does not know, so that the
+// gateway may add to it.
+type Estimate struct {
+	// Priority is the class the estimate is for, after the default.
+	Priority string `json:"priority"`
+	// Rank is the class's shedding rank: higher is served first and shed
+	// last.
+	Rank int `json:"rank"`
+	// EstimatedWaitMs is how long a request of this class would queue.
+	EstimatedWaitMs int64 `json:"estimated_wait_ms"`
+	// ServiceP50Ms and ServiceP95Ms are the recent service-time
+	// percentiles.
+	ServiceP50Ms int64 `json:"service_p50_ms"`
+	ServiceP95Ms int64 `json:"service_p95_ms"`
+	// Admit says whether a request with the given timeout would be
+	// admitted now (run at once or queued); Reason and RetryAfterMs say
+	// why not and when to ask again.
+	Admit        bool   `json:"admit"`
+	Reason       string `json:"reason"`
+	RetryAfterMs int64  `json:"retry_after_ms"`
+	// QueueDepth is the number of requests queued, InFlight the number
+	// being served, and Concurrency the number of slots.
+	QueueDepth  int `json:"queue_depth"`
+	InFlight    int `json:"in_flight"`
+	Concurrency int `json:"concurrency"`
+	// Mode is the queue's current order: "fifo", or "lifo" under overload.
+	Mode string `json:"mode"`
+	// TimeoutMs is the time budget the estimate assumed: the timeout_ms
+	// asked for, or the class's default.
+	TimeoutMs int64 `json:"timeout_ms"`
+	// Model is the model asked about; omitted when none was.
+	Model string `json:"model,omitempty"`
+}

@@ -1,0 +1,66 @@
+package contract
+
+// Request headers. All are optional.
+const (
+	// HeaderAuthorization carries "Bearer <key>", which names the tenant
+	// when tenants are configured.
+	HeaderAuthorization = "Authorization"
+	// HeaderPriority is the request's class: "interactive", "batch",
+	// "speculative" or a class the gateway is configured with.
+	HeaderPriority = "X-Sluice-Priority"
+	// HeaderTimeoutMs is the caller's remaining time budget in whole
+	// milliseconds, relative to when the request is received: a relative
+	// budget survives clock skew between caller and gateway, as
+	// grpc-timeout does.
+	HeaderTimeoutMs = "X-Sluice-Timeout-Ms"
+	// HeaderAttempt is 0 for a first attempt and N for the Nth retry.
+	HeaderAttempt = "X-Sluice-Attempt"
+	// HeaderDegrade set to DegradeAllow says the caller accepts a cheaper
+	// rung of the model's ladder rather than a refusal under load.
+	HeaderDegrade = "X-Sluice-Degrade"
+	// HeaderIdempotencyKey: requests with the same key from the same
+	// tenant within the window share one upstream call and one answer.
+	HeaderIdempotencyKey = "Idempotency-Key"
+	// HeaderStainlessRetryCount is the retry count the official OpenAI
+	// SDKs send on their own; it stands for HeaderAttempt when that is
+	// absent, so that SDK retries are known as retries without any change
+	// to the caller.
+	HeaderStainlessRetryCount = "X-Stainless-Retry-Count"
+	// HeaderStainlessTimeout is the timeout, in whole seconds, the official
+	// OpenAI SDKs send on their own; it is the caller's budget when
+	// HeaderTimeoutMs is absent.
+	HeaderStainlessTimeout = "X-Stainless-Timeout"
+)
+
+// DegradeAllow is the HeaderDegrade value that accepts a cheaper model.
+const DegradeAllow = "allow"
+
+// Response headers of every proxied answer.
+const (
+	// HeaderQueueMs is the time the request waited for a slot, in
+	// milliseconds.
+	HeaderQueueMs = "X-Sluice-Queue-Ms"
+	// HeaderModel is the model actually called; it differs from the one
+	// asked for when the request was degraded.
+	HeaderModel = "X-Sluice-Model"
+	// HeaderClass is the class applied; it differs from the one asked for
+	// when the tenant may not use that class.
+	HeaderClass = "X-Sluice-Class"
+	// HeaderUpstream names the deployment that answered.
+	HeaderUpstream = "X-Sluice-Upstream"
+)
+
+// Response headers of every rejection.
+const (
+	// HeaderRetryAfter is the standard retry delay, in whole seconds and at
+	// least 1: a 0 would invite the immediate retry it exists to prevent.
+	HeaderRetryAfter = "Retry-After"
+	// HeaderRetryAfterMs is the retry delay in milliseconds, which the
+	// OpenAI SDKs read before Retry-After (and parse as a float).
+	HeaderRetryAfterMs = "retry-after-ms"
+	// HeaderReason is the rejection's reason, one of the Reason constants.
+	HeaderReason = "X-Sluice-Reason"
+	// HeaderEstimatedWaitMs is how long the request would have queued, in
+	// milliseconds. The estimate endpoint sends it too.
+	HeaderEstimatedWaitMs = "X-Sluice-Estimated-Wait-Ms"
+)
