@@ -2,7 +2,6 @@ package gateway
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -103,20 +102,6 @@ func (g *Gateway) spendAdmit(w http.ResponseWriter, req *admission.Request, body
 		g.metrics.degraded.Inc()
 	}
 	return d, true
-}
-
-// rewriteModel replaces the body's "model".
-func rewriteModel(raw []byte, model string) ([]byte, error) {
-	var m map[string]json.RawMessage
-	if err := json.Unmarshal(raw, &m); err != nil {
-		return nil, err
-	}
-	v, err := json.Marshal(model)
-	if err != nil {
-		return nil, err
-	}
-	m["model"] = v
-	return json.Marshal(m)
 }
 
 // settleSpend replaces the call's reservation with what it cost, once the
