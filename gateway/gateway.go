@@ -251,6 +251,7 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
+	g.limit.refresh(time.Now(), g) // the climb back up that accrued while idle
 	permit, err := g.gate.Acquire(ctx, req)
 	if err != nil {
 		if sd.Reservation != nil {
