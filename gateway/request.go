@@ -148,8 +148,9 @@ func (g *Gateway) readBody(w http.ResponseWriter, r *http.Request) (callBody, er
 // keys case-insensitively and keep the last of duplicates, so that
 // {"model":"o1-pro","MODEL":"gpt-4o-mini"} would be priced as one model and
 // run as the other; here a top-level key that appears twice, in any case,
-// is refused, and so is one written with escapes ("m\u006fdel"), which
-// the spend estimate's byte-level scanner would not recognise.
+// is refused, so is a field the gateway reads spelled in another case
+// ("MODEL" alone), and so is a key written with escapes ("m\u006fdel"),
+// which the spend estimate's byte-level scanner would not recognise.
 func decodeBody(raw []byte) (callBody, error) {
 	b := callBody{raw: raw}
 	err := topLevel(raw, func(key string, value json.RawMessage) error {
@@ -208,7 +209,8 @@ func echo(v string) string {
 // each key and the exact bytes of its value, and checks the whole body is
 // one well-formed JSON object. It refuses a key that appears twice when
 // keys are compared case-insensitively (Go's encoding/json reads them so,
-// providers byte for byte), and a key written with escapes.
+// providers byte for byte), a field of bodyFields spelled in another case,
+// and a key written with escapes.
 func topLevel(raw []byte, visit func(key string, value json.RawMessage) error) error {
 	notObject := invalidBody("request body must be a JSON object")
 	trimmed := bytes.TrimLeft(raw, " \t\r\n")
@@ -236,7 +238,9 @@ func topLevel(raw []byte, visit func(key string, value json.RawMessage) error) e
 		if bytes.IndexByte(raw[before:dec.InputOffset()], '\\') >= 0 {
 			return invalidBody(fmt.Sprintf("%s: a top-level key must be written without escapes", echo(key)))
 		}
-		folded := strings.ToLower(key)
+		// Upper then lower folds what simple case folding folds, "ſ" and
+		// the Kelvin sign included, as Go's own case-insensitive match does.
+		folded := strings.ToLower(strings.ToUpper(key))
 		if prev, dup := seen[folded]; dup {
 			if prev == key {
 				return invalidBody(fmt.Sprintf("%s: the key appears twice at the top level", echo(key)))
@@ -245,6 +249,12 @@ func topLevel(raw []byte, visit func(key string, value json.RawMessage) error) e
 				echo(key), echo(prev)))
 		}
 		seen[folded] = key
+		// A field the gateway reads, spelled in another case, is a model
+		// or a limit for a reader that folds case and none for one that
+		// does not: refused too, rather than guessed at.
+		if bodyFields[folded] && key != folded {
+			return invalidBody(fmt.Sprintf("%s: write the key as %q (keys are read case-sensitively)", echo(key), folded))
+		}
 		var value json.RawMessage
 		if err := dec.Decode(&value); err != nil {
 			return syntax(err)

@@ -111,7 +111,10 @@ func TestDecodeBodyReadsExactKeys(t *testing.T) {
 	}{
 		{`{"model":"a","max_tokens":5}`, "a", 5, false, ""},
 		{` {"Model_":"b","model":"a"} `, "a", 0, false, ""},
-		{`{"MODEL":"gpt-4o-mini"}`, "", 0, false, ""}, // not the model: the provider reads none either
+		{`{"MODEL":"gpt-4o-mini"}`, "", 0, false, `"MODEL": write the key as "model"`},
+		{`{"Max_Tokens":1}`, "", 0, false, `"Max_Tokens": write the key as "max_tokens"`},
+		{`{"ſtream":true,"stream":false}`, "", 0, false, `"ſtream": write the key as "stream"`},
+		{`{"stream":true,"ſtream":false}`, "", 0, false, `"ſtream": the key appears twice at the top level (also as "stream")`},
 		{`{"model":"a","max_tokens":5,"max_completion_tokens":9}`, "a", 9, false, ""},
 		{`{"model":"a","stream":true,"messages":[{"model":"b","MODEL":"c"}]}`, "a", 0, true, ""},
 		{`{"model":"a","model":"b"}`, "", 0, false, `"model": the key appears twice`},
