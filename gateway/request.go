@@ -142,6 +142,10 @@ func (g *Gateway) readBody(w http.ResponseWriter, r *http.Request) (callBody, er
 	return decodeBody(raw)
 }
 
+// maxModelBytes bounds the model's name, which the gateway repeats in
+// errors, headers and per-model statistics; real names are under 100.
+const maxModelBytes = 256
+
 // decodeBody reads the fields the gateway prices, admits and books by, in
 // one pass over the top-level object, exactly as a provider that matches
 // keys byte for byte reads them. json.Unmarshal into a struct would match
@@ -161,6 +165,9 @@ func decodeBody(raw []byte) (callBody, error) {
 		case "model":
 			if err := json.Unmarshal(value, &b.model); err != nil {
 				return invalidBody("model: must be a string")
+			}
+			if len(b.model) > maxModelBytes {
+				return invalidBody(fmt.Sprintf("model: %s is longer than %d bytes", echo(b.model), maxModelBytes))
 			}
 		case "stream":
 			if err := json.Unmarshal(value, &b.stream); err != nil {

@@ -126,8 +126,9 @@ func TestDecodeBodyReadsExactKeys(t *testing.T) {
 		{`{"model":"a",}`, "", 0, false, "not valid JSON"},
 		{`{"model":"a"`, "", 0, false, "not valid JSON"},
 		{`["model"]`, "", 0, false, "JSON object"},
+		{`{"model":"` + strings.Repeat("m", 257) + `"}`, "", 0, false, "… (257 bytes) is longer than 256 bytes"},
 		{`{"max_tokens":1e3}`, "", 0, false, "max_tokens: must be a non-negative integer"},
-		{`{"model":"` + strings.Repeat("m", 100) + `","` + strings.Repeat("k", 100) + `":1,"` + strings.Repeat("K", 100) + `":2}`, "", 0, false, "… (100 bytes)"},
+		{`{"model":"` + strings.Repeat("m", 200) + `","` + strings.Repeat("k", 100) + `":1,"` + strings.Repeat("K", 100) + `":2}`, "", 0, false, "… (100 bytes)"},
 	} {
 		b, err := decodeBody([]byte(tc.body))
 		switch {
