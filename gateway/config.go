@@ -67,7 +67,8 @@ type Config struct {
 	// Server bounds client connections: timeouts and connection caps.
 	Server ServerConfig `yaml:"server"`
 	// ShutdownGrace is how long in-flight requests may take to finish after
-	// SIGTERM/SIGINT. Zero means 30s.
+	// SIGTERM/SIGINT. Zero means 30s; at most 1h (an orchestrator kills a
+	// process long before).
 	ShutdownGrace Duration `yaml:"shutdown_grace"`
 }
 
@@ -84,26 +85,30 @@ type UpstreamConfig struct {
 	// style) or "x-api-key" (Anthropic style). Empty means authorization.
 	AuthHeader string `yaml:"auth_header"`
 	// MaxIdleConns is the pool of idle connections kept to the provider.
-	// Zero means 1024.
+	// Zero means 1024; at most 65536 (one per local port).
 	MaxIdleConns int `yaml:"max_idle_conns"`
 }
 
 // AdmissionConfig configures the gate (see admission.Config).
 type AdmissionConfig struct {
-	// Concurrency is how many upstream calls may be in flight. Required (≥1).
+	// Concurrency is how many upstream calls may be in flight. Required:
+	// 1 to 100000 (no provider grants more to one key; each slot is a
+	// goroutine and a connection).
 	Concurrency int `yaml:"concurrency"`
-	// MaxQueue bounds waiting requests. Zero means no waiting room.
+	// MaxQueue bounds waiting requests. Zero means no waiting room; at
+	// most 1000000 (each waiting request holds its body in memory).
 	MaxQueue int `yaml:"max_queue"`
 	// MaxQueuePerTenant caps one tenant's share of the queue. Zero means no
-	// fixed cap (the bound is still shared fairly).
+	// fixed cap (the bound is still shared fairly); at most 1000000.
 	MaxQueuePerTenant int `yaml:"max_queue_per_tenant"`
 	// WaitEstimator is "mean" or "median". Empty means mean.
 	WaitEstimator string `yaml:"wait_estimator"`
 	// InitialServiceTime is assumed before the first call completes. Zero
-	// means none (admission by the queue bound alone until then).
+	// means none (admission by the queue bound alone until then); at most
+	// 1h.
 	InitialServiceTime Duration `yaml:"initial_service_time"`
 	// ServiceWindow is how many recent calls the estimator keeps. Zero
-	// means 256.
+	// means 256; at most 65536 (the window is kept per model).
 	ServiceWindow int `yaml:"service_window"`
 	// FIFOOnly disables adaptive LIFO.
 	FIFOOnly bool `yaml:"fifo_only"`
@@ -144,7 +149,9 @@ type TenantConfig struct {
 
 // LimitsConfig bounds what a request may ask for.
 type LimitsConfig struct {
-	// MaxBodyBytes bounds a request body; larger → 413. Zero means 10 MiB.
+	// MaxBodyBytes bounds a request body; larger → 413. Zero means 10 MiB;
+	// at most 1 GiB: the body is held in memory until the call ends, and a
+	// bound near 2^63 would be no bound at all.
 	MaxBodyBytes int64 `yaml:"max_body_bytes"`
 	// MaxHeaderBytes bounds a request's line and headers; larger → 431
 	// with the JSON error. Zero means 64 KiB; at most 1 MiB. (Go's server
@@ -152,7 +159,7 @@ type LimitsConfig struct {
 	// between is answered in the contract's shape.)
 	MaxHeaderBytes int `yaml:"max_header_bytes"`
 	// MaxTimeout is the largest X-Sluice-Timeout-Ms accepted; larger → 400.
-	// Zero means 10m.
+	// Zero means 10m; at most 24h (a slot held longer is a leak).
 	MaxTimeout Duration `yaml:"max_timeout"`
 }
 
@@ -263,20 +270,23 @@ func (c Config) Validate() error {
 	default:
 		return fmt.Errorf("config: upstream.auth_header: %q, want authorization or x-api-key", c.Upstream.AuthHeader)
 	}
-	if c.Upstream.MaxIdleConns < 0 {
-		return fmt.Errorf("config: upstream.max_idle_conns: %d, want ≥ 0", c.Upstream.MaxIdleConns)
+	if err := intIn("upstream.max_idle_conns", c.Upstream.MaxIdleConns, 0, maxIdleConns); err != nil {
+		return err
 	}
 	if len(c.Tenants) > 0 && c.Upstream.APIKeyEnv == "" {
 		return errors.New("config: upstream.api_key_env is required when tenants are configured: their keys must not be forwarded to the provider")
 	}
-	if c.Limits.MaxBodyBytes < 0 {
-		return fmt.Errorf("config: limits.max_body_bytes: %d, want ≥ 0", c.Limits.MaxBodyBytes)
+	if err := intIn("limits.max_body_bytes", c.Limits.MaxBodyBytes, 0, maxBodyBytes); err != nil {
+		return err
 	}
-	if c.Limits.MaxHeaderBytes < 0 || c.Limits.MaxHeaderBytes > MaxMaxHeaderBytes {
-		return fmt.Errorf("config: limits.max_header_bytes: %d, want 0 (64 KiB) to %d", c.Limits.MaxHeaderBytes, MaxMaxHeaderBytes)
+	if err := intIn("limits.max_header_bytes", int64(c.Limits.MaxHeaderBytes), 0, MaxMaxHeaderBytes); err != nil {
+		return err
 	}
-	if c.Limits.MaxTimeout < 0 {
-		return fmt.Errorf("config: limits.max_timeout: %v, want ≥ 0", c.Limits.MaxTimeout.D())
+	if err := durationIn("limits.max_timeout", c.Limits.MaxTimeout, 0, maxTimeout); err != nil {
+		return err
+	}
+	if err := retryRanges(c.Retries); err != nil {
+		return err
 	}
 	if err := c.Retries.validate(); err != nil {
 		return err
@@ -290,8 +300,8 @@ func (c Config) Validate() error {
 	if err := c.Server.validate(); err != nil {
 		return err
 	}
-	if c.ShutdownGrace < 0 {
-		return fmt.Errorf("config: shutdown_grace: %v, want ≥ 0", c.ShutdownGrace.D())
+	if err := durationIn("shutdown_grace", c.ShutdownGrace, 0, maxShutdownGrace); err != nil {
+		return err
 	}
 	for _, name := range sortedKeys(c.Classes) {
 		cl := c.Classes[name]
@@ -349,20 +359,16 @@ func (c Config) Validate() error {
 // admissionConfig translates the gate's part of the config.
 func (c Config) admissionConfig() (admission.Config, error) {
 	a := c.Admission
-	if a.Concurrency < 1 {
-		return admission.Config{}, fmt.Errorf("config: admission.concurrency: %d, want ≥ 1", a.Concurrency)
-	}
-	if a.MaxQueue < 0 {
-		return admission.Config{}, fmt.Errorf("config: admission.max_queue: %d, want ≥ 0", a.MaxQueue)
-	}
-	if a.MaxQueuePerTenant < 0 {
-		return admission.Config{}, fmt.Errorf("config: admission.max_queue_per_tenant: %d, want ≥ 0", a.MaxQueuePerTenant)
-	}
-	if a.ServiceWindow < 0 {
-		return admission.Config{}, fmt.Errorf("config: admission.service_window: %d, want ≥ 0", a.ServiceWindow)
-	}
-	if a.InitialServiceTime < 0 {
-		return admission.Config{}, fmt.Errorf("config: admission.initial_service_time: %v, want ≥ 0", a.InitialServiceTime.D())
+	for _, err := range []error{
+		intIn("admission.concurrency", a.Concurrency, 1, maxConcurrency),
+		intIn("admission.max_queue", a.MaxQueue, 0, maxQueue),
+		intIn("admission.max_queue_per_tenant", a.MaxQueuePerTenant, 0, maxQueue),
+		intIn("admission.service_window", a.ServiceWindow, 0, maxServiceWindow),
+		durationIn("admission.initial_service_time", a.InitialServiceTime, 0, maxInitialServiceTime),
+	} {
+		if err != nil {
+			return admission.Config{}, err
+		}
 	}
 	var est admission.WaitEstimator
 	switch a.WaitEstimator {
@@ -413,6 +419,76 @@ func (c Config) admissionConfig() (admission.Config, error) {
 		return admission.Config{}, fmt.Errorf("config: %w", err)
 	}
 	return cfg, nil
+}
+
+// The largest values the config accepts; each field's comment says why.
+// A bound exists for every size, time and count so that a typo (an extra
+// zero, a value in the wrong unit) is an error naming the field rather
+// than a limit that is silently no limit.
+const (
+	maxIdleConns          = 65536
+	maxConcurrency        = 100_000
+	maxQueue              = 1_000_000
+	maxServiceWindow      = 65536
+	maxInitialServiceTime = time.Hour
+	maxBodyBytes          = 1 << 30
+	maxTimeout            = 24 * time.Hour
+	maxShutdownGrace      = time.Hour
+	maxUpstreamAttempts   = 10
+	maxUpstreamBackoff    = time.Minute
+	maxRetriesPerSecond   = 1e6
+	maxRetryTokens        = 1e7
+)
+
+// retryRanges bounds the retries section's sizes, times and counts (its
+// other rules are RetryConfig.validate's): at most 10 upstream attempts,
+// a backoff of at most 1m, a ratio in [0, 1], at most 1e6 retries a second
+// and 1e7 tokens.
+func retryRanges(r RetryConfig) error {
+	errs := []error{
+		intIn("retries.upstream_attempts", r.UpstreamAttempts, 0, maxUpstreamAttempts),
+		durationIn("retries.upstream_backoff", r.UpstreamBackoff, 0, maxUpstreamBackoff),
+	}
+	for _, b := range []struct {
+		path string
+		cfg  BudgetConfig
+	}{{"retries.budget", r.Budget}, {"retries.per_tenant", r.PerTenant}} {
+		errs = append(errs,
+			floatIn(b.path+".ratio", b.cfg.Ratio, 0, 1),
+			floatIn(b.path+".min_per_second", b.cfg.MinPerSecond, 0, maxRetriesPerSecond),
+			floatIn(b.path+".max_tokens", b.cfg.MaxTokens, 0, maxRetryTokens))
+	}
+	for _, err := range errs {
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// intIn checks lo ≤ v ≤ hi and names the field and the range otherwise.
+func intIn[T int | int64](field string, v, lo, hi T) error {
+	if v < lo || v > hi {
+		return errorf("%s: %d is out of range, want %d..%d", field, v, lo, hi)
+	}
+	return nil
+}
+
+// durationIn checks lo ≤ v ≤ hi and names the field and the range otherwise.
+func durationIn(field string, v Duration, lo, hi time.Duration) error {
+	if v.D() < lo || v.D() > hi {
+		return errorf("%s: %v is out of range, want %v..%v", field, v.D(), lo, hi)
+	}
+	return nil
+}
+
+// floatIn checks lo ≤ v ≤ hi, refusing NaN, and names the field and the
+// range otherwise.
+func floatIn(field string, v, lo, hi float64) error {
+	if !(v >= lo && v <= hi) {
+		return errorf("%s: %v is out of range, want %v..%v", field, v, lo, hi)
+	}
+	return nil
 }
 
 func errorf(format string, args ...any) error { return fmt.Errorf("config: "+format, args...) }

@@ -59,3 +59,57 @@ func TestMissingProviderKeyIsAnError(t *testing.T) {
 		t.Fatalf("err = %v", err)
 	}
 }
+
+// TestConfigNumbersHaveLimits: every size, time and count in the config
+// is refused above its maximum (and below its minimum) with an error that
+// names the field and the range, and accepted at both ends of the range.
+func TestConfigNumbersHaveLimits(t *testing.T) {
+	base := "upstream: {url: http://x}\nadmission: {concurrency: 1}\n"
+	for _, tc := range []struct {
+		field     string // the YAML path
+		yaml      string // a document setting it to %s
+		lo, hi    string // the ends of the range, accepted
+		over      string // refused, and so is below (when not "")
+		below     string
+		inMessage string // the range as the error writes it
+	}{
+		{"upstream.max_idle_conns", "upstream: {url: http://x, max_idle_conns: %s}\nadmission: {concurrency: 1}\n", "0", "65536", "65537", "-1", "0..65536"},
+		{"admission.concurrency", "upstream: {url: http://x}\nadmission: {concurrency: %s}\n", "1", "100000", "100001", "0", "1..100000"},
+		{"admission.max_queue", "upstream: {url: http://x}\nadmission: {concurrency: 1, max_queue: %s}\n", "0", "1000000", "1000001", "-1", "0..1000000"},
+		{"admission.max_queue_per_tenant", "upstream: {url: http://x}\nadmission: {concurrency: 1, max_queue_per_tenant: %s}\n", "0", "1000000", "1000001", "-1", "0..1000000"},
+		{"admission.service_window", "upstream: {url: http://x}\nadmission: {concurrency: 1, service_window: %s}\n", "0", "65536", "65537", "-1", "0..65536"},
+		{"admission.initial_service_time", "upstream: {url: http://x}\nadmission: {concurrency: 1, initial_service_time: %s}\n", "0s", "1h", "1h0m1s", "-1s", "0s..1h0m0s"},
+		{"limits.max_body_bytes", base + "limits: {max_body_bytes: %s}\n", "0", "1073741824", "9223372036854775807", "-1", "0..1073741824"},
+		{"limits.max_timeout", base + "limits: {max_timeout: %s}\n", "0s", "24h", "25h", "-1s", "0s..24h0m0s"},
+		{"shutdown_grace", base + "shutdown_grace: %s\n", "0s", "1h", "2h", "-1s", "0s..1h0m0s"},
+		{"retries.upstream_attempts", base + "retries: {upstream_attempts: %s}\n", "0", "10", "11", "-1", "0..10"},
+		{"retries.upstream_backoff", base + "retries: {upstream_backoff: %s}\n", "0s", "1m", "61s", "-1s", "0s..1m0s"},
+		{"retries.budget.ratio", base + "retries: {budget: {ratio: %s}}\n", "0", "1", "1.5", ".nan", "0..1"},
+		{"retries.budget.min_per_second", base + "retries: {budget: {min_per_second: %s}}\n", "0", "1e6", "1e7", "-1", "0..1e+06"},
+		{"retries.budget.max_tokens", base + "retries: {budget: {max_tokens: %s}}\n", "0", "1e7", "1e8", ".inf", "0..1e+07"},
+		{"retries.per_tenant.ratio", base + "retries: {per_tenant: {ratio: %s}}\n", "0", "1", "2", "-0.5", "0..1"},
+		{"retries.per_tenant.min_per_second", base + "retries: {per_tenant: {min_per_second: %s}}\n", "0", "1e6", "1e7", "-1", "0..1e+06"},
+		{"retries.per_tenant.max_tokens", base + "retries: {per_tenant: {max_tokens: %s}}\n", "0", "1e7", "1e8", "-1", "0..1e+07"},
+		{"upstream_limit.decrease_factor", base + "upstream_limit: {decrease_factor: %s}\n", "0", "0.99", "1", ".nan", "0 ≤ f < 1"},
+		{"upstream_limit.interval", base + "upstream_limit: {interval: %s}\n", "0s", "1h", "61m", "-1s", "0s..1h0m0s"},
+		{"classes.batch.rank", base + "classes: {batch: {rank: %s}}\ndefault_class: batch\n", "0", "14", "16", "-1", "0..15"},
+		{"classes.batch.default_timeout", base + "classes: {batch: {default_timeout: %s}}\ndefault_class: batch\n", "0s", "10m", "11m", "-1s", "limits.max_timeout"},
+		{"ranks.retry", base + "ranks: {retry: %s}\n", "0", "15", "16", "-1", "0..15"},
+		{"ranks.low_tier", base + "ranks: {low_tier: %s}\n", "0", "15", "16", "-1", "0..15"},
+		{"ranks.high_tier_boost", base + "ranks: {high_tier_boost: %s}\n", "0", "11", "16", "-1", "0..15"},
+	} {
+		t.Run(tc.field, func(t *testing.T) {
+			for _, v := range []string{tc.lo, tc.hi} {
+				if _, err := ParseConfig([]byte(strings.Replace(tc.yaml, "%s", v, 1))); err != nil {
+					t.Errorf("%s: %s refused: %v", tc.field, v, err)
+				}
+			}
+			for _, v := range []string{tc.over, tc.below} {
+				_, err := ParseConfig([]byte(strings.Replace(tc.yaml, "%s", v, 1)))
+				if err == nil || !strings.Contains(err.Error(), tc.field+":") || !strings.Contains(err.Error(), tc.inMessage) {
+					t.Errorf("%s: %s → %v, want an error naming the field and %q", tc.field, v, err, tc.inMessage)
+				}
+			}
+		})
+	}
+}

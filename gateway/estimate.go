@@ -24,6 +24,7 @@ func (g *Gateway) serveEstimate(w http.ResponseWriter, r *http.Request) {
 		g.unauthorized(w)
 		return
 	}
+	g.limit.refresh(time.Now(), g) // estimate against the recovered concurrency
 	q := r.URL.Query()
 	// The query parameters mirror the request headers, and are checked by
 	// the same code.

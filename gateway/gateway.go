@@ -271,6 +271,7 @@ func (g *Gateway) serveCall(w http.ResponseWriter, r *http.Request, rt *route, t
 	if g.spend != nil && rt.billed {
 		req.InputTokens = spend.EstimateInputTokens(body.raw)
 	}
+	g.limit.refresh(time.Now(), g) // the climb back up that accrued while idle
 	permit, err := g.chain.Acquire(ctx, req)
 	if err != nil {
 		var rej *admission.Rejection

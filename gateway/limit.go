@@ -9,9 +9,13 @@ import (
 
 // UpstreamLimitConfig adapts the gate's concurrency to the provider's rate
 // limits: a 429 (or an x-ratelimit-remaining-* header at zero) lowers it
-// multiplicatively, and it is restored additively while the provider
-// answers without complaint — the same AIMD rule TCP uses, so that the gate's
-// wait estimates and refusals stay honest while capacity shrinks.
+// multiplicatively, and it climbs back additively, one slot per interval
+// since the last decrease — the AIMD rule TCP uses, so that the gate's wait
+// estimates and refusals stay honest while capacity shrinks. The climb is
+// counted in time, not in answers: after a storm of 429s and no traffic the
+// gate is back at admission.concurrency (ceiling − lowered) × interval
+// later, instead of staying low because nothing was sent to show the
+// provider had recovered.
 type UpstreamLimitConfig struct {
 	// Disabled keeps concurrency fixed whatever the provider answers.
 	Disabled bool `yaml:"disabled"`
@@ -20,23 +24,32 @@ type UpstreamLimitConfig struct {
 	DecreaseFactor float64 `yaml:"decrease_factor"`
 	// Interval is both the shortest time between two decreases (the calls
 	// in flight when the provider starts refusing all get refused; one
-	// signal is enough) and the time between two +1 steps back up. Zero
-	// means 1s.
+	// signal is enough) and the time between two +1 steps back up, counted
+	// from the last decrease whether or not calls are answered meanwhile.
+	// Zero means 1s; at most 1h.
 	Interval Duration `yaml:"interval"`
 }
 
+// maxLimitInterval bounds upstream_limit.interval: at 1h, recovering 100
+// slots already takes four days.
+const maxLimitInterval = time.Hour
+
 func (c UpstreamLimitConfig) validate() error {
-	if c.DecreaseFactor < 0 || c.DecreaseFactor >= 1 {
-		return errorf("upstream_limit.decrease_factor: %v, want 0 < f < 1", c.DecreaseFactor)
+	if !(c.DecreaseFactor >= 0 && c.DecreaseFactor < 1) { // NaN too
+		return errorf("upstream_limit.decrease_factor: %v, want 0 ≤ f < 1 (0 means 0.5)", c.DecreaseFactor)
 	}
-	if c.Interval < 0 {
-		return errorf("upstream_limit.interval: %v, want ≥ 0", c.Interval.D())
-	}
-	return nil
+	return durationIn("upstream_limit.interval", c.Interval, 0, maxLimitInterval)
 }
 
-// aimd is the concurrency controller. Time is an input; it holds its own
-// lock and calls the gate's SetConcurrency outside it.
+// aimd is the concurrency controller. Time is an input. It holds its own
+// lock while it gives the gate a new level (the gate never calls back), so
+// that two answers racing cannot leave the gate at the older of two levels.
+//
+// Its state is the level set by the last decrease and when: the level at
+// any later time is that plus one per whole interval, up to the ceiling.
+// Deriving the level from the clock rather than stepping it on each answer
+// is what lets it recover while idle, with no goroutine of its own: the
+// gateway applies it lazily, on each answer and before each admission.
 type aimd struct {
 	off      bool
 	factor   float64
@@ -44,12 +57,13 @@ type aimd struct {
 	ceiling  int
 
 	mu      sync.Mutex
-	current int
-	changed time.Time // last decrease or increase
+	base    int       // the level right after the last decrease
+	lowered time.Time // when; zero before any
+	applied int       // the level last given to the gate
 }
 
 func newAIMD(cfg UpstreamLimitConfig, ceiling int) *aimd {
-	a := &aimd{off: cfg.Disabled, factor: cfg.DecreaseFactor, interval: cfg.Interval.D(), ceiling: ceiling, current: ceiling}
+	a := &aimd{off: cfg.Disabled, factor: cfg.DecreaseFactor, interval: cfg.Interval.D(), ceiling: ceiling, base: ceiling, applied: ceiling}
 	if a.factor == 0 {
 		a.factor = 0.5
 	}
@@ -59,27 +73,59 @@ func newAIMD(cfg UpstreamLimitConfig, ceiling int) *aimd {
 	return a
 }
 
-// next returns the concurrency after a response observed at now (limited
-// says the provider signalled its rate limit), and whether it changed.
-func (a *aimd) next(now time.Time, limited bool) (int, bool) {
+// levelLocked is the concurrency at now: the base plus one per whole
+// interval since the last decrease, at most the ceiling.
+func (a *aimd) levelLocked(now time.Time) int {
+	if a.lowered.IsZero() || a.base >= a.ceiling {
+		return a.ceiling
+	}
+	steps := now.Sub(a.lowered) / a.interval // ≥ 0 unless the clock went back
+	if steps <= 0 {
+		return a.base
+	}
+	if steps >= time.Duration(a.ceiling-a.base) {
+		return a.ceiling
+	}
+	return a.base + int(steps)
+}
+
+// next returns the concurrency at now after a response (limited says the
+// provider signalled its rate limit; false for no response at all), whether
+// it differs from what the gate was last given (set, if not nil, is then
+// called with it), and whether this signal lowered it.
+func (a *aimd) next(now time.Time, limited bool, set func(int)) (level int, changed, lowered bool) {
 	if a.off {
-		return a.current, false
+		return a.ceiling, false, false
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if now.Sub(a.changed) < a.interval {
-		return a.current, false
+	level = a.levelLocked(now)
+	// One decrease an interval: the calls that were in flight when the
+	// provider started refusing are all refused, and one signal is enough.
+	if limited && level > 1 && (a.lowered.IsZero() || now.Sub(a.lowered) >= a.interval) {
+		level = max(1, int(float64(level)*a.factor))
+		a.base, a.lowered = level, now
+		lowered = level < a.applied
 	}
-	switch {
-	case limited && a.current > 1:
-		a.current = max(1, int(float64(a.current)*a.factor))
-	case !limited && a.current < a.ceiling:
-		a.current++
-	default:
-		return a.current, false
+	if level == a.applied {
+		return level, false, lowered
 	}
-	a.changed = now
-	return a.current, true
+	a.applied = level
+	if set != nil {
+		set(level)
+	}
+	return level, true, lowered
+}
+
+// refresh applies the level at now to the gate: the climb back up that
+// accrued while no answer came. The gateway calls it before each
+// admission, so the first request after a quiet spell is admitted against
+// the recovered concurrency.
+func (a *aimd) refresh(now time.Time, g *Gateway) {
+	if a.off {
+		return
+	}
+	a.next(now, false, g.setConcurrency)
 }
 
 // observe feeds one upstream answer (nil after a transport error) to the
@@ -89,17 +135,15 @@ func (a *aimd) observe(now time.Time, resp *http.Response, g *Gateway) {
 		return
 	}
 	limited := resp.StatusCode == http.StatusTooManyRequests || exhausted(resp.Header)
-	if resp.StatusCode >= 500 && !limited {
-		return // neither a limit nor a sign of health
-	}
-	if n, changed := a.next(now, limited); changed {
-		_ = g.gate.SetConcurrency(n) // n ≥ 1 by construction
-		if limited {
-			g.metrics.limitDecreases.Inc()
-			g.log.Warn("the provider is rate limiting: concurrency lowered", "concurrency", n)
-		}
+	if n, _, lowered := a.next(now, limited, g.setConcurrency); lowered {
+		g.metrics.limitDecreases.Inc()
+		g.log.Warn("the provider is rate limiting: concurrency lowered", "concurrency", n)
 	}
 }
+
+// setConcurrency gives the gate the controller's level, which is at least
+// 1 by construction.
+func (g *Gateway) setConcurrency(n int) { _ = g.gate.SetConcurrency(n) }
 
 // exhausted reports an x-ratelimit-remaining-requests or -tokens header at
 // zero: the provider's next request will be refused.

@@ -4,11 +4,15 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
+	"math"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/sluicehq/sluice/contract"
 )
@@ -22,7 +26,8 @@ type callHeaders struct {
 
 // parseHeaders reads X-Sluice-Priority, X-Sluice-Timeout-Ms and the attempt
 // headers. Every malformed value is an error naming its header: a default
-// silently substituted for a typo would hide the caller's bug.
+// silently substituted for a typo would hide the caller's bug. A value is
+// repeated in the error only up to maxEcho bytes.
 func (g *Gateway) parseHeaders(h http.Header) (callHeaders, error) {
 	var c callHeaders
 	c.class = h.Get(contract.HeaderPriority)
@@ -31,21 +36,22 @@ func (g *Gateway) parseHeaders(h http.Header) (callHeaders, error) {
 	}
 	cl, ok := g.cfg.Classes[c.class]
 	if !ok {
-		return c, badHeader(contract.HeaderPriority, "unknown priority %q (want one of %s)", c.class, strings.Join(sortedKeys(g.cfg.Classes), ", "))
+		return c, badHeader(contract.HeaderPriority, "unknown priority %s (want one of %s)", echo(c.class), strings.Join(sortedKeys(g.cfg.Classes), ", "))
 	}
 	c.timeout = cl.DefaultTimeout.D()
 	if c.timeout == 0 {
 		c.timeout = g.cfg.Limits.MaxTimeout.D()
 	}
 	if v := h.Get(contract.HeaderTimeoutMs); v != "" {
-		ms, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+		limit := g.cfg.Limits.MaxTimeout.D().Milliseconds()
+		ms, ok := parseDigits(v)
 		switch {
-		case err != nil:
-			return c, badHeader(contract.HeaderTimeoutMs, "%q is not a whole number of milliseconds", v)
-		case ms <= 0:
-			return c, badHeader(contract.HeaderTimeoutMs, "%d: the time budget must be positive", ms)
-		case ms > g.cfg.Limits.MaxTimeout.D().Milliseconds():
-			return c, badHeader(contract.HeaderTimeoutMs, "%d ms is above the limit of %d ms", ms, g.cfg.Limits.MaxTimeout.D().Milliseconds())
+		case !ok:
+			return c, badHeader(contract.HeaderTimeoutMs, "%s is not a whole number of milliseconds (plain digits 0-9: no sign, exponent, fraction or inner space)", echo(v))
+		case ms == 0:
+			return c, badHeader(contract.HeaderTimeoutMs, "0: the time budget must be positive")
+		case ms < 0 || ms > limit: // < 0: too many digits for an int64
+			return c, badHeader(contract.HeaderTimeoutMs, "%s ms is above the limit of %d ms (limits.max_timeout)", echo(v), limit)
 		}
 		c.timeout = time.Duration(ms) * time.Millisecond
 	}
@@ -54,16 +60,47 @@ func (g *Gateway) parseHeaders(h http.Header) (callHeaders, error) {
 		name, v = contract.HeaderStainlessRetryCount, h.Get(contract.HeaderStainlessRetryCount)
 	}
 	if v != "" {
-		n, err := strconv.Atoi(strings.TrimSpace(v))
+		n, ok := parseDigits(v)
 		switch {
-		case err != nil:
-			return c, badHeader(name, "%q is not a whole number", v)
-		case n < 0:
-			return c, badHeader(name, "%d: an attempt number cannot be negative", n)
+		case !ok:
+			return c, badHeader(name, "%s is not a whole number (plain digits 0-9: no sign, exponent, fraction or inner space)", echo(v))
+		case n < 0 || n > maxAttempt:
+			return c, badHeader(name, "%s: an attempt number is at most %d", echo(v), maxAttempt)
 		}
-		c.attempt = n
+		c.attempt = int(n)
 	}
 	return c, nil
+}
+
+// maxAttempt bounds X-Sluice-Attempt: no client retries a call a million
+// times, and a bound keeps the number an int on every platform.
+const maxAttempt = 1_000_000
+
+// parseDigits reads a header value that must be a whole number written in
+// ASCII digits, allowing only the spaces or tabs HTTP permits around a
+// value. strconv.ParseInt would also take a sign ("+5000"), and callers
+// of other parsers send exponents ("1e3"); accepting one spelling and not
+// the other would be a guess either way. ok is false for anything but
+// digits; n is -1 when the digits overflow an int64.
+func parseDigits(v string) (n int64, ok bool) {
+	v = strings.Trim(v, " \t")
+	if v == "" {
+		return 0, false
+	}
+	for i := 0; i < len(v); i++ {
+		d := v[i]
+		if d < '0' || d > '9' {
+			return 0, false
+		}
+		if n >= 0 {
+			if n > (math.MaxInt64-int64(d-'0'))/10 {
+				n = -1
+			} else {
+				n = n*10 + int64(d-'0')
+			}
+		}
+	}
+	return n, true
 }
 
 // callBody is what the gateway reads of a JSON request body.
@@ -74,13 +111,11 @@ type callBody struct {
 	maxTokens int64
 }
 
-// bodyFields are the fields of interest, in every API's spelling.
-type bodyFields struct {
-	Model               json.RawMessage `json:"model"`
-	Stream              json.RawMessage `json:"stream"`
-	MaxTokens           json.RawMessage `json:"max_tokens"`
-	MaxCompletionTokens json.RawMessage `json:"max_completion_tokens"`
-	MaxOutputTokens     json.RawMessage `json:"max_output_tokens"`
+// bodyFields are the top-level fields the gateway reads, in every API's
+// spelling; every other field is forwarded unread.
+var bodyFields = map[string]bool{
+	"model": true, "stream": true,
+	"max_tokens": true, "max_completion_tokens": true, "max_output_tokens": true,
 }
 
 // readBody reads a JSON body up to the limit: too large is 413, malformed or
@@ -88,51 +123,195 @@ type bodyFields struct {
 // A body that is not billed (a pass-through call) is read, bounded, and
 // forwarded as it is.
 func (g *Gateway) readBody(w http.ResponseWriter, r *http.Request, billed bool) (callBody, error) {
-	var b callBody
 	limit := g.cfg.Limits.MaxBodyBytes
 	raw, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
 	if err != nil {
 		var tooBig *http.MaxBytesError
 		if errors.As(err, &tooBig) {
-			return b, &badRequest{status: http.StatusRequestEntityTooLarge, code: "body_too_large",
+			return callBody{}, &badRequest{status: http.StatusRequestEntityTooLarge, code: "body_too_large",
 				msg: "request body is larger than limits.max_body_bytes (" + strconv.FormatInt(limit, 10) + " bytes)"}
 		}
-		return b, &badRequest{status: http.StatusBadRequest, code: "invalid_body", msg: "reading the request body: " + err.Error()}
+		return callBody{}, &badRequest{status: http.StatusBadRequest, code: "invalid_body", msg: "reading the request body: " + err.Error()}
 	}
-	b.raw = raw
 	if !billed {
-		return b, nil
+		return callBody{raw: raw}, nil
 	}
-	trimmed := bytes.TrimSpace(raw)
-	if len(trimmed) == 0 || trimmed[0] != '{' {
-		return b, &badRequest{status: http.StatusBadRequest, code: "invalid_json", msg: "request body must be a JSON object"}
-	}
-	var f bodyFields
-	if err := json.Unmarshal(raw, &f); err != nil {
-		return b, &badRequest{status: http.StatusBadRequest, code: "invalid_json", msg: "request body is not valid JSON: " + err.Error()}
-	}
-	if len(f.Model) > 0 && string(f.Model) != "null" {
-		if err := json.Unmarshal(f.Model, &b.model); err != nil {
-			return b, &badRequest{status: http.StatusBadRequest, code: "invalid_json", msg: "model: must be a string"}
+	return decodeBody(raw)
+}
+
+// maxModelBytes bounds the model's name, which the gateway repeats in
+// errors, headers and per-model statistics; real names are under 100.
+const maxModelBytes = 256
+
+// decodeBody reads the fields the gateway prices, admits and books by, in
+// one pass over the top-level object, exactly as a provider that matches
+// keys byte for byte reads them. json.Unmarshal into a struct would match
+// keys case-insensitively and keep the last of duplicates, so that
+// {"model":"o1-pro","MODEL":"gpt-4o-mini"} would be priced as one model and
+// run as the other; here a top-level key that appears twice, in any case,
+// is refused, so is a field the gateway reads spelled in another case
+// ("MODEL" alone), and so is a key written with escapes ("m\u006fdel"),
+// which the spend estimate's byte-level scanner would not recognise.
+func decodeBody(raw []byte) (callBody, error) {
+	b := callBody{raw: raw}
+	err := topLevel(raw, func(key string, value json.RawMessage) error {
+		if !bodyFields[key] || string(value) == "null" {
+			return nil
 		}
-	}
-	if len(f.Stream) > 0 && string(f.Stream) != "null" {
-		if err := json.Unmarshal(f.Stream, &b.stream); err != nil {
-			return b, &badRequest{status: http.StatusBadRequest, code: "invalid_json", msg: "stream: must be a boolean"}
+		switch key {
+		case "model":
+			if err := json.Unmarshal(value, &b.model); err != nil {
+				return invalidBody("model: must be a string")
+			}
+			if len(b.model) > maxModelBytes {
+				return invalidBody(fmt.Sprintf("model: %s is longer than %d bytes", echo(b.model), maxModelBytes))
+			}
+		case "stream":
+			if err := json.Unmarshal(value, &b.stream); err != nil {
+				return invalidBody("stream: must be a boolean")
+			}
+		default:
+			var n int64
+			if err := json.Unmarshal(value, &n); err != nil || n < 0 {
+				return invalidBody(key + ": must be a non-negative integer")
+			}
+			// Of several token limits the largest is reserved: a
+			// reservation errs high, and the books settle on usage.
+			b.maxTokens = max(b.maxTokens, n)
 		}
-	}
-	for _, m := range []struct {
-		name string
-		raw  json.RawMessage
-	}{{"max_tokens", f.MaxTokens}, {"max_completion_tokens", f.MaxCompletionTokens}, {"max_output_tokens", f.MaxOutputTokens}} {
-		if len(m.raw) == 0 || string(m.raw) == "null" {
-			continue
-		}
-		var n int64
-		if err := json.Unmarshal(m.raw, &n); err != nil || n < 0 {
-			return b, &badRequest{status: http.StatusBadRequest, code: "invalid_json", msg: m.name + ": must be a non-negative integer"}
-		}
-		b.maxTokens = n
+		return nil
+	})
+	if err != nil {
+		return callBody{raw: raw}, err
 	}
 	return b, nil
+}
+
+func invalidBody(msg string) *badRequest {
+	return &badRequest{status: http.StatusBadRequest, code: "invalid_json", msg: msg}
+}
+
+// maxEcho bounds how much of a caller's header value or key an error
+// repeats: enough to recognise it, not enough to turn a refusal into an
+// amplifier or a log flood.
+const maxEcho = 64
+
+// echo quotes v for an error message, cut at maxEcho bytes (on a rune
+// boundary) with an ellipsis and its full length when longer.
+func echo(v string) string {
+	if len(v) <= maxEcho {
+		return strconv.Quote(v)
+	}
+	cut := maxEcho
+	for cut > 0 && !utf8.RuneStart(v[cut]) {
+		cut--
+	}
+	return fmt.Sprintf("%s… (%d bytes)", strconv.Quote(v[:cut]), len(v))
+}
+
+// topLevel walks the members of the JSON object raw, calling visit with
+// each key and the exact bytes of its value, and checks the whole body is
+// one well-formed JSON object. It refuses a key that appears twice when
+// keys are compared case-insensitively (Go's encoding/json reads them so,
+// providers byte for byte), a field of bodyFields spelled in another case,
+// and a key written with escapes.
+func topLevel(raw []byte, visit func(key string, value json.RawMessage) error) error {
+	notObject := invalidBody("request body must be a JSON object")
+	trimmed := bytes.TrimLeft(raw, " \t\r\n")
+	if len(trimmed) == 0 || trimmed[0] != '{' {
+		return notObject
+	}
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	syntax := func(err error) error {
+		return invalidBody("request body is not valid JSON: " + err.Error())
+	}
+	if _, err := dec.Token(); err != nil { // '{'
+		return syntax(err)
+	}
+	seen := map[string]string{} // folded key → key as written
+	for dec.More() {
+		before := dec.InputOffset()
+		tok, err := dec.Token()
+		if err != nil {
+			return syntax(err)
+		}
+		key, ok := tok.(string)
+		if !ok {
+			return syntax(fmt.Errorf("object key %v is not a string", tok))
+		}
+		if bytes.IndexByte(raw[before:dec.InputOffset()], '\\') >= 0 {
+			return invalidBody(fmt.Sprintf("%s: a top-level key must be written without escapes", echo(key)))
+		}
+		// Upper then lower folds what simple case folding folds, "ſ" and
+		// the Kelvin sign included, as Go's own case-insensitive match does.
+		folded := strings.ToLower(strings.ToUpper(key))
+		if prev, dup := seen[folded]; dup {
+			if prev == key {
+				return invalidBody(fmt.Sprintf("%s: the key appears twice at the top level", echo(key)))
+			}
+			return invalidBody(fmt.Sprintf("%s: the key appears twice at the top level (also as %s); keys differing only in case are refused, since readers disagree on which one counts",
+				echo(key), echo(prev)))
+		}
+		seen[folded] = key
+		// A field the gateway reads, spelled in another case, is a model
+		// or a limit for a reader that folds case and none for one that
+		// does not: refused too, rather than guessed at.
+		if bodyFields[folded] && key != folded {
+			return invalidBody(fmt.Sprintf("%s: write the key as %q (keys are read case-sensitively)", echo(key), folded))
+		}
+		var value json.RawMessage
+		if err := dec.Decode(&value); err != nil {
+			return syntax(err)
+		}
+		if err := visit(key, value); err != nil {
+			return err
+		}
+	}
+	if _, err := dec.Token(); err != nil { // '}'
+		return syntax(err)
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return invalidBody("request body must be one JSON object, with nothing after it")
+	}
+	return nil
+}
+
+// rewriteModel replaces the top-level "model" of a body that decodeBody
+// accepted, splicing the new value over the old bytes: the other members
+// keep their order and bytes, and nothing is re-marshalled through a map. A
+// body without a model gets one as its first member.
+func rewriteModel(raw []byte, model string) ([]byte, error) {
+	v, err := json.Marshal(model)
+	if err != nil {
+		return nil, err
+	}
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	if _, err := dec.Token(); err != nil {
+		return nil, err
+	}
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return nil, err
+		}
+		var value json.RawMessage
+		if err := dec.Decode(&value); err != nil {
+			return nil, err
+		}
+		if tok != "model" {
+			continue
+		}
+		end := int(dec.InputOffset())
+		start := end - len(value)
+		if start < 0 || !bytes.Equal(raw[start:end], value) {
+			return nil, errors.New("model: cannot locate the value to rewrite")
+		}
+		return slices.Concat(raw[:start], v, raw[end:]), nil
+	}
+	open := bytes.IndexByte(raw, '{') + 1
+	member := slices.Concat([]byte(`"model":`), v)
+	if bytes.TrimSpace(raw[open:])[0] != '}' {
+		member = append(member, ',')
+	}
+	return slices.Concat(raw[:open], member, raw[open:]), nil
 }

@@ -193,41 +193,6 @@ func fastBudget(cfg Config) Config {
 	return cfg
 }
 
-func TestAIMDFollowsRateLimitSignals(t *testing.T) {
-	a := newAIMD(UpstreamLimitConfig{DecreaseFactor: 0.5, Interval: Duration(time.Second)}, 8)
-	t0 := time.Unix(0, 0)
-	steps := []struct {
-		at      time.Duration
-		limited bool
-		want    int
-		changed bool
-	}{
-		{0, true, 4, true},                       // halve
-		{500 * time.Millisecond, true, 4, false}, // within the interval: one signal is enough
-		{1100 * time.Millisecond, true, 2, true},
-		{2200 * time.Millisecond, true, 1, true},
-		{3300 * time.Millisecond, true, 1, false}, // never below 1
-		{4400 * time.Millisecond, false, 2, true}, // +1 per interval
-		{4500 * time.Millisecond, false, 2, false},
-		{5500 * time.Millisecond, false, 3, true},
-	}
-	for i, s := range steps {
-		got, changed := a.next(t0.Add(s.at), s.limited)
-		if got != s.want || changed != s.changed {
-			t.Fatalf("step %d: %d %v, want %d %v", i, got, changed, s.want, s.changed)
-		}
-	}
-	for i := range 10 {
-		a.next(t0.Add(time.Duration(7+i)*time.Second), false)
-	}
-	if got, _ := a.next(t0.Add(time.Minute), false); got != 8 {
-		t.Fatalf("recovered to %d, want the configured 8", got)
-	}
-	if !exhausted(http.Header{"X-Ratelimit-Remaining-Requests": {"0"}}) || exhausted(http.Header{"X-Ratelimit-Remaining-Tokens": {"12"}}) {
-		t.Fatal("x-ratelimit-remaining-* misread")
-	}
-}
-
 // TestConcurrencyFollowsTheProvidersRateLimit: a provider in 429 mode with
 // fewer slots than the gate lowers the gate's concurrency, visible in
 // /metrics and in the estimate; once it answers again, concurrency recovers.

@@ -2,7 +2,6 @@ package gateway
 
 import (
 	"context"
-	"encoding/json"
 
 	"github.com/sluicehq/sluice/spend"
 )
@@ -51,20 +50,6 @@ func (c Config) spendConfig() (*spend.Config, error) {
 		return nil, err
 	}
 	return &sc, nil
-}
-
-// rewriteModel replaces the body's "model".
-func rewriteModel(raw []byte, model string) ([]byte, error) {
-	var m map[string]json.RawMessage
-	if err := json.Unmarshal(raw, &m); err != nil {
-		return nil, err
-	}
-	v, err := json.Marshal(model)
-	if err != nil {
-		return nil, err
-	}
-	m["model"] = v
-	return json.Marshal(m)
 }
 
 // RunAlerts evaluates the spend alerts until ctx ends (Server.Serve runs

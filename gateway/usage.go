@@ -3,6 +3,7 @@ package gateway
 import (
 	"bytes"
 	"encoding/json"
+	"math"
 	"strings"
 
 	"github.com/sluicehq/sluice/contract"
@@ -74,9 +75,24 @@ func (m *usageMeter) done() (contract.Usage, bool) {
 	}
 	u := m.usage
 	if m.cacheApart {
-		u.Input += u.CachedInput
+		u.Input = satAdd(u.Input, u.CachedInput)
+	}
+	// A cached count above the input cannot be true, and the books refuse
+	// such a usage (and would then keep nothing of the call): bill every
+	// input token at the full price instead, which errs high.
+	if u.CachedInput > u.Input {
+		u.CachedInput = 0
 	}
 	return u, m.found
+}
+
+// satAdd is a + b for non-negative counts, at most math.MaxInt64: a
+// provider's absurd count must not wrap to a negative one.
+func satAdd(a, b int64) int64 {
+	if a > math.MaxInt64-b {
+		return math.MaxInt64
+	}
+	return a + b
 }
 
 // wireUsage is every provider's spelling of usage.
@@ -148,10 +164,10 @@ func (m *usageMeter) merge(u *wireUsage) {
 		m.cacheApart = true
 	}
 	set(&m.usage.CachedInput, u.CacheReadInput)
-	if u.PromptTokensDetails != nil {
+	if u.PromptTokensDetails != nil && u.PromptTokensDetails.CachedTokens >= 0 {
 		m.usage.CachedInput = u.PromptTokensDetails.CachedTokens
 	}
-	if u.InputTokensDetails != nil {
+	if u.InputTokensDetails != nil && u.InputTokensDetails.CachedTokens >= 0 {
 		m.usage.CachedInput = u.InputTokensDetails.CachedTokens
 	}
 }

@@ -1,0 +1,289 @@
+package gateway
+
+import (
+	"github.com/sluicehq/sluice/contract"
+
+	"bytes"
+	"encoding/json"
+	"errors"
+	"io"
+	"log/slog"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+	"unicode/utf8"
+)
+
+// The fuzz targets below run their seeds (f.Add and testdata/fuzz/) as part
+// of go test; .ci/run fuzzes each for a few seconds. Each asserts what
+// must hold for any input, not merely that nothing panics.
+
+// fuzzGateway is a gateway that is never served: the fuzz targets call its
+// parsers directly.
+func fuzzGateway(f *testing.F, cfg Config) *Gateway {
+	f.Helper()
+	g, err := New(cfg, Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Getenv: func(string) string { return "sk-provider" }})
+	if err != nil {
+		f.Fatal(err)
+	}
+	return g
+}
+
+// checkBadRequest asserts err is a 4xx badRequest whose message stays
+// short whatever the input: values are echoed up to maxEcho bytes, quoted.
+func checkBadRequest(t *testing.T, err error, prefix string) {
+	t.Helper()
+	var br *badRequest
+	if !errors.As(err, &br) {
+		t.Fatalf("error %T %v is not a badRequest", err, err)
+	}
+	if br.status < 400 || br.status > 499 || br.code == "" {
+		t.Fatalf("error %+v: not a 4xx with a code", br)
+	}
+	if !strings.HasPrefix(br.msg, prefix) || len(br.msg) > 1024 || !utf8.ValidString(br.msg) {
+		t.Fatalf("error message %.2000q: want a short valid message starting with %q", br.msg, prefix)
+	}
+}
+
+func isDigits(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] < '0' || s[i] > '9' {
+			return false
+		}
+	}
+	return s != ""
+}
+
+func FuzzParseHeaders(f *testing.F) {
+	cfg := baseConfig("http://127.0.0.1:1")
+	cfg.Limits.MaxTimeout = Duration(time.Minute)
+	g := fuzzGateway(f, cfg)
+	f.Add("", "", "", "")
+	f.Add("batch", "5000", "1", "")
+	f.Add("interactive", "+5000", "", "2")
+	f.Add("speculative", "1e3", "-1", "x")
+	f.Add(strings.Repeat("p", 200), " 60000 ", "01", "")
+	f.Add("\xff", "60001", "99999999999999999999", "3")
+	f.Fuzz(func(t *testing.T, priority, timeout, attempt, stainless string) {
+		h := http.Header{}
+		for k, v := range map[string]string{contract.HeaderPriority: priority, contract.HeaderTimeoutMs: timeout, contract.HeaderAttempt: attempt, contract.HeaderStainlessRetryCount: stainless} {
+			if v != "" {
+				h.Set(k, v)
+			}
+		}
+		c, err := g.parseHeaders(h)
+		if err != nil {
+			checkBadRequest(t, err, "X-")
+			return
+		}
+		if c.timeout <= 0 || c.timeout > time.Minute || c.attempt < 0 || c.attempt > maxAttempt {
+			t.Fatalf("accepted out of range: %+v", c)
+		}
+		if _, ok := g.cfg.Classes[c.class]; !ok {
+			t.Fatalf("accepted unknown class %q", c.class)
+		}
+		if timeout != "" && !isDigits(strings.Trim(timeout, " \t")) {
+			t.Fatalf("timeout %q accepted: not plain digits", timeout)
+		}
+		if a := attempt; a != "" && !isDigits(strings.Trim(a, " \t")) {
+			t.Fatalf("attempt %q accepted: not plain digits", a)
+		}
+	})
+}
+
+// exactKeys is what a provider reading keys byte for byte sees: a
+// map[string] keeps keys as written.
+func exactKeys(raw []byte) (map[string]json.RawMessage, error) {
+	var m map[string]json.RawMessage
+	return m, json.Unmarshal(raw, &m)
+}
+
+func FuzzDecodeBody(f *testing.F) {
+	for _, s := range apiShapes {
+		f.Add([]byte(strings.Replace(s.body, "%s", "", 1)))
+		f.Add([]byte(strings.Replace(s.body, "%s", `,"MODEL":"o1-pro"`, 1)))
+	}
+	for _, s := range []string{
+		`{"model":"a","model":"b"}`, `{"m\u006fdel":"a"}`, `{"ſtream":true,"stream":false}`,
+		`{"model":"a"} x`, `{"max_tokens":1e3}`, `{}`, ` {"a":[{"model":"x"}]} `, `[1]`, `{"model":null,"stream":null}`,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, raw []byte) {
+		b, err := decodeBody(raw)
+		if err != nil {
+			checkBadRequest(t, err, "")
+			return
+		}
+		if !json.Valid(raw) {
+			t.Fatalf("accepted invalid JSON %q", raw)
+		}
+		m, err := exactKeys(raw)
+		if err != nil {
+			t.Fatalf("accepted %q, which is not an object: %v", raw, err)
+		}
+		folded := map[string]bool{}
+		for k := range m {
+			f := strings.ToLower(strings.ToUpper(k))
+			if folded[f] {
+				t.Fatalf("accepted %q with keys differing only in case", raw)
+			}
+			folded[f] = true
+		}
+		var model string
+		if v, ok := m["model"]; ok {
+			_ = json.Unmarshal(v, &model)
+		}
+		var maxTokens int64
+		for _, k := range []string{"max_tokens", "max_completion_tokens", "max_output_tokens"} {
+			var n int64
+			if v, ok := m[k]; ok && json.Unmarshal(v, &n) == nil {
+				maxTokens = max(maxTokens, n)
+			}
+		}
+		if b.model != model || b.maxTokens != maxTokens {
+			t.Fatalf("%q: the gateway read model %q max %d, an exact reader %q %d", raw, b.model, b.maxTokens, model, maxTokens)
+		}
+		// The degrade rewrite changes the model and nothing else.
+		out, err := rewriteModel(raw, "cheaper")
+		if err != nil {
+			t.Fatalf("rewriteModel(%q): %v", raw, err)
+		}
+		after, err := exactKeys(out)
+		if err != nil {
+			t.Fatalf("rewriteModel(%q) = %q: %v", raw, out, err)
+		}
+		if string(after["model"]) != `"cheaper"` || len(after) != len(m)+btoi(m["model"] == nil) {
+			t.Fatalf("rewriteModel(%q) = %q", raw, out)
+		}
+		for k, v := range m {
+			if k != "model" && !bytes.Equal(after[k], v) {
+				t.Fatalf("rewriteModel(%q) = %q: %s changed", raw, out, k)
+			}
+		}
+		if b2, err := decodeBody(out); err != nil || b2.model != "cheaper" {
+			t.Fatalf("the rewritten body %q reads as %+v, %v", out, b2, err)
+		}
+	})
+}
+
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+func FuzzUsageMeter(f *testing.F) {
+	f.Add(false, []byte(`{"usage":{"prompt_tokens":10,"completion_tokens":5,"prompt_tokens_details":{"cached_tokens":2}}}`), uint16(7))
+	f.Add(false, []byte(`{"usage":{"input_tokens":10,"output_tokens":5,"input_tokens_details":{"cached_tokens":3}}}`), uint16(0))
+	f.Add(true, []byte("data: {\"choices\":[]}\n\ndata: {\"usage\":{\"prompt_tokens\":3,\"completion_tokens\":4}}\n\ndata: [DONE]\n\n"), uint16(20))
+	f.Add(true, []byte("event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"usage\":{\"input_tokens\":9,\"cache_read_input_tokens\":4,\"output_tokens\":1}}}\r\n\r\nevent: message_delta\ndata: {\"usage\":{\"output_tokens\":12}}\n\n"), uint16(33))
+	f.Add(true, []byte("data: {\"type\":\"response.completed\",\"response\":{\"usage\":{\"input_tokens\":1,\"output_tokens\":2}}}\n"), uint16(5))
+	f.Add(false, []byte(`{"usage":{"prompt_tokens":-1,"prompt_tokens_details":{"cached_tokens":-5}}}`), uint16(1))
+	f.Add(true, []byte("data: {\"usage\":{\"input_tokens\":9223372036854775807,\"cache_read_input_tokens\":9223372036854775807}}\n"), uint16(1))
+	f.Fuzz(func(t *testing.T, sse bool, body []byte, split uint16) {
+		ct := "application/json"
+		if sse {
+			ct = "text/event-stream; charset=utf-8"
+		}
+		whole := newUsageMeter(ct)
+		whole.write(body)
+		u1, ok1 := whole.done()
+		// The same body in two pieces, cut anywhere, reads the same.
+		cut := int(split) % (len(body) + 1)
+		parts := newUsageMeter(ct)
+		parts.write(body[:cut])
+		parts.write(body[cut:])
+		u2, ok2 := parts.done()
+		if u1 != u2 || ok1 != ok2 {
+			t.Fatalf("%q cut at %d: %+v %v, whole %+v %v", body, cut, u2, ok2, u1, ok1)
+		}
+		if u1.Input < 0 || u1.Output < 0 || u1.CachedInput < 0 || u1.CachedInput > u1.Input {
+			t.Fatalf("%q: usage %+v: negative, or more cached than input", body, u1)
+		}
+		if !ok1 && u1 != (contract.Usage{}) {
+			t.Fatalf("%q: usage %+v reported as not found", body, u1)
+		}
+	})
+}
+
+func FuzzParseConfig(f *testing.F) {
+	f.Add([]byte("upstream: {url: http://x}\nadmission: {concurrency: 1}\n"))
+	f.Add([]byte("upstream: {url: http://x}\nadmission: {concurrency: 4, max_queue: 16}\nlimits: {max_body_bytes: 9223372036854775807}\n"))
+	f.Add([]byte("upstream: {url: http://x}\nadmission: {concurrency: 1}\nupstream_limit: {decrease_factor: .nan, interval: 1h}\n"))
+	f.Add([]byte("upstream: {url: http://x}\nadmission: {concurrency: 1}\nretries: {budget: {ratio: .inf}}\nshutdown_grace: 2h\n"))
+	f.Add([]byte("upstream: {url: http://x}\nadmission: {concurrency: 1}\nclasses: {vip: {rank: 5, default_timeout: 1s}}\ndefault_class: vip\n"))
+	f.Add([]byte("upstream: {url: http://x, api_key_env: K}\nadmission: {concurrency: 1}\ntenants: [{name: a, api_keys_sha256: [" + HashKey("k") + "]}]\n"))
+	f.Add([]byte("a: &a [*a, *a]\n"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		if len(data) > 64<<10 {
+			return // a config file is small; the YAML parser's cost is not the subject
+		}
+		cfg, err := ParseConfig(data)
+		if err != nil {
+			if !strings.HasPrefix(err.Error(), "config: ") {
+				t.Fatalf("error %q does not start with config:", err)
+			}
+			return
+		}
+		if err := cfg.Validate(); err != nil {
+			t.Fatalf("ParseConfig accepted what Validate refuses: %v", err)
+		}
+		d := cfg.withDefaults()
+		if d.Limits.MaxBodyBytes <= 0 || d.Limits.MaxBodyBytes > maxBodyBytes || d.Limits.MaxTimeout.D() <= 0 || d.Limits.MaxTimeout.D() > maxTimeout ||
+			d.Admission.Concurrency < 1 || d.Admission.Concurrency > maxConcurrency || d.ShutdownGrace.D() > maxShutdownGrace ||
+			!(d.UpstreamLimit.DecreaseFactor >= 0 && d.UpstreamLimit.DecreaseFactor < 1) {
+			t.Fatalf("accepted out of range: %+v", d)
+		}
+	})
+}
+
+func FuzzTenantKey(f *testing.F) {
+	keys := map[string]string{"sk-alpha": "alpha", "sk-beta beta": "beta"}
+	var cfgs []TenantConfig
+	for k, name := range keys {
+		cfgs = append(cfgs, TenantConfig{Name: name, APIKeysSHA256: []string{HashKey(k)}})
+	}
+	cfg := baseConfig("http://127.0.0.1:1")
+	cfg.Upstream.APIKeyEnv = "TEST_PROVIDER_KEY"
+	cfg.Tenants = cfgs
+	g, err := New(cfg, Options{Getenv: func(string) string { return "sk-provider" }})
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Add("Bearer sk-alpha", "")
+	f.Add("bearer   sk-beta beta  ", "")
+	f.Add("", "sk-alpha")
+	f.Add("Basic sk-alpha", "sk-beta beta")
+	f.Add("Bearer ", "sk-nope")
+	f.Add("BEARER\tsk-alpha", "")
+	f.Fuzz(func(t *testing.T, auth, apiKey string) {
+		r := &http.Request{Header: http.Header{}}
+		if auth != "" {
+			r.Header.Set("Authorization", auth)
+		}
+		if apiKey != "" {
+			r.Header.Set("X-Api-Key", apiKey)
+		}
+		presented := bearer(auth)
+		if presented != strings.TrimSpace(presented) {
+			t.Fatalf("bearer(%q) = %q: not trimmed", auth, presented)
+		}
+		if presented != "" && !strings.EqualFold(auth[:7], "Bearer ") {
+			t.Fatalf("bearer(%q) = %q without the Bearer scheme", auth, presented)
+		}
+		if presented == "" {
+			presented = apiKey
+		}
+		got, _, found := g.identify(r)
+		want, ok := keys[presented]
+		switch {
+		case ok && (!found || got != want):
+			t.Fatalf("key %q: identified as %q, want %s", presented, got, want)
+		case !ok && found:
+			t.Fatalf("key %q is no tenant's, identified as %s", presented, got)
+		}
+	})
+}

@@ -1,0 +1,128 @@
+package gateway
+
+import (
+	"github.com/sluicehq/sluice/contract"
+
+	"context"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/mockllm"
+)
+
+func TestAIMDFollowsRateLimitSignals(t *testing.T) {
+	a := newAIMD(UpstreamLimitConfig{DecreaseFactor: 0.5, Interval: Duration(time.Second)}, 8)
+	t0 := time.Unix(0, 0)
+	var gate int // what the gate was given
+	set := func(n int) { gate = n }
+	steps := []struct {
+		at               time.Duration
+		limited          bool
+		want             int
+		changed, lowered bool
+	}{
+		{0, true, 4, true, true},                         // halve
+		{500 * time.Millisecond, true, 4, false, false},  // within the interval: one signal is enough
+		{1100 * time.Millisecond, true, 2, true, true},   // 4+1 accrued, halved
+		{2200 * time.Millisecond, true, 1, true, true},   // 2+1, halved
+		{3300 * time.Millisecond, true, 1, false, false}, // never below 1
+		{4300 * time.Millisecond, false, 2, true, false}, // +1 per interval since the last decrease
+		{4400 * time.Millisecond, false, 2, false, false},
+		{5300 * time.Millisecond, false, 3, true, false},
+	}
+	for i, s := range steps {
+		got, changed, lowered := a.next(t0.Add(s.at), s.limited, set)
+		if got != s.want || changed != s.changed || lowered != s.lowered {
+			t.Fatalf("step %d: %d %v %v, want %d %v %v", i, got, changed, lowered, s.want, s.changed, s.lowered)
+		}
+		if gate != 0 && gate != got {
+			t.Fatalf("step %d: the gate was given %d, the level is %d", i, gate, got)
+		}
+	}
+	if !exhausted(http.Header{"X-Ratelimit-Remaining-Requests": {"0"}}) || exhausted(http.Header{"X-Ratelimit-Remaining-Tokens": {"12"}}) {
+		t.Fatal("x-ratelimit-remaining-* misread")
+	}
+}
+
+// TestAIMDRecoversWithoutAnswers: after a storm the level climbs one slot
+// an interval from the last decrease with no answer at all, and is back at
+// the configured concurrency (ceiling − low) intervals later. Stepping
+// only on answers left it at the low forever once traffic stopped.
+func TestAIMDRecoversWithoutAnswers(t *testing.T) {
+	a := newAIMD(UpstreamLimitConfig{Interval: Duration(time.Second)}, 16)
+	t0 := time.Unix(1000, 0)
+	a.next(t0, true, nil)                  // 16 → 8
+	a.next(t0.Add(time.Second), true, nil) // 8+1 → 4
+	last := t0.Add(time.Second)
+	for _, tc := range []struct {
+		after time.Duration
+		want  int
+	}{
+		{0, 4}, {999 * time.Millisecond, 4}, {time.Second, 5}, {5 * time.Second, 9},
+		{12 * time.Second, 16}, {time.Hour, 16}, {-time.Second, 4}, // a clock gone back holds the low
+	} {
+		a.mu.Lock()
+		got := a.levelLocked(last.Add(tc.after))
+		a.mu.Unlock()
+		if got != tc.want {
+			t.Errorf("%v after the last decrease: %d, want %d", tc.after, got, tc.want)
+		}
+	}
+	if n, changed, _ := a.next(last.Add(12*time.Second), false, nil); n != 16 || !changed {
+		t.Fatalf("refresh after 12 quiet intervals: %d %v, want 16 true", n, changed)
+	}
+}
+
+// TestAdaptiveLimitRecoversWhenIdle: a gateway whose concurrency a 429
+// storm lowered an hour ago, and which has had no traffic since, estimates
+// and admits the next request against the configured concurrency.
+func TestAdaptiveLimitRecoversWhenIdle(t *testing.T) {
+	_, up := startMock(t, mockllm.Config{})
+	cfg := baseConfig(up.URL)
+	cfg.Admission = AdmissionConfig{Concurrency: 16, MaxQueue: 16}
+	cfg.UpstreamLimit = UpstreamLimitConfig{Interval: Duration(time.Second)}
+	g, gw := startGateway(t, cfg)
+	storm := func() {
+		t.Helper()
+		past := time.Now().Add(-time.Hour)
+		resp := &http.Response{StatusCode: http.StatusTooManyRequests, Header: http.Header{}}
+		g.limit.observe(past, resp, g)                  // 16 → 8
+		g.limit.observe(past.Add(time.Second), resp, g) // 9 → 4
+		if c := g.gate.Stats().Concurrency; c != 4 {
+			t.Fatalf("after the storm: concurrency %d, want 4", c)
+		}
+	}
+	storm()
+	resp, err := http.Get(gw.URL + contract.EstimatePath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b := readAll(t, resp); resp.StatusCode != 200 {
+		t.Fatalf("estimate: %d %s", resp.StatusCode, b)
+	}
+	if c := g.gate.Stats().Concurrency; c != 16 {
+		t.Fatalf("after an idle hour the estimate saw concurrency %d, want 16", c)
+	}
+	storm()
+	// A call held at the provider: the concurrency it was admitted at is
+	// read while it is in flight, before its answer could raise it.
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, gw.URL+"/v1/chat/completions", strings.NewReader(chatBody))
+		req.Header.Set(mockllm.HeaderLatencyMs, "60000")
+		if resp, err := http.DefaultClient.Do(req); err == nil {
+			resp.Body.Close()
+		}
+	}()
+	eventually(t, "the call in flight", func() bool { return g.gate.Stats().InFlight == 1 })
+	c := g.gate.Stats().Concurrency
+	cancel()
+	<-done
+	if c != 16 {
+		t.Fatalf("after an idle hour a request was admitted at concurrency %d, want 16", c)
+	}
+}
