@@ -34,7 +34,9 @@ type Estimate struct {
 	Reason string
 	// RetryAfter is when trying again has a chance, when Admit is false.
 	RetryAfter time.Duration
-	// QueueDepth is the number of requests queued.
+	// QueueDepth is the number of requests queued, when the gateway shows
+	// it — only on its admin listener, since it shows every tenant's load —
+	// and zero otherwise.
 	QueueDepth int
 	// Mode is the queue's current order: "fifo", or "lifo" under overload.
 	Mode string
@@ -105,7 +107,6 @@ func (c *Client) Estimate(ctx context.Context, priority string, timeout time.Dur
 	}{
 		{"estimated_wait_ms", w.EstimatedWaitMs}, {"service_p50_ms", w.ServiceP50Ms},
 		{"service_p95_ms", w.ServiceP95Ms}, {"retry_after_ms", w.RetryAfterMs},
-		{"queue_depth", int64(w.QueueDepth)},
 	} {
 		if f.v < 0 || f.v > math.MaxInt64/int64(time.Millisecond) {
 			return Estimate{}, fmt.Errorf("client: Estimate: field %s is out of range (%d) in the response from %s", f.name, f.v, u)
@@ -120,7 +121,16 @@ func (c *Client) Estimate(ctx context.Context, priority string, timeout time.Dur
 		Admit:         w.Admit,
 		Reason:        w.Reason,
 		RetryAfter:    time.Duration(w.RetryAfterMs) * time.Millisecond,
-		QueueDepth:    w.QueueDepth,
+		QueueDepth:    depth(w.QueueDepth),
 		Mode:          w.Mode,
 	}, nil
+}
+
+// depth reads the optional queue depth; a negative one is a broken gateway,
+// read as none.
+func depth(p *int) int {
+	if p == nil || *p < 0 {
+		return 0
+	}
+	return *p
 }

@@ -29,12 +29,15 @@ type Estimate struct {
 	Reason       string `json:"reason"`
 	RetryAfterMs int64  `json:"retry_after_ms"`
 	// QueueDepth is the number of requests queued, InFlight the number
-	// being served, and Concurrency the number of slots.
-	QueueDepth  int `json:"queue_depth"`
-	InFlight    int `json:"in_flight"`
-	Concurrency int `json:"concurrency"`
-	// Mode is the queue's current order: "fifo", or "lifo" under overload.
-	Mode string `json:"mode"`
+	// being served, Concurrency the number of slots, and Mode the queue's
+	// current order ("fifo", or "lifo" under overload). They describe
+	// everyone's load, not the caller's, so the gateway sends them only to
+	// callers allowed to see its global state (on its admin listener);
+	// otherwise they are absent.
+	QueueDepth  *int   `json:"queue_depth,omitempty"`
+	InFlight    *int   `json:"in_flight,omitempty"`
+	Concurrency *int   `json:"concurrency,omitempty"`
+	Mode        string `json:"mode,omitempty"`
 	// TimeoutMs is the time budget the estimate assumed: the timeout_ms
 	// asked for, or the class's default.
 	TimeoutMs int64 `json:"timeout_ms"`

@@ -2,6 +2,7 @@ package contract_test
 
 import (
 	"encoding/json"
+	"strings"
 	"testing"
 
 	"github.com/sluicehq/sluice/contract"
@@ -52,7 +53,7 @@ func TestErrorBodyFromProvider(t *testing.T) {
 func TestEstimateJSON(t *testing.T) {
 	e := contract.Estimate{Priority: "interactive", Rank: 4, EstimatedWaitMs: 1234, ServiceP50Ms: 800,
 		ServiceP95Ms: 2100, Admit: false, Reason: contract.ReasonQueueWait, RetryAfterMs: 900,
-		QueueDepth: 12, InFlight: 8, Concurrency: 8, Mode: "fifo", TimeoutMs: 3000, Model: "gpt-4o"}
+		QueueDepth: ptr(12), InFlight: ptr(8), Concurrency: ptr(8), Mode: "fifo", TimeoutMs: 3000, Model: "gpt-4o"}
 	b, err := json.Marshal(e)
 	if err != nil {
 		t.Fatal(err)
@@ -61,7 +62,11 @@ func TestEstimateJSON(t *testing.T) {
 	if string(b) != want {
 		t.Errorf("\n got %s\nwant %s", b, want)
 	}
-	e.Model = ""
+	// Without the global figures and the model: those fields are absent.
+	e.Model, e.QueueDepth, e.InFlight, e.Concurrency, e.Mode = "", nil, nil, nil, ""
+	if b, err = json.Marshal(e); err != nil || strings.Contains(string(b), "queue_depth") || strings.Contains(string(b), "mode") {
+		t.Errorf("without global figures: %s, %v", b, err)
+	}
 	var back contract.Estimate
 	if b, err = json.Marshal(e); err != nil {
 		t.Fatal(err)
@@ -70,3 +75,5 @@ func TestEstimateJSON(t *testing.T) {
 		t.Errorf("round trip without a model: %+v, %v; want %+v", back, err, e)
 	}
 }
+
+func ptr(n int) *int { return &n }

@@ -9,6 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/sluicehq/sluice/admission"
+	"github.com/sluicehq/sluice/contract"
 	"github.com/sluicehq/sluice/spend"
 )
 
@@ -28,6 +29,7 @@ func (g *Gateway) AdminHandler() http.Handler {
 		_, _ = w.Write([]byte("ready\n"))
 	})
 	mux.Handle("GET /metrics", promhttp.HandlerFor(g.metrics.reg, promhttp.HandlerOpts{Registry: g.metrics.reg}))
+	mux.HandleFunc(contract.EstimatePath, func(w http.ResponseWriter, r *http.Request) { g.serveEstimate(w, r, true) })
 	mux.HandleFunc("GET /admin/v1/state", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		enc := json.NewEncoder(w)

@@ -98,8 +98,14 @@ func TestEstimateEndpoint(t *testing.T) {
 		return resp.StatusCode, e, string(b)
 	}
 	code, e, body := estimate("priority=batch&timeout_ms=5000")
-	if code != 200 || !e.Admit || e.Rank != 3 || e.EstimatedWaitMs != 0 || e.ServiceP95Ms != 1000 || e.Mode != "fifo" {
+	if code != 200 || !e.Admit || e.Rank != 3 || e.EstimatedWaitMs != 0 || e.ServiceP95Ms != 1000 {
 		t.Fatalf("idle: %d %s", code, body)
+	}
+	// A tenant sees its own admission, not everyone's load.
+	for _, field := range []string{"queue_depth", "in_flight", "concurrency", "mode"} {
+		if strings.Contains(body, field) {
+			t.Errorf("the API listener's estimate shows %s: %s", field, body)
+		}
 	}
 	hold, _ := g.gate.TryAcquire(admission.Request{})
 	defer hold.Drop()
@@ -120,6 +126,21 @@ func TestEstimateEndpoint(t *testing.T) {
 	resp, _ := http.Post(gw.URL+contract.EstimatePath, "text/plain", nil)
 	if b := readAll(t, resp); resp.StatusCode != 405 {
 		t.Errorf("POST estimate: %d %s", resp.StatusCode, b)
+	}
+	// The admin listener's estimate has the global figures, for a tenant
+	// it names.
+	admin := httptest.NewServer(g.AdminHandler())
+	defer admin.Close()
+	resp, err := http.Get(admin.URL + contract.EstimatePath + "?priority=interactive&tenant=anonymous")
+	if err != nil {
+		t.Fatal(err)
+	}
+	decodeJSON(t, resp, &e)
+	if e.InFlight == nil || *e.InFlight != 1 || e.Concurrency == nil || *e.Concurrency != 1 || e.QueueDepth == nil || e.Mode != "fifo" {
+		t.Fatalf("admin estimate: %+v", e)
+	}
+	if resp, _ := http.Get(admin.URL + contract.EstimatePath + "?tenant=nobody"); resp.StatusCode != 400 {
+		t.Fatalf("admin estimate for an unknown tenant: %d", resp.StatusCode)
 	}
 }
 

@@ -12,17 +12,34 @@ import (
 )
 
 // serveEstimate answers contract.EstimatePath: what would happen to such a
-// request now, so that a producer can decide whether to submit at all.
-func (g *Gateway) serveEstimate(w http.ResponseWriter, r *http.Request) {
+// request now, so that a producer can decide whether to submit at all. On
+// the API listener it answers a tenant about its own admission; the
+// gateway's global figures (queue depth, in flight, slots, mode), which
+// show every other tenant's load, are sent only with global set: on the
+// admin listener, where the tenant is named by the tenant parameter.
+func (g *Gateway) serveEstimate(w http.ResponseWriter, r *http.Request, global bool) {
 	if r.Method != http.MethodGet && r.Method != http.MethodHead {
 		w.Header().Set("Allow", "GET, HEAD")
 		writeError(w, http.StatusMethodNotAllowed, contract.ErrorTypeInvalidRequest, "method_not_allowed", "use GET")
 		return
 	}
-	tenant, tier, ok := g.identify(r)
-	if !ok {
-		g.unauthorized(w)
-		return
+	var tenant string
+	var tier admission.Tier
+	if global {
+		tenant = r.URL.Query().Get("tenant")
+		info, ok := g.tenantInfo(tenant)
+		if !ok {
+			g.badInput(w, &badRequest{status: http.StatusBadRequest, code: "invalid_parameter",
+				msg: "tenant: " + echo(tenant) + " is not a configured tenant"})
+			return
+		}
+		tenant, tier = info.Name, info.Tier
+	} else {
+		var ok bool
+		if tenant, tier, ok = g.identify(r); !ok {
+			g.unauthorized(w)
+			return
+		}
 	}
 	g.limit.refresh(time.Now(), g) // estimate against the recovered concurrency
 	q := r.URL.Query()
@@ -60,12 +77,11 @@ func (g *Gateway) serveEstimate(w http.ResponseWriter, r *http.Request) {
 		ServiceP50Ms:    d.ServiceP50.Milliseconds(),
 		ServiceP95Ms:    d.ServiceP95.Milliseconds(),
 		Admit:           d.Verdict != admission.Rejected,
-		QueueDepth:      st.Queued,
-		InFlight:        st.InFlight,
-		Concurrency:     st.Concurrency,
-		Mode:            st.Mode.String(),
 		TimeoutMs:       hdr.timeout.Milliseconds(),
 		Model:           model,
+	}
+	if global {
+		est.QueueDepth, est.InFlight, est.Concurrency, est.Mode = &st.Queued, &st.InFlight, &st.Concurrency, st.Mode.String()
 	}
 	if g.draining.Load() {
 		d.Verdict, d.Reason, d.RetryAfter = admission.Rejected, admission.ReasonDraining, g.cfg.ShutdownGrace.D()

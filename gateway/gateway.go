@@ -211,7 +211,7 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if r.URL.Path == contract.EstimatePath {
-		g.serveEstimate(w, r)
+		g.serveEstimate(w, r, false)
 		return
 	}
 	rt := g.routes.match(r.URL.Path)

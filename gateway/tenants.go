@@ -41,3 +41,18 @@ func (g *Gateway) identified(r *http.Request) bool {
 	_, _, ok := g.identify(r)
 	return ok
 }
+
+// tenantInfo returns a configured tenant by name; with no tenants
+// configured, the anonymous one (named or not).
+func (g *Gateway) tenantInfo(name string) (chain.TenantInfo, bool) {
+	all := g.chain.Tenants()
+	if len(all) == 0 && (name == "" || name == AnonymousTenant) {
+		return chain.TenantInfo{Name: AnonymousTenant}, true
+	}
+	for _, t := range all {
+		if t.Name == name {
+			return t, true
+		}
+	}
+	return chain.TenantInfo{}, false
+}
