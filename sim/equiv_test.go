@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"go.uber.org/goleak"
+
 	"github.com/sluicehq/sluice/gateway"
 	"github.com/sluicehq/sluice/internal/loopback"
 	"github.com/sluicehq/sluice/mockllm"
@@ -21,14 +23,16 @@ import (
 // The gateway and the simulator run one admission chain (package chain)
 // in two shells: the gateway's in real time over HTTP, the simulator's in
 // virtual time. TestGatewayAndSimulatorDecideAlike sends one script of
-// attempts through both and asks for the same verdict on every one.
+// attempts through both and asks for the same verdict on every one, heard
+// in the same order (which queued call is served first included).
 //
 // The script is built so that no verdict hinges on milliseconds: one slot,
-// every call takes exactly equivService, attempts 50ms apart, and every
-// decision has at least 150ms to spare either way (a slot frees at 500ms at
-// the earliest, the last arrival that depends on a full queue comes at
-// 250ms; a timeout is either far longer than any wait or shorter than the
-// service time alone).
+// every call takes exactly equivService, attempts at least 50ms apart, and
+// every verdict has at least 150ms to spare either way (a slot frees at
+// 500ms at the earliest, the last arrival that depends on a full queue
+// comes at 250ms; a timeout is either far longer than any wait or shorter
+// than the service time alone). Two callers hear their verdicts 50ms apart
+// at the least, which the gateway keeps to within a few milliseconds.
 const (
 	equivService = 500 * time.Millisecond
 	equivModel   = "equiv-model"
@@ -133,33 +137,57 @@ func TestGatewayAndSimulatorDecideAlike(t *testing.T) {
 	}
 	served := sendScript(t, equivGateway, script)
 
-	if !slices.Equal(simulated, served) {
+	verdicts := func(hs []heard) []string {
+		out := make([]string, len(hs))
+		for i, h := range hs {
+			out[i] = h.Verdict
+		}
+		return out
+	}
+	if !slices.Equal(verdicts(simulated), verdicts(served)) || !slices.Equal(heardOrder(simulated), heardOrder(served)) {
 		var b strings.Builder
-		fmt.Fprintf(&b, "%-3s %-8s %-18s %-8s %-14s %-14s %s\n", "#", "at", "source", "attempt", "simulator", "gateway", "meant to exercise")
+		fmt.Fprintf(&b, "%-3s %-7s %-17s %-8s %-24s %-24s %s\n", "#", "at", "source", "attempt", "simulator (heard at)", "gateway (heard at)", "meant to exercise")
 		for i, s := range equivScript {
 			mark := ""
-			if simulated[i] != served[i] {
+			if simulated[i].Verdict != served[i].Verdict {
 				mark = "  <- differs"
 			}
-			fmt.Fprintf(&b, "%-3d %-8v %-18s %-8d %-14s %-14s %s%s\n", i, s.At, s.Source, s.Attempt, simulated[i], served[i], s.why, mark)
+			fmt.Fprintf(&b, "%-3d %-7v %-17s %-8d %-24s %-24s %s%s\n", i, s.At, s.Source, s.Attempt,
+				fmt.Sprintf("%s (%v)", simulated[i].Verdict, simulated[i].At.Round(time.Millisecond)),
+				fmt.Sprintf("%s (%v)", served[i].Verdict, served[i].At.Round(time.Millisecond)), s.why, mark)
 		}
+		fmt.Fprintf(&b, "order heard: simulator %v, gateway %v\n", heardOrder(simulated), heardOrder(served))
 		t.Fatalf("the gateway and the simulator decided differently:\n%s", b.String())
 	}
 	// The script means to exercise every verdict below; a change that made
 	// both shells agree on something else would hollow the test out.
 	want := []string{"served", "served", "queue_wait", "evicted", "served", "queue_full", "retry_budget", "retry_budget",
 		"served", "tenant_budget"}
-	if !slices.Equal(simulated, want) {
-		t.Errorf("both decided %v, the script is meant to exercise %v", simulated, want)
+	if got := verdicts(simulated); !slices.Equal(got, want) {
+		t.Errorf("both decided %v, the script is meant to exercise %v", got, want)
 	}
+}
+
+// heardOrder is the order in which the callers heard their verdicts: the
+// order of the decisions, grants included (which queued call was served
+// first), as script indices.
+func heardOrder(hs []heard) []int {
+	order := make([]int, len(hs))
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortStableFunc(order, func(a, b int) int { return cmpDur(hs[a].At, hs[b].At) })
+	return order
 }
 
 // sendScript serves the mock provider and a gateway configured by gw in
 // front of it on loopback, sends each scripted attempt at its offset in
-// real time, and returns what each caller got: "served" for a 200, the
-// X-Sluice-Reason of a refusal, or "timeout" when the caller gave up.
-func sendScript(t *testing.T, gw func(upstream string) gateway.Config, script []arrival) []string {
+// real time, and returns what each caller got, and when: "served" for a
+// 200, the X-Sluice-Reason of a refusal, or what went wrong.
+func sendScript(t *testing.T, gw func(upstream string) gateway.Config, script []arrival) []heard {
 	t.Helper()
+	// Runs last: every server, connection and caller is gone by then.
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
 	mock, err := mockllm.New(mockllm.Config{Median: equivService,
 		Models: map[string]mockllm.ModelSpec{equivModel: {LatencyFactor: 1}}})
 	if err != nil {
@@ -206,7 +234,7 @@ func sendScript(t *testing.T, gw func(upstream string) gateway.Config, script []
 	warm.Wait()
 
 	const body = `{"model":"` + equivModel + `","messages":[{"role":"user","content":"hello"}],"max_tokens":16}`
-	got := make([]string, len(script))
+	got := make([]heard, len(script))
 	start := time.Now()
 	var wg sync.WaitGroup
 	for i, a := range script {
@@ -216,7 +244,7 @@ func sendScript(t *testing.T, gw func(upstream string) gateway.Config, script []
 			time.Sleep(time.Until(start.Add(a.At)))
 			req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, gwURL+"/v1/chat/completions", strings.NewReader(body))
 			if err != nil {
-				got[i] = err.Error()
+				got[i] = heard{err.Error(), time.Since(start)}
 				return
 			}
 			req.Header.Set("Content-Type", "application/json")
@@ -227,20 +255,21 @@ func sendScript(t *testing.T, gw func(upstream string) gateway.Config, script []
 			req.Header.Set("X-Sluice-Attempt", strconv.Itoa(a.Attempt))
 			resp, err := client.Do(req)
 			if err != nil {
-				got[i] = "error: " + err.Error()
+				got[i] = heard{"error: " + err.Error(), time.Since(start)}
 				return
 			}
 			defer resp.Body.Close()
 			b, err := io.ReadAll(resp.Body)
+			got[i].At = time.Since(start)
 			switch {
 			case err != nil:
-				got[i] = "error reading the body: " + err.Error()
+				got[i].Verdict = "error reading the body: " + err.Error()
 			case resp.StatusCode == http.StatusOK:
-				got[i] = verdictServed
+				got[i].Verdict = verdictServed
 			case resp.Header.Get("X-Sluice-Reason") != "":
-				got[i] = resp.Header.Get("X-Sluice-Reason")
+				got[i].Verdict = resp.Header.Get("X-Sluice-Reason")
 			default:
-				got[i] = fmt.Sprintf("status %d: %.80s", resp.StatusCode, b)
+				got[i].Verdict = fmt.Sprintf("status %d: %.80s", resp.StatusCode, b)
 			}
 		})
 	}

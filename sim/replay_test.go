@@ -17,6 +17,13 @@ type arrival struct {
 	Timeout time.Duration
 }
 
+// heard is what the caller of an attempt heard, and when (from the start
+// of the run).
+type heard struct {
+	Verdict string
+	At      time.Duration
+}
+
 // verdictServed is what replay reports for an attempt that was answered;
 // any other verdict is a refusal's reason, or "timeout" for a caller that
 // stopped waiting.
@@ -27,7 +34,7 @@ const verdictServed = "served"
 // never retried, through the simulator's own shell around the policy (the
 // engine and, for a sluice policy, gateServer). It returns what the caller
 // of each attempt heard, in script order.
-func replay(ctx context.Context, sc *Scenario, policy string, script []arrival) ([]string, error) {
+func replay(ctx context.Context, sc *Scenario, policy string, script []arrival) ([]heard, error) {
 	// Polite callers give each attempt the time left to their call's
 	// deadline, which replay sets from the attempt's timeout.
 	s, err := newSetup(sc, policy, 1, Options{Client: "polite"})
@@ -61,13 +68,13 @@ func replay(ctx context.Context, sc *Scenario, policy string, script []arrival) 
 	if err != nil {
 		return nil, err
 	}
-	heard := make([]string, len(script))
+	out := make([]heard, len(script))
 	e.heard = func(a *attempt, answered bool, why refusal) {
-		if answered {
-			heard[a.c.seq] = verdictServed
-		} else {
-			heard[a.c.seq] = why.String()
+		v := verdictServed
+		if !answered {
+			v = why.String()
 		}
+		out[a.c.seq] = heard{v, e.now}
 	}
 	for i, a := range script {
 		c := e.newCall()
@@ -81,10 +88,10 @@ func replay(ctx context.Context, sc *Scenario, policy string, script []arrival) 
 	if _, err := e.loop(ctx); err != nil {
 		return nil, err
 	}
-	for i, v := range heard {
-		if v == "" {
+	for i, h := range out {
+		if h.Verdict == "" {
 			return nil, fmt.Errorf("script[%d]: its caller heard nothing by the end of the run", i)
 		}
 	}
-	return heard, nil
+	return out, nil
 }
