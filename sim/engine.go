@@ -93,6 +93,11 @@ type engine struct {
 	freeC   []*call
 	freeA   []*attempt
 	err     error
+	// heard, when set (by tests that replay a script), is told what the
+	// caller of an attempt learnt of it, when it learnt it: an answer (why
+	// is then meaningless), a refusal, or refTimeout when it stopped
+	// waiting.
+	heard func(a *attempt, answered bool, why refusal)
 }
 
 // Run simulates one policy at one load factor of the scenario.
@@ -105,6 +110,21 @@ func Run(ctx context.Context, sc *Scenario, policy string, load float64, opt Opt
 }
 
 func (s *setup) run(ctx context.Context) (*Result, error) {
+	e, err := s.newEngine()
+	if err != nil {
+		return nil, err
+	}
+	for i, src := range s.sources {
+		if at, ok := src.next(); ok {
+			e.q.push(event{at: at, kind: evArrive, i: int32(i)})
+		}
+	}
+	return e.loop(ctx)
+}
+
+// newEngine returns an engine for s with its callers and policy, and no
+// events yet.
+func (s *setup) newEngine() (*engine, error) {
 	e := &engine{s: s, m: newMetrics(s)}
 	// A tenant's client allows as many attempts as the most permissive of
 	// its client sources (zero, the client's default, when it has none);
@@ -127,11 +147,13 @@ func (s *setup) run(ctx context.Context) (*Result, error) {
 		return nil, err
 	}
 	e.srv = srv
-	for i, src := range s.sources {
-		if at, ok := src.next(); ok {
-			e.q.push(event{at: at, kind: evArrive, i: int32(i)})
-		}
-	}
+	return e, nil
+}
+
+// loop runs the events queued so far, and those they make, to the end of
+// the run.
+func (e *engine) loop(ctx context.Context) (*Result, error) {
+	s := e.s
 	if s.trace {
 		e.q.push(event{at: 0, kind: evTick})
 	}
@@ -253,6 +275,9 @@ func (e *engine) refuse(a *attempt, why refusal, retryAfter time.Duration, hasRA
 	e.m.refused(a, why)
 	if !a.gone && c.cur == a && !c.done {
 		c.cur = nil
+		if e.heard != nil {
+			e.heard(a, false, why)
+		}
 		e.failed(c, a, why, retryAfter, hasRA)
 	}
 	e.freeAttempt(a)
@@ -280,6 +305,9 @@ func (e *engine) finish(a *attempt) {
 	if !a.gone && c.cur == a && !c.done {
 		c.cur = nil
 		useful = e.now <= c.deadline
+		if e.heard != nil {
+			e.heard(a, true, 0)
+		}
 		e.m.answered(c, a, e.now, useful)
 		if src := c.src; src.client == clientSluice {
 			e.callers[src.tenant].observe(e, true)
@@ -304,6 +332,9 @@ func (e *engine) timeout(a *attempt, gen uint32) {
 	if c.cur == a && !c.done {
 		c.cur = nil
 		e.m.timedOut++
+		if e.heard != nil {
+			e.heard(a, false, refTimeout)
+		}
 		e.failed(c, a, refTimeout, 0, false)
 	}
 	switch a.state {
