@@ -33,7 +33,7 @@ var layers = [][]string{
 	// The shells and the tools around them: none imports another.
 	{"gateway", "sim", "loadgen", "mockllm"},
 	// Programs that assemble the shells.
-	{"demo", "sim/calibrate"},
+	{"internal/demo", "internal/calibrate", "internal/simreport"},
 	{"cmd/...", "scripts/...", "tools/...", "examples/..."},
 }
 
