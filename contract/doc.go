@@ -40,8 +40,7 @@
 // estimated wait and the retry delay.
 //
 // Some of these the gateway does not handle yet: it neither reads
-// HeaderDegrade, HeaderIdempotencyKey and HeaderStainlessTimeout nor sends
-// HeaderClass and HeaderUpstream. They are declared here so that the
+// HeaderDegrade and HeaderIdempotencyKey nor sends HeaderUpstream. They are declared here so that the
 // contract is written down in one place before its parts are built.
 //
 // # Rejections

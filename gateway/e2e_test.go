@@ -390,3 +390,57 @@ func TestOpenAISDKThroughTheGateway(t *testing.T) {
 		t.Fatalf("gateway saw %v retries, want the SDK's 2", got)
 	}
 }
+
+// TestSDKTimeoutIsTheDeadline: an unmodified SDK call with a 1 s timeout,
+// behind a 3 s estimated wait, is refused at once (queue_wait) instead of
+// being held until the SDK gives up on it.
+func TestSDKTimeoutIsTheDeadline(t *testing.T) {
+	_, up := startMock(t, mockllm.Config{Slots: 4, Median: 20 * time.Millisecond})
+	cfg := baseConfig(up.URL)
+	cfg.Admission = AdmissionConfig{Concurrency: 1, MaxQueue: 16, InitialServiceTime: Duration(3 * time.Second)}
+	g, gw := startGateway(t, cfg)
+	hold, err := g.gate.TryAcquire(admission.Request{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer hold.Drop()
+	client := openai.NewClient(option.WithBaseURL(gw.URL+"/v1/"), option.WithAPIKey("sk-test"), option.WithMaxRetries(0))
+	params := openai.ChatCompletionNewParams{
+		Model:    "gpt-4o-mini",
+		Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("Say hi")},
+	}
+	start := time.Now()
+	_, err = client.Chat.Completions.New(t.Context(), params, option.WithRequestTimeout(time.Second))
+	var apiErr *openai.Error
+	if !errors.As(err, &apiErr) || apiErr.StatusCode != 503 || apiErr.Response.Header.Get(contract.HeaderReason) != contract.ReasonQueueWait {
+		t.Fatalf("want a 503 queue_wait, got %v", err)
+	}
+	if waited := time.Since(start); waited > 500*time.Millisecond {
+		t.Fatalf("the refusal took %v: the call was held", waited)
+	}
+	// Without the SDK's timeout the class default (30 s) applies: queued.
+	ctx, cancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
+	defer cancel()
+	_, err = client.Chat.Completions.New(ctx, params)
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("without a timeout the call should have queued until the test's own deadline; got %v", err)
+	}
+}
+
+func TestSDKTimeoutParsing(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		want time.Duration
+		ok   bool
+	}{
+		{"600", 600 * time.Second, true}, {"1", time.Second, true}, {"600.0", 600 * time.Second, true},
+		{"1.5", 1500 * time.Millisecond, true}, {" 2 ", 2 * time.Second, true},
+		{"0", 0, false}, {"", 0, false}, {"-1", 0, false}, {"1e3", 0, false}, {"abc", 0, false},
+		{"1.", time.Second, true}, {".5", 0, false}, {"99999999999", 0, false},
+	} {
+		got, ok := sdkTimeout(tc.in)
+		if got != tc.want || ok != tc.ok {
+			t.Errorf("sdkTimeout(%q) = %v, %v; want %v, %v", tc.in, got, ok, tc.want, tc.ok)
+		}
+	}
+}

@@ -24,8 +24,9 @@ type callHeaders struct {
 	attempt int
 }
 
-// parseHeaders reads X-Sluice-Priority, X-Sluice-Timeout-Ms and the attempt
-// headers. Every malformed value is an error naming its header: a default
+// parseHeaders reads X-Sluice-Priority, the time budget (X-Sluice-Timeout-Ms,
+// else the SDK's X-Stainless-Timeout, else the class's default) and the
+// attempt headers. Every malformed value is an error naming its header: a default
 // silently substituted for a typo would hide the caller's bug. A value is
 // repeated in the error only up to maxEcho bytes.
 func (g *Gateway) parseHeaders(h http.Header) (callHeaders, error) {
@@ -54,6 +55,10 @@ func (g *Gateway) parseHeaders(h http.Header) (callHeaders, error) {
 			return c, badHeader(contract.HeaderTimeoutMs, "%s ms is above the limit of %d ms (limits.max_timeout)", echo(v), limit)
 		}
 		c.timeout = time.Duration(ms) * time.Millisecond
+	} else if d, ok := sdkTimeout(h.Get(contract.HeaderStainlessTimeout)); ok {
+		// The official SDKs' own per-attempt timeout, sent unasked: the
+		// caller gives up then, so waiting longer would serve nobody.
+		c.timeout = min(d, g.cfg.Limits.MaxTimeout.D())
 	}
 	name, v := contract.HeaderAttempt, h.Get(contract.HeaderAttempt)
 	if v == "" {
@@ -70,6 +75,33 @@ func (g *Gateway) parseHeaders(h http.Header) (callHeaders, error) {
 		c.attempt = int(n)
 	}
 	return c, nil
+}
+
+// sdkTimeout reads X-Stainless-Timeout: the per-attempt timeout the
+// official SDKs send in seconds — whole and truncated (the TypeScript and
+// Go SDKs: "600"), or with a fraction (the Python SDK: "600.0"). It is not
+// sluice's header, so a value it cannot read is ignored rather than
+// refused, and so is 0: the Go SDK sends 0 for any timeout under a second,
+// whose length it does not say.
+func sdkTimeout(v string) (time.Duration, bool) {
+	v = strings.Trim(v, " \t")
+	whole, frac, _ := strings.Cut(v, ".")
+	secs, ok := parseDigits(whole)
+	if !ok || secs < 0 || secs > 1e6 {
+		return 0, false
+	}
+	d := time.Duration(secs) * time.Second
+	if frac != "" {
+		f, ok := parseDigits(frac)
+		if !ok || len(frac) > 9 {
+			return 0, false
+		}
+		for range 9 - len(frac) {
+			f *= 10
+		}
+		d += time.Duration(f)
+	}
+	return d, d > 0
 }
 
 // maxAttempt bounds X-Sluice-Attempt: no client retries a call a million
