@@ -358,3 +358,44 @@ func TestChainAndCoreAgree(t *testing.T) {
 		t.Fatalf("books: chain $%v (%d open), core $%v (%d open)", gotBooks.Global.SpentUSD, gotBooks.Reservations, wantBooks.Global.SpentUSD, wantBooks.Reservations)
 	}
 }
+
+func TestTenantsHeldToTheirClasses(t *testing.T) {
+	ch, err := New(Config{Admission: admission.Config{Concurrency: 4}, Tenants: []TenantConfig{
+		{Name: "nightly", Classes: []string{"batch", "speculative"}},
+		{Name: "strict", Classes: []string{"batch"}, RefuseOtherClasses: true},
+		{Name: "web"},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		tenant, asked, want string
+		refused             bool
+	}{
+		{"nightly", "interactive", "batch", false},
+		{"nightly", "batch", "batch", false},
+		{"nightly", "speculative", "speculative", false},
+		{"strict", "interactive", "", true},
+		{"strict", "batch", "batch", false},
+		{"web", "interactive", "interactive", false},
+	} {
+		p, err := ch.Acquire(context.Background(), Request{Tenant: tc.tenant, Class: tc.asked})
+		var ce *ClassError
+		switch {
+		case tc.refused:
+			if !errors.As(err, &ce) || ce.Class != tc.asked {
+				t.Errorf("%s asking %s: %v, want a ClassError", tc.tenant, tc.asked, err)
+			}
+			continue
+		case err != nil:
+			t.Fatalf("%s asking %s: %v", tc.tenant, tc.asked, err)
+		}
+		if r := p.Request(); r.Class != tc.want || r.AskedClass != tc.asked {
+			t.Errorf("%s asking %s: class %s (asked %s), want %s", tc.tenant, tc.asked, r.Class, r.AskedClass, tc.want)
+		}
+		p.Done(Outcome{})
+	}
+	if _, err := New(Config{Admission: admission.Config{Concurrency: 1}, Tenants: []TenantConfig{{Name: "a", Classes: []string{"vip"}}}}); err == nil || !strings.Contains(err.Error(), "tenants[0].classes[0]") {
+		t.Fatalf("unknown class: %v", err)
+	}
+}

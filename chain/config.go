@@ -34,7 +34,7 @@ type stages struct {
 }
 
 func newStages(cfg Config, gate GateView) (*stages, error) {
-	id, err := newIdentify(cfg.Tenants)
+	id, err := newIdentify(cfg.Tenants, gate)
 	if err != nil {
 		return nil, err
 	}

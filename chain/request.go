@@ -23,7 +23,10 @@ type Request struct {
 	// kept as given.
 	Tier admission.Tier
 	// Class is the priority class. Empty means admission.ClassInteractive.
-	Class string
+	// The identify stage may change it to one the tenant may use;
+	// AskedClass then keeps the caller's.
+	Class      string
+	AskedClass string
 	// Attempt is 0 for a first attempt and N for the Nth retry.
 	Attempt int
 	// Deadline is when the caller stops waiting. Zero means none (in

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -29,11 +30,31 @@ type TenantConfig struct {
 	Tier string
 	// KeysSHA256 are the hex SHA-256 digests of the tenant's API keys.
 	KeysSHA256 []string
+	// Classes are the priority classes the tenant may use. Empty means
+	// any. A call in another class is demoted to the allowed class of the
+	// highest rank not above it (a call ranked below every allowed class
+	// asks for less than the tenant may have, and keeps its class), or
+	// refused with *ClassError when RefuseOtherClasses is set.
+	Classes            []string
+	RefuseOtherClasses bool
 }
 
 type tenant struct {
-	name string
-	tier admission.Tier
+	name    string
+	tier    admission.Tier
+	classes []string // allowed; nil: any
+	refuse  bool
+}
+
+// ClassError refuses a call in a class its tenant may not use (the
+// gateway's 403).
+type ClassError struct {
+	Tenant, Class string
+	Allowed       []string
+}
+
+func (e *ClassError) Error() string {
+	return fmt.Sprintf("tenant %s may not use class %q (allowed: %s)", e.Tenant, e.Class, strings.Join(e.Allowed, ", "))
 }
 
 type tenantKey struct {
@@ -49,16 +70,29 @@ type identify struct {
 	keys   []tenantKey
 	byName map[string]*tenant
 	order  []*tenant
+	rank   func(class string) (int, bool)
 }
 
-func newIdentify(cfgs []TenantConfig) (*identify, error) {
-	id := &identify{byName: map[string]*tenant{}}
+func newIdentify(cfgs []TenantConfig, gate GateView) (*identify, error) {
+	id := &identify{byName: map[string]*tenant{}, rank: func(class string) (int, bool) {
+		r, err := gate.Rank(admission.Request{Class: class})
+		return r, err == nil
+	}}
 	for i, c := range cfgs {
 		tier, err := admission.ParseTier(c.Tier)
 		if err != nil {
 			return nil, fmt.Errorf("tenants[%d].tier: %w", i, err)
 		}
-		t := &tenant{name: c.Name, tier: tier}
+		t := &tenant{name: c.Name, tier: tier, refuse: c.RefuseOtherClasses}
+		for j, class := range c.Classes {
+			if _, ok := id.rank(class); !ok {
+				return nil, fmt.Errorf("tenants[%d].classes[%d]: %q is not a class of the gate", i, j, class)
+			}
+			if slices.Contains(t.classes, class) {
+				return nil, fmt.Errorf("tenants[%d].classes[%d]: %q appears twice", i, j, class)
+			}
+			t.classes = append(t.classes, class)
+		}
 		if id.byName[c.Name] != nil {
 			return nil, fmt.Errorf("tenants[%d].name: %q is a second tenant of that name", i, c.Name)
 		}
@@ -96,18 +130,46 @@ func HashKey(key string) string {
 // Admit sets the call's tenant and tier. It takes nothing, so it holds
 // nothing.
 func (id *identify) Admit(_ time.Time, r *Request) (Hold, error) {
+	var t *tenant
 	if r.Tenant != "" {
-		if t := id.byName[r.Tenant]; t != nil {
-			r.Tier = t.tier
+		if t = id.byName[r.Tenant]; t == nil {
+			return nil, nil // a tenant the shell vouches for, as it is
 		}
-		return nil, nil
-	}
-	t := id.byKey(r.APIKey)
-	if t == nil {
+	} else if t = id.byKey(r.APIKey); t == nil {
 		return nil, ErrUnknownKey
 	}
 	r.Tenant, r.Tier = t.name, t.tier
-	return nil, nil
+	return nil, id.holdToClass(t, r)
+}
+
+// holdToClass keeps the call within its tenant's classes: the class the
+// caller asked for is the caller's word, and a tenant allowed only batch
+// work must not compete with other tenants' users by calling it
+// interactive.
+func (id *identify) holdToClass(t *tenant, r *Request) error {
+	if r.AskedClass == "" {
+		r.AskedClass = r.Class
+	}
+	if t.classes == nil || slices.Contains(t.classes, r.Class) {
+		return nil
+	}
+	if t.refuse {
+		return &ClassError{Tenant: t.name, Class: r.Class, Allowed: t.classes}
+	}
+	asked, ok := id.rank(r.Class)
+	if !ok {
+		return nil // the gate names the unknown class
+	}
+	best, bestRank := "", -1
+	for _, c := range t.classes {
+		if rk, _ := id.rank(c); rk <= asked && rk > bestRank {
+			best, bestRank = c, rk
+		}
+	}
+	if best != "" { // else it asks for less than any class it may use
+		r.Class = best
+	}
+	return nil
 }
 
 var anonymous = &tenant{name: AnonymousTenant}

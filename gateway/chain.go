@@ -21,7 +21,8 @@ func (c Config) chainConfig(l *spend.Limiter) (chain.Config, error) {
 	}
 	cc := chain.Config{Admission: acfg, Retries: retries, Spend: l}
 	for _, t := range c.Tenants {
-		cc.Tenants = append(cc.Tenants, chain.TenantConfig{Name: t.Name, Tier: t.Tier, KeysSHA256: t.APIKeysSHA256})
+		cc.Tenants = append(cc.Tenants, chain.TenantConfig{Name: t.Name, Tier: t.Tier, KeysSHA256: t.APIKeysSHA256,
+			Classes: t.Classes, RefuseOtherClasses: t.DisallowedClass == "refuse"})
 	}
 	if _, err := chain.NewCore(cc); err != nil {
 		return chain.Config{}, fmt.Errorf("config: %w", err)

@@ -145,6 +145,15 @@ type TenantConfig struct {
 	// APIKeysSHA256 are the hex SHA-256 digests of the tenant's keys (see
 	// `sluice hash-key`). The keys themselves are never stored. At least one.
 	APIKeysSHA256 []string `yaml:"api_keys_sha256"`
+	// Classes are the priority classes the tenant may use. Empty means
+	// any. A request in another class is demoted to the allowed class of
+	// the highest rank not above it (one ranked below every allowed class
+	// keeps its own) — the class applied is returned in X-Sluice-Class —
+	// or refused when DisallowedClass is "refuse".
+	Classes []string `yaml:"classes"`
+	// DisallowedClass is what a request in a class not in Classes gets:
+	// "demote" (empty means demote) or "refuse" (403, class_not_allowed).
+	DisallowedClass string `yaml:"disallowed_class"`
 }
 
 // LimitsConfig bounds what a request may ask for.
@@ -351,6 +360,16 @@ func (c Config) Validate() error {
 				return fmt.Errorf("config: %s.api_keys_sha256[%d]: the same key is also %s's", path, j, other)
 			}
 			seenKey[strings.ToLower(h)] = t.Name
+		}
+		for j, class := range t.Classes {
+			if _, ok := c.Classes[class]; !ok {
+				return fmt.Errorf("config: %s.classes[%d]: %q is not a class of classes (%s)", path, j, class, strings.Join(sortedKeys(c.Classes), ", "))
+			}
+		}
+		switch t.DisallowedClass {
+		case "", "demote", "refuse":
+		default:
+			return fmt.Errorf("config: %s.disallowed_class: %q, want demote or refuse", path, t.DisallowedClass)
 		}
 	}
 	return nil

@@ -275,6 +275,7 @@ func (g *Gateway) serveCall(w http.ResponseWriter, r *http.Request, rt *route, t
 	permit, err := g.chain.Acquire(ctx, req)
 	if err != nil {
 		var rej *admission.Rejection
+		var classErr *chain.ClassError
 		switch {
 		case errors.As(err, &rej):
 			if r.Context().Err() != nil {
@@ -283,6 +284,9 @@ func (g *Gateway) serveCall(w http.ResponseWriter, r *http.Request, rt *route, t
 			g.refuse(w, rej, hdr.class, tenant)
 		case r.Context().Err() != nil:
 			// The caller left while queued; nothing to write.
+		case errors.As(err, &classErr):
+			g.badInput(w, &badRequest{status: http.StatusForbidden, code: "class_not_allowed",
+				msg: fmt.Sprintf("%s: tenant %s may not use class %s (allowed: %s)", contract.HeaderPriority, tenant, echo(classErr.Class), strings.Join(classErr.Allowed, ", "))})
 		case errors.Is(err, spend.ErrUnknownModel):
 			g.badInput(w, &badRequest{status: http.StatusBadRequest, code: "model_not_priced",
 				msg: fmt.Sprintf("model: %q has no price in spend.prices (and spend.unknown_model is reject)", body.model)})
@@ -292,6 +296,7 @@ func (g *Gateway) serveCall(w http.ResponseWriter, r *http.Request, rt *route, t
 		return
 	}
 	admitted := permit.Request()
+	hdr.class = admitted.Class // the class applied, which the tenant may not have asked for
 	if admitted.Degraded {
 		raw, err := rewriteModel(body.raw, admitted.Model)
 		if err != nil { // the body was parsed already: cannot happen
@@ -369,6 +374,7 @@ func (g *Gateway) modifyResponse(resp *http.Response) error {
 	if c.model != "" {
 		resp.Header.Set(contract.HeaderModel, c.model)
 	}
+	resp.Header.Set(contract.HeaderClass, c.class)
 	g.metrics.response(c.class, resp.StatusCode).Inc()
 	result := admission.Success
 	if resp.StatusCode >= 500 || resp.StatusCode == http.StatusTooManyRequests {

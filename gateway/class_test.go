@@ -1,0 +1,84 @@
+package gateway
+
+import (
+	"context"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/contract"
+	"github.com/sluicehq/sluice/mockllm"
+)
+
+// A tenant allowed only batch that labels everything interactive during a
+// flood is demoted to batch, so it cannot take another tenant's
+// interactive slots. Without the rule the two share the interactive rank
+// round robin, and the other tenant, wanting about 80% of the capacity,
+// gets half (68% of its calls succeed without the rule).
+func TestTenantHeldToItsClassDuringAFlood(t *testing.T) {
+	_, up := startMock(t, mockllm.Config{Slots: 2, Median: 50 * time.Millisecond, Sigma: 0.01})
+	cfg := baseConfig(up.URL)
+	cfg.Upstream.APIKeyEnv = "TEST_PROVIDER_KEY"
+	cfg.Admission = AdmissionConfig{Concurrency: 2, MaxQueue: 64, InitialServiceTime: Duration(50 * time.Millisecond)}
+	cfg.Tenants = []TenantConfig{
+		{Name: "nightly", APIKeysSHA256: []string{HashKey("k-nightly")}, Classes: []string{"batch"}},
+		{Name: "web", APIKeysSHA256: []string{HashKey("k-web")}},
+	}
+	_, gw := startGateway(t, cfg)
+	send := func(ctx context.Context, key, timeoutMs string) (int, string) {
+		req, _ := http.NewRequestWithContext(ctx, "POST", gw.URL+"/v1/chat/completions", strings.NewReader(chatBody))
+		req.Header.Set("Authorization", "Bearer "+key)
+		req.Header.Set(contract.HeaderPriority, "interactive")
+		req.Header.Set(contract.HeaderTimeoutMs, timeoutMs)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return 0, ""
+		}
+		readAll(t, resp)
+		return resp.StatusCode, resp.Header.Get(contract.HeaderClass)
+	}
+	// The flood: 32 callers back to back for the whole run.
+	ctx, stop := context.WithCancel(t.Context())
+	var wg sync.WaitGroup
+	var demoted, floodSent atomic.Int64
+	for range 32 {
+		wg.Go(func() {
+			for ctx.Err() == nil {
+				if code, class := send(ctx, "k-nightly", "5000"); code == 200 {
+					floodSent.Add(1)
+					if class == "batch" {
+						demoted.Add(1)
+					}
+				}
+			}
+		})
+	}
+	// The other tenant: 60 requests a second for 2.5 s, with 800 ms
+	// deadlines — about 0.8× of what the mock's two slots serve here.
+	var ok, total atomic.Int64
+	var web sync.WaitGroup
+	tick := time.NewTicker(time.Second / 60)
+	for range 150 {
+		<-tick.C
+		web.Go(func() {
+			code, class := send(t.Context(), "k-web", "800")
+			total.Add(1)
+			if code == 200 && class == "interactive" {
+				ok.Add(1)
+			}
+		})
+	}
+	tick.Stop()
+	web.Wait()
+	stop()
+	wg.Wait()
+	if share := float64(ok.Load()) / float64(total.Load()); share < 0.99 {
+		t.Errorf("web's interactive success %.1f%% (%d of %d) during the flood, want ≥ 99%%", 100*share, ok.Load(), total.Load())
+	}
+	if floodSent.Load() == 0 || demoted.Load() != floodSent.Load() {
+		t.Errorf("nightly: %d answered, %d with X-Sluice-Class: batch", floodSent.Load(), demoted.Load())
+	}
+}
