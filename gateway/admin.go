@@ -97,7 +97,7 @@ func (g *Gateway) State() State {
 		Concurrency: st.Concurrency,
 		InFlight:    st.InFlight,
 		Queued:      st.Queued,
-		MaxQueue:    g.cfg.Admission.MaxQueue,
+		MaxQueue:    *g.cfg.Admission.MaxQueue,
 		Mode:        st.Mode.String(),
 		LIFOQueues:  st.LIFOQueues,
 		Service: ServiceState{P50Ms: st.ServiceP50.Milliseconds(), P95Ms: st.ServiceP95.Milliseconds(),

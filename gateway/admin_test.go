@@ -85,7 +85,7 @@ func TestAdminEndpoints(t *testing.T) {
 func TestEstimateEndpoint(t *testing.T) {
 	_, up := startMock(t, mockllm.Config{Slots: 1, Median: 50 * time.Millisecond})
 	cfg := baseConfig(up.URL)
-	cfg.Admission = AdmissionConfig{Concurrency: 1, MaxQueue: 10, InitialServiceTime: Duration(time.Second)}
+	cfg.Admission = AdmissionConfig{Concurrency: 1, MaxQueue: new(10), InitialServiceTime: Duration(time.Second)}
 	g, gw := startGateway(t, cfg)
 	estimate := func(query string) (int, contract.Estimate, string) {
 		resp, err := http.Get(gw.URL + contract.EstimatePath + "?" + query)

@@ -26,7 +26,7 @@ func BenchmarkRoundTrip(b *testing.B) {
 	}
 	up := httptest.NewServer(mock)
 	defer up.Close()
-	g, err := New(Config{Upstream: UpstreamConfig{URL: up.URL}, Admission: AdmissionConfig{Concurrency: 64, MaxQueue: 64}},
+	g, err := New(Config{Upstream: UpstreamConfig{URL: up.URL}, Admission: AdmissionConfig{Concurrency: 64, MaxQueue: new(64)}},
 		Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		b.Fatal(err)

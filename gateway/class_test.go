@@ -22,7 +22,7 @@ func TestTenantHeldToItsClassDuringAFlood(t *testing.T) {
 	_, up := startMock(t, mockllm.Config{Slots: 2, Median: 50 * time.Millisecond, Sigma: 0.01})
 	cfg := baseConfig(up.URL)
 	cfg.Upstream.APIKeyEnv = "TEST_PROVIDER_KEY"
-	cfg.Admission = AdmissionConfig{Concurrency: 2, MaxQueue: 64, InitialServiceTime: Duration(50 * time.Millisecond)}
+	cfg.Admission = AdmissionConfig{Concurrency: 2, MaxQueue: new(64), InitialServiceTime: Duration(50 * time.Millisecond)}
 	cfg.Tenants = []TenantConfig{
 		{Name: "nightly", APIKeysSHA256: []string{HashKey("k-nightly")}, Classes: []string{"batch"}},
 		{Name: "web", APIKeysSHA256: []string{HashKey("k-web")}},

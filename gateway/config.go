@@ -95,9 +95,13 @@ type AdmissionConfig struct {
 	// 1 to 100000 (no provider grants more to one key; each slot is a
 	// goroutine and a connection).
 	Concurrency int `yaml:"concurrency"`
-	// MaxQueue bounds waiting requests. Zero means no waiting room; at
-	// most 1000000 (each waiting request holds its body in memory).
-	MaxQueue int `yaml:"max_queue"`
+	// MaxQueue bounds waiting requests; at most 1000000 (each waiting
+	// request holds its body in memory). Nil (absent) means a bound derived
+	// from the rest of the config (see DefaultMaxQueue): without a waiting
+	// room, priorities cannot act, since nothing waits to be put in order.
+	// Zero means no waiting room: a call that finds every slot busy is
+	// refused at once.
+	MaxQueue *int `yaml:"max_queue"`
 	// MaxQueuePerTenant caps one tenant's share of the queue. Zero means no
 	// fixed cap (the bound is still shared fairly); at most 1000000.
 	MaxQueuePerTenant int `yaml:"max_queue_per_tenant"`
@@ -254,7 +258,45 @@ func (c Config) withDefaults() Config {
 	if c.DefaultClass == "" {
 		c.DefaultClass = admission.ClassInteractive
 	}
+	if c.Admission.MaxQueue == nil {
+		n := c.DefaultMaxQueue()
+		c.Admission.MaxQueue = &n
+	}
 	return c
+}
+
+// The derived waiting room: what the gate can serve within the longest
+// class's default timeout, at the initial service time (or assumedService
+// before one is configured), between one place per slot and
+// maxDerivedQueue.
+const (
+	assumedService  = time.Second
+	maxDerivedQueue = 1024
+)
+
+// DefaultMaxQueue is the waiting room of a config without max_queue:
+// concurrency × the longest class default timeout ÷ the initial service
+// time (1s when unset), at least the concurrency, at most 1024. A call
+// that could not be served within its deadline is refused by the wait
+// estimate long before the bound; the bound only caps memory.
+func (c Config) DefaultMaxQueue() int {
+	longest := c.Limits.MaxTimeout.D()
+	if len(c.Classes) > 0 {
+		longest = 0
+		for _, cl := range c.Classes {
+			t := cl.DefaultTimeout.D()
+			if t == 0 {
+				t = c.Limits.MaxTimeout.D()
+			}
+			longest = max(longest, t)
+		}
+	}
+	service := c.Admission.InitialServiceTime.D()
+	if service <= 0 {
+		service = assumedService
+	}
+	n := float64(c.Admission.Concurrency) * float64(longest) / float64(service)
+	return int(max(float64(c.Admission.Concurrency), min(n, maxDerivedQueue)))
 }
 
 var builtinRanks = admission.DefaultRanks().Classes
@@ -380,7 +422,7 @@ func (c Config) admissionConfig() (admission.Config, error) {
 	a := c.Admission
 	for _, err := range []error{
 		intIn("admission.concurrency", a.Concurrency, 1, maxConcurrency),
-		intIn("admission.max_queue", a.MaxQueue, 0, maxQueue),
+		intIn("admission.max_queue", *a.MaxQueue, 0, maxQueue),
 		intIn("admission.max_queue_per_tenant", a.MaxQueuePerTenant, 0, maxQueue),
 		intIn("admission.service_window", a.ServiceWindow, 0, maxServiceWindow),
 		durationIn("admission.initial_service_time", a.InitialServiceTime, 0, maxInitialServiceTime),
@@ -426,7 +468,7 @@ func (c Config) admissionConfig() (admission.Config, error) {
 	}
 	cfg := admission.Config{
 		Concurrency:        a.Concurrency,
-		MaxQueue:           a.MaxQueue,
+		MaxQueue:           *a.MaxQueue,
 		MaxQueuePerTenant:  a.MaxQueuePerTenant,
 		Ranks:              ranks,
 		WaitEstimator:      est,

@@ -129,7 +129,7 @@ func TestOverloadRefusesEarlyAndHonestly(t *testing.T) {
 	const service = 100 * time.Millisecond
 	mock, up := startMock(t, mockllm.Config{Slots: 2, Median: service})
 	cfg := baseConfig(up.URL)
-	cfg.Admission = AdmissionConfig{Concurrency: 2, MaxQueue: 8, InitialServiceTime: Duration(service)}
+	cfg.Admission = AdmissionConfig{Concurrency: 2, MaxQueue: new(8), InitialServiceTime: Duration(service)}
 	_, gw := startGateway(t, cfg)
 
 	const n = 40
@@ -206,7 +206,7 @@ func TestOverloadRefusesEarlyAndHonestly(t *testing.T) {
 func TestSpeculativeIsShedBeforeInteractive(t *testing.T) {
 	_, up := startMock(t, mockllm.Config{Slots: 1, Median: 300 * time.Millisecond})
 	cfg := baseConfig(up.URL)
-	cfg.Admission = AdmissionConfig{Concurrency: 1, MaxQueue: 3}
+	cfg.Admission = AdmissionConfig{Concurrency: 1, MaxQueue: new(3)}
 	g, gw := startGateway(t, cfg)
 
 	type res struct {
@@ -372,7 +372,7 @@ func TestOpenAISDKThroughTheGateway(t *testing.T) {
 	// refused; the SDK retries (honouring retry-after-ms) and the gateway
 	// counts those attempts as retries.
 	cfg := baseConfig(up.URL)
-	cfg.Admission = AdmissionConfig{Concurrency: 1, InitialServiceTime: Duration(20 * time.Millisecond)}
+	cfg.Admission = AdmissionConfig{Concurrency: 1, MaxQueue: new(0), InitialServiceTime: Duration(20 * time.Millisecond)}
 	g, gw = startGateway(t, cfg)
 	client = openai.NewClient(option.WithBaseURL(gw.URL+"/v1/"), option.WithAPIKey("sk-test"))
 	hold, err := g.gate.TryAcquire(admission.Request{})
@@ -397,7 +397,7 @@ func TestOpenAISDKThroughTheGateway(t *testing.T) {
 func TestSDKTimeoutIsTheDeadline(t *testing.T) {
 	_, up := startMock(t, mockllm.Config{Slots: 4, Median: 20 * time.Millisecond})
 	cfg := baseConfig(up.URL)
-	cfg.Admission = AdmissionConfig{Concurrency: 1, MaxQueue: 16, InitialServiceTime: Duration(3 * time.Second)}
+	cfg.Admission = AdmissionConfig{Concurrency: 1, MaxQueue: new(16), InitialServiceTime: Duration(3 * time.Second)}
 	g, gw := startGateway(t, cfg)
 	hold, err := g.gate.TryAcquire(admission.Request{})
 	if err != nil {

@@ -54,7 +54,7 @@ func startGateway(t *testing.T, cfg Config) (*Gateway, *httptest.Server) {
 func baseConfig(upstream string) Config {
 	return Config{
 		Upstream:  UpstreamConfig{URL: upstream},
-		Admission: AdmissionConfig{Concurrency: 4, MaxQueue: 16},
+		Admission: AdmissionConfig{Concurrency: 4, MaxQueue: new(16)},
 	}
 }
 

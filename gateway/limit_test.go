@@ -81,7 +81,7 @@ func TestAIMDRecoversWithoutAnswers(t *testing.T) {
 func TestAdaptiveLimitRecoversWhenIdle(t *testing.T) {
 	_, up := startMock(t, mockllm.Config{})
 	cfg := baseConfig(up.URL)
-	cfg.Admission = AdmissionConfig{Concurrency: 16, MaxQueue: 16}
+	cfg.Admission = AdmissionConfig{Concurrency: 16, MaxQueue: new(16)}
 	cfg.UpstreamLimit = UpstreamLimitConfig{Interval: Duration(time.Second)}
 	g, gw := startGateway(t, cfg)
 	storm := func() {

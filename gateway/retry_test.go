@@ -199,7 +199,7 @@ func fastBudget(cfg Config) Config {
 func TestConcurrencyFollowsTheProvidersRateLimit(t *testing.T) {
 	_, up := startMock(t, mockllm.Config{Slots: 2, Mode: mockllm.Mode429, Median: 300 * time.Millisecond, RetryAfter: 10 * time.Millisecond})
 	cfg := baseConfig(up.URL)
-	cfg.Admission = AdmissionConfig{Concurrency: 8, MaxQueue: 32}
+	cfg.Admission = AdmissionConfig{Concurrency: 8, MaxQueue: new(32)}
 	cfg.UpstreamLimit = UpstreamLimitConfig{Interval: Duration(100 * time.Millisecond)}
 	cfg.Retries.Disabled = true
 	g, gw := startGateway(t, cfg)
@@ -238,7 +238,7 @@ func TestConcurrencyFollowsTheProvidersRateLimit(t *testing.T) {
 func TestClientGivesUpWhenRetryAfterExceedsItsDeadline(t *testing.T) {
 	_, up := startMock(t, mockllm.Config{})
 	cfg := baseConfig(up.URL)
-	cfg.Admission = AdmissionConfig{Concurrency: 1, InitialServiceTime: Duration(5 * time.Second)}
+	cfg.Admission = AdmissionConfig{Concurrency: 1, MaxQueue: new(0), InitialServiceTime: Duration(5 * time.Second)}
 	g, gw := startGateway(t, cfg)
 	hold, err := g.gate.TryAcquire(admission.Request{})
 	if err != nil {

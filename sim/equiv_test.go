@@ -101,7 +101,7 @@ func equivGateway(upstream string) gateway.Config {
 	b := gateway.BudgetConfig{Ratio: equivBudget.Ratio, MinPerSecond: equivBudget.MinPerSecond, MaxTokens: equivBudget.MaxTokens}
 	return gateway.Config{
 		Upstream: gateway.UpstreamConfig{URL: upstream, APIKeyEnv: "EQUIV_PROVIDER_KEY"},
-		Admission: gateway.AdmissionConfig{Concurrency: 1, MaxQueue: 2,
+		Admission: gateway.AdmissionConfig{Concurrency: 1, MaxQueue: new(2),
 			InitialServiceTime: gateway.Duration(equivService)},
 		Tenants: []gateway.TenantConfig{
 			{Name: "acme", APIKeysSHA256: []string{gateway.HashKey("key-acme")}},

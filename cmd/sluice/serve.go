@@ -72,7 +72,7 @@ func (f *serveFlags) load(fs *flag.FlagSet) (gateway.Config, error) {
 			if f.maxQueue < 0 {
 				bad = fmt.Errorf("--max-queue: %d, want ≥ 0", f.maxQueue)
 			}
-			cfg.Admission.MaxQueue = f.maxQueue
+			cfg.Admission.MaxQueue = &f.maxQueue
 		case "api-key-env":
 			cfg.Upstream.APIKeyEnv = f.apiKeyEnv
 		case "initial-service-time":

@@ -220,7 +220,7 @@ func real(ctx context.Context, cfg Config, rate float64, mean time.Duration) (Fi
 		Upstream: gateway.UpstreamConfig{URL: mockURL},
 		Admission: gateway.AdmissionConfig{
 			Concurrency:        cfg.Slots,
-			MaxQueue:           8 * cfg.Slots,
+			MaxQueue:           new(8 * cfg.Slots),
 			InitialServiceTime: gateway.Duration(mean),
 		},
 	}, gateway.Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})

@@ -206,7 +206,7 @@ func runThrough(ctx context.Context, cfg Config, mockCfg mockllm.Config, load lo
 		Upstream: gateway.UpstreamConfig{URL: upURL},
 		Admission: gateway.AdmissionConfig{
 			Concurrency:        cfg.Slots,
-			MaxQueue:           8 * cfg.Slots,
+			MaxQueue:           new(8 * cfg.Slots),
 			InitialServiceTime: gateway.Duration(factor * float64(cfg.Median)),
 		},
 		ShutdownGrace: gateway.Duration(5 * time.Second),

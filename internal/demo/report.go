@@ -47,8 +47,8 @@ func (r *Result) write(w io.Writer) error {
 	if r.Estimate != nil {
 		e := r.Estimate
 		fmt.Fprintf(w, "Mid-storm, GET /sluice/v1/estimate?priority=interactive&timeout_ms=3000 answered:\n")
-		fmt.Fprintf(w, "  admit=%v reason=%q estimated_wait_ms=%d service_p50_ms=%d service_p95_ms=%d queue_depth=%d mode=%s\n",
-			e.Admit, e.Reason, e.EstimatedWaitMs, e.ServiceP50Ms, e.ServiceP95Ms, e.QueueDepth, e.Mode)
+		fmt.Fprintf(w, "  admit=%v reason=%q estimated_wait_ms=%d service_p50_ms=%d service_p95_ms=%d\n",
+			e.Admit, e.Reason, e.EstimatedWaitMs, e.ServiceP50Ms, e.ServiceP95Ms)
 	}
 	if len(r.Metrics) > 0 {
 		fmt.Fprintf(w, "and the admin listener's /metrics said, among others:\n")
