@@ -18,7 +18,7 @@ func TestDemoShowsTheCure(t *testing.T) {
 	defer goleak.VerifyNone(t, goleak.IgnoreTopFunction("net/http.(*persistConn).writeLoop"),
 		goleak.IgnoreTopFunction("net/http.(*persistConn).readLoop"), goleak.IgnoreTopFunction("internal/poll.runtime_pollWait"))
 	var out bytes.Buffer
-	res, err := Run(t.Context(), Config{Slots: 4, Median: 100 * time.Millisecond, Load: 8, Duration: 5 * time.Second, Seed: 3}, &out)
+	res, err := Run(t.Context(), Config{Slots: 4, Median: 300 * time.Millisecond, Load: 8, Duration: 6 * time.Second, Seed: 3}, &out)
 	if err != nil {
 		t.Fatal(err)
 	}
