@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -45,6 +46,10 @@ type DashboardSample struct {
 	// (every refusal the gateway answered, spend's included).
 	RefusedReason map[string]float64 `json:"refused_reason"`
 	RefusedClass  map[string]float64 `json:"refused_class"`
+	// ShedClass counts, by class, the interval's refusals for want of
+	// capacity (queue_wait, queue_full, evicted, expired): not those of
+	// spend, the retry budget or draining, which have other causes.
+	ShedClass map[string]float64 `json:"shed_class"`
 	// ServiceMs is each model's service time: p50 and p95.
 	ServiceMs   map[string][2]int64 `json:"service_ms"`
 	RetryBudget *float64            `json:"retry_budget,omitempty"` // absent with retries disabled
@@ -77,7 +82,6 @@ type DashboardStatus struct {
 // classes' ranks and default deadlines, and the spend ceiling's stages.
 type DashboardMeta struct {
 	EverySeconds float64               `json:"every_seconds"`
-	Ranks        int                   `json:"ranks"`
 	Classes      map[string]ClassState `json:"classes"`
 	Spend        *DashboardSpendMeta   `json:"spend,omitempty"`
 }
@@ -130,7 +134,7 @@ type sampler struct {
 func newSampler(g *Gateway) *sampler {
 	s := &sampler{g: g, top: map[string]bool{}}
 	s.mu.subs = map[chan DashboardSample]struct{}{}
-	s.meta = DashboardMeta{EverySeconds: dashboardEvery.Seconds(), Ranks: admission.MaxRanks, Classes: map[string]ClassState{}}
+	s.meta = DashboardMeta{EverySeconds: dashboardEvery.Seconds(), Classes: map[string]ClassState{}}
 	best := -1
 	for name, cl := range g.cfg.Classes {
 		rank, _ := g.gate.Rank(admissionRequest(name))
@@ -211,6 +215,7 @@ func (s *sampler) sample(now time.Time) DashboardSample {
 		Served:        st.Completed[admission.Success],
 		RefusedReason: map[string]float64{},
 		RefusedClass:  map[string]float64{},
+		ShedClass:     map[string]float64{},
 		ServiceMs:     map[string][2]int64{},
 		Draining:      g.draining.Load(),
 	}
@@ -255,6 +260,9 @@ func (s *sampler) sample(now time.Time) DashboardSample {
 			if delta := n - p.refused[k]; delta > 0 {
 				d.RefusedReason[k[0]] += delta
 				d.RefusedClass[k[1]] += delta
+				if capacityReason[k[0]] {
+					d.ShedClass[k[1]] += delta
+				}
 			}
 		}
 	}
@@ -276,6 +284,14 @@ func (s *sampler) sample(now time.Time) DashboardSample {
 		}
 	}
 	return d
+}
+
+// capacityReason names the refusals that say capacity is missing.
+var capacityReason = map[string]bool{
+	admission.ReasonQueueWait.String(): true,
+	admission.ReasonQueueFull.String(): true,
+	admission.ReasonEvicted.String():   true,
+	admission.ReasonExpired.String():   true,
 }
 
 // refusalCounts reads the refusal counter's children: totals by reason and
@@ -300,6 +316,9 @@ func refusalCounts(vec *prometheus.CounterVec) map[[2]string]float64 {
 			case "class":
 				class = l.GetValue()
 			}
+		}
+		if class == "" {
+			class = "none" // refused before its class was read: draining
 		}
 		out[[2]string{reason, class}] += pb.Counter.GetValue()
 	}
@@ -336,8 +355,14 @@ func dashboardStatus(recent []DashboardSample, top map[string]bool) DashboardSta
 	last := recent[len(recent)-1]
 	var topShed, otherShed float64
 	byClass := map[string]float64{}
+	policy := map[string]float64{} // refusals by the spend policy or the retry budget, by reason
 	for _, d := range recent {
-		for class, n := range d.RefusedClass {
+		for reason, n := range d.RefusedReason {
+			if !capacityReason[reason] && reason != admission.ReasonDraining.String() {
+				policy[reason] += n
+			}
+		}
+		for class, n := range d.ShedClass {
 			byClass[class] += n
 			if top[class] {
 				topShed += n
@@ -378,8 +403,18 @@ func dashboardStatus(recent []DashboardSample, top map[string]bool) DashboardSta
 		found = append(found, finding{"warn", fmt.Sprintf("Lower-priority work is being shed (%s: %s refused in the last 5 minutes)",
 			strings.Join(lower, ", "), count(otherShed))})
 	}
-	if last.RetryBudget != nil && *last.RetryBudget < 1 {
-		found = append(found, finding{"warn", "Retry budget exhausted: retries are refused"})
+	if n := policy[admission.ReasonRetryBudget.String()]; n > 0 {
+		// Not the budget's level: it is empty on an idle gateway too, and
+		// fills with first attempts; what matters is retries refused.
+		found = append(found, finding{"warn", fmt.Sprintf("Retry budget exhausted: %.0f retries refused in the last 5 minutes", n)})
+		delete(policy, admission.ReasonRetryBudget.String())
+	}
+	if len(policy) > 0 {
+		var parts []string
+		for _, reason := range slices.Sorted(maps.Keys(policy)) {
+			parts = append(parts, fmt.Sprintf("%s: %s", reason, count(policy[reason])))
+		}
+		found = append(found, finding{"warn", fmt.Sprintf("Refused by the spend policy in the last 5 minutes (%s)", strings.Join(parts, ", "))})
 	}
 	if len(found) == 0 {
 		return DashboardStatus{Level: "ok", Text: "All clear: nothing shed in the last 5 minutes"}
