@@ -342,13 +342,21 @@ func (s *sampler) samplesLocked(since time.Time) []DashboardSample {
 // last five minutes and the newest one. The most urgent finding is the
 // text; the rest are details.
 func (s *sampler) statusLocked(now time.Time) DashboardStatus {
-	recent := s.samplesLocked(now.Add(-statusWindow))
+	// Pointers into the ring, not copies: this runs every second over up
+	// to 300 samples.
+	since := now.Add(-statusWindow).UnixMilli()
+	recent := make([]*DashboardSample, 0, int(statusWindow/dashboardEvery)+1)
+	for i := range s.mu.n {
+		if d := &s.mu.ring[(s.mu.next-s.mu.n+i+dashboardSamples)%dashboardSamples]; d.Time >= since {
+			recent = append(recent, d)
+		}
+	}
 	return dashboardStatus(recent, s.top)
 }
 
 // dashboardStatus is the status of recent samples (oldest first, the last
 // being now). top names the classes of the highest rank.
-func dashboardStatus(recent []DashboardSample, top map[string]bool) DashboardStatus {
+func dashboardStatus(recent []*DashboardSample, top map[string]bool) DashboardStatus {
 	if len(recent) == 0 {
 		return DashboardStatus{Level: "ok", Text: "Starting: no sample yet"}
 	}

@@ -58,7 +58,11 @@ func TestDashboardStatus(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			st := dashboardStatus(tt.samples, top)
+			var recent []*DashboardSample
+			for i := range tt.samples {
+				recent = append(recent, &tt.samples[i])
+			}
+			st := dashboardStatus(recent, top)
 			if st.Level != tt.level || !strings.HasPrefix(st.Text, tt.text) || len(st.Details) != tt.details {
 				t.Errorf("got %s %q %q, want %s %q… with %d details", st.Level, st.Text, st.Details, tt.level, tt.text, tt.details)
 			}
@@ -323,5 +327,25 @@ func TestMonitoringMetricsExist(t *testing.T) {
 		if exported[m] {
 			t.Errorf("%s is exported without %s: drop it from definedWhen", m, definedWhen[m])
 		}
+	}
+}
+
+// BenchmarkDashboardSample: the sampler's cost, paid once a second off the
+// request path, with the refusal counters of a few reasons and classes.
+func BenchmarkDashboardSample(b *testing.B) {
+	g, err := New(baseConfig("http://127.0.0.1:1"), Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, reason := range []string{"queue_full", "queue_wait", "evicted"} {
+		for _, class := range []string{"interactive", "batch", "speculative"} {
+			g.metrics.rejections.WithLabelValues(reason, class, "").Inc()
+		}
+	}
+	s := g.metrics.dash
+	now := time.Now()
+	b.ReportAllocs()
+	for i := 0; b.Loop(); i++ {
+		s.sample(now.Add(time.Duration(i) * time.Second))
 	}
 }
