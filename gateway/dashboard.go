@@ -167,7 +167,7 @@ func newSampler(g *Gateway) *sampler {
 
 // RunDashboard samples the gateway for the admin dashboard once a second
 // until ctx ends (Server.Serve runs it; a program that mounts the Gateway
-// and its AdminHandler itself should too). The event streams of
+// and its AdminHandler itself should too, once). The event streams of
 // /admin/v1/events end with it.
 func (g *Gateway) RunDashboard(ctx context.Context) error {
 	s := g.metrics.dash

@@ -49,7 +49,7 @@ func dashboardHeaders(w http.ResponseWriter) {
 	h.Set("Cache-Control", "no-cache")
 }
 
-// dashboardEvents streams server-sent events: first an "history" event
+// dashboardEvents streams server-sent events: first a "history" event
 // (DashboardHistory: the meta and the last 15 minutes), then one message a
 // second, each a DashboardSample. It ends when the client leaves or the
 // sampler stops.
@@ -60,7 +60,7 @@ func (g *Gateway) dashboardEvents(w http.ResponseWriter, r *http.Request) {
 	h := w.Header()
 	h.Set("Content-Type", "text/event-stream")
 	h.Set("Cache-Control", "no-cache")
-	h.Set("X-Accel-Buffering", "no") // a proxy in front (the ssh tunnel's far side may be one) must not hold the stream
+	h.Set("X-Accel-Buffering", "no") // a reverse proxy put in front (nginx) must pass each event on, not buffer them
 	if err := writeEvent(w, "history", hist); err != nil {
 		return
 	}
