@@ -13,9 +13,11 @@ import (
 	"github.com/sluicehq/sluice/spend"
 )
 
-// AdminHandler serves /healthz, /readyz, /metrics and the JSON state dump at
-// /admin/v1/state. Mount it on a loopback listener: it names tenants and
-// shows the gateway's state.
+// AdminHandler serves /healthz, /readyz, /metrics, the JSON state dump at
+// /admin/v1/state, and the live dashboard at / (fed by /admin/v1/history and
+// the server-sent events of /admin/v1/events, which RunDashboard samples).
+// Mount it on a loopback listener: it names tenants and shows the gateway's
+// state.
 func (g *Gateway) AdminHandler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
@@ -36,6 +38,7 @@ func (g *Gateway) AdminHandler() http.Handler {
 		enc.SetIndent("", "  ")
 		_ = enc.Encode(g.State())
 	})
+	g.mountDashboard(mux)
 	return mux
 }
 

@@ -29,6 +29,9 @@ type metrics struct {
 	tokens           *prometheus.CounterVec // model, kind
 	degraded         prometheus.Counter
 	models           *labelLimiter
+	// dash is the admin dashboard's sampler: it reads these metrics and the
+	// gate once a second while RunDashboard runs.
+	dash *sampler
 
 	// The children of the series every call touches, looked up once:
 	// WithLabelValues hashes and checks its label values on each call, and
@@ -159,14 +162,27 @@ func newMetrics(g *Gateway) *metrics {
 		models: newLabelLimiter(32),
 	}
 	m.reg.MustRegister(m.tokens, m.degraded, m.attempts, m.upstreamRetries, m.upstreamFailures, m.limitDecreases, m.admissions, m.rejections, m.responses, m.service, m.queue, m.badInput,
-		&gateCollector{g: g},
+		&gateCollector{g: g, classes: classRanks(g)},
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	m.dash = newSampler(g)
 	return m
+}
+
+// classRanks maps each configured class to its rank.
+func classRanks(g *Gateway) map[string]int {
+	out := map[string]int{}
+	for name := range g.cfg.Classes {
+		out[name], _ = g.gate.Rank(admissionRequest(name))
+	}
+	return out
 }
 
 // gateCollector reads the gate's state at scrape time: depths and waits are
 // gauges of now, not counters to keep in step.
-type gateCollector struct{ g *Gateway }
+type gateCollector struct {
+	g       *Gateway
+	classes map[string]int // class → rank, fixed at start
+}
 
 var (
 	descDepth       = prometheus.NewDesc("sluice_queue_depth", "Requests waiting, by rank.", []string{"rank"}, nil)
@@ -177,10 +193,14 @@ var (
 	descServiceQ    = prometheus.NewDesc("sluice_service_time_estimate_seconds", "Service-time estimate over the recent window.", []string{"stat"}, nil)
 	descDraining    = prometheus.NewDesc("sluice_draining", "1 while the gateway refuses new work to shut down.", nil, nil)
 	descBudget      = prometheus.NewDesc("sluice_retry_budget_tokens", "Retries the global retry budget would allow now.", nil, nil)
+	// The wait by class, beside sluice_queue_time_seconds{class}: the
+	// estimate a newcomer is told and the wait admitted requests measured
+	// can then be compared without knowing the classes' ranks.
+	descClassWait = prometheus.NewDesc("sluice_class_estimated_wait_seconds", "Wait a newcomer of each class (at its rank, standard tier, first attempt) would be told now.", []string{"class"}, nil)
 )
 
 func (c *gateCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descDepth, descWait, descInFlight, descConcurrency, descLIFO, descServiceQ, descDraining, descBudget} {
+	for _, d := range []*prometheus.Desc{descDepth, descWait, descInFlight, descConcurrency, descLIFO, descServiceQ, descDraining, descBudget, descClassWait} {
 		ch <- d
 	}
 }
@@ -191,6 +211,11 @@ func (c *gateCollector) Collect(ch chan<- prometheus.Metric) {
 		rank := strconv.Itoa(r)
 		ch <- prometheus.MustNewConstMetric(descDepth, prometheus.GaugeValue, float64(st.Depth[r]), rank)
 		ch <- prometheus.MustNewConstMetric(descWait, prometheus.GaugeValue, st.EstimatedWait[r].Seconds(), rank)
+	}
+	for class, r := range c.classes {
+		if r >= 0 && r < len(st.EstimatedWait) {
+			ch <- prometheus.MustNewConstMetric(descClassWait, prometheus.GaugeValue, st.EstimatedWait[r].Seconds(), class)
+		}
 	}
 	ch <- prometheus.MustNewConstMetric(descInFlight, prometheus.GaugeValue, float64(st.InFlight))
 	ch <- prometheus.MustNewConstMetric(descConcurrency, prometheus.GaugeValue, float64(st.Concurrency))

@@ -97,6 +97,7 @@ func (s *Server) Serve(ctx context.Context) error {
 		stopAlerts()
 		<-alertsDone
 	}()
+	defer s.Gateway.startDashboard()() // its event streams end, and its goroutine is waited for, on return
 	s.log.Info("sluice gateway serving", "listen", s.API.Addr().String(), "admin", s.Admin.Addr().String(),
 		"upstream", s.Gateway.upstream.Redacted(), "concurrency", s.Gateway.cfg.Admission.Concurrency, "max_queue", *s.Gateway.cfg.Admission.MaxQueue,
 		"read_header_timeout", s.limits.readHeader, "read_body_timeout", s.limits.readBody, "idle_timeout", s.limits.idle,

@@ -22,6 +22,10 @@
 # SLUICE_ENV sets environment variables for `sluice serve` only, e.g.
 # SLUICE_ENV=GOMAXPROCS=1.
 #
+# With DASHBOARD=1 one client follows the admin dashboard's event stream
+# (/admin/v1/events, a sample a second) for the whole run, as an open
+# dashboard tab would: the sampler's cost shows in sluice's figures.
+#
 # With WRK=1 and wrk installed, each run also measures every target with
 # wrk (a C generator, closed loop: ten connections, each waiting 10 ms
 # between requests, about 1,000 requests/s; scripts/overhead.lua), as a
@@ -80,6 +84,11 @@ targets="$targets sluice=$api_port=$sluice_pid"
 for port in $mock_port $api_port $bare_port ${ha_port:-}; do
   for _ in $(seq 100); do curl -s -o /dev/null http://127.0.0.1:$port/v1/models && break; sleep 0.1; done
 done
+if [ "${DASHBOARD:-}" = 1 ]; then
+  curl -sN http://127.0.0.1:$admin_port/admin/v1/events >"$dir/events" &
+  pids+=($!)
+  echo "(DASHBOARD=1: one client follows http://127.0.0.1:$admin_port/admin/v1/events)"
+fi
 
 if [ "${WRK:-}" = 1 ] && ! command -v wrk >/dev/null; then
   echo "WRK=1 but wrk is not installed (apt-get install wrk)" >&2
@@ -152,8 +161,16 @@ for t in targets:
     line = f"    {t:>13}  added p50 {statistics.median(added[t][0]):6.0f} µs   added p99 {statistics.median(added[t][1]):7.0f} µs"
     if costs[t][0]:
         line += f"   cpu {statistics.median(costs[t][0]):4.0f} µs/req   {statistics.median(costs[t][1]):4.1f} cs/req"
+    # The ratio to the bare reverse proxy of the same run: steadier than
+    # microseconds on a shared, noisy machine.
+    ratio = [a / b for a, b in zip(added[t][0], added["reverseproxy"][0]) if b > 0]
+    if t not in ("direct", "reverseproxy") and ratio:
+        line += f"   added p50 ×{statistics.median(ratio):.2f} the reverse proxy's"
     print(line)
 PY
+if [ "${DASHBOARD:-}" = 1 ]; then
+  echo "dashboard samples received during the runs: $(grep -c '^data: ' "$dir/events" || true)"
+fi
 if [ "${WRK:-}" = 1 ]; then
 python3 - "$dir" "$runs" $targets <<'PY'
 import re, statistics, sys

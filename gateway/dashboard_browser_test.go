@@ -1,0 +1,377 @@
+package gateway
+
+import (
+	"github.com/sluicehq/sluice/contract"
+
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/chromedp/cdproto/cdp"
+	"github.com/chromedp/cdproto/emulation"
+	"github.com/chromedp/cdproto/log"
+	"github.com/chromedp/cdproto/runtime"
+	"github.com/chromedp/chromedp"
+
+	"github.com/sluicehq/sluice/admission"
+	"github.com/sluicehq/sluice/mockllm"
+)
+
+// chromiumPath finds the browser the dashboard test drives. Under CI=true a
+// missing browser fails the test: .ci/run installs it, and a dashboard test
+// that silently skips there tests nothing.
+func chromiumPath(t *testing.T) string {
+	t.Helper()
+	for _, name := range []string{"chromium", "chromium-browser"} {
+		if p, err := exec.LookPath(name); err == nil {
+			return p
+		}
+	}
+	if os.Getenv("CI") == "true" {
+		t.Fatal("chromium is not installed (apt-get install -y chromium); CI runs the dashboard's browser test")
+	}
+	t.Skip("chromium is not installed (apt-get install -y chromium): skipping the dashboard's browser test")
+	return ""
+}
+
+// pageNumbers are the figures the dashboard shows, read from its DOM.
+type pageNumbers struct {
+	T           int64  `json:"t"`
+	InFlight    int    `json:"in_flight"`
+	Concurrency int    `json:"concurrency"`
+	Queued      int    `json:"queued"`
+	Served      uint64 `json:"served"`
+	Refused     uint64 `json:"refused"`
+	Level       string `json:"level"`
+	Status      string `json:"status"`
+}
+
+const readPage = `(() => {
+  const n = (id) => Number(document.getElementById(id).textContent);
+  return {
+    t: Number(document.getElementById("numbers").dataset.t),
+    in_flight: n("n-in-flight"), concurrency: n("n-concurrency"), queued: n("n-queued"),
+    served: n("n-served"), refused: n("n-refused"),
+    level: document.getElementById("status").dataset.level,
+    status: document.getElementById("status-text").textContent,
+  };
+})()`
+
+// refusalsCharted sums the refusals chart's data: what uPlot was given.
+const refusalsCharted = `(() => {
+  const u = window.sluice.charts.refusals_reason;
+  if (!u) return 0;
+  return u.data.slice(1).flat().reduce((a, b) => a + (b || 0), 0);
+})()`
+
+type stateReading struct {
+	at              time.Time
+	served, refused uint64
+}
+
+// TestDashboardInBrowser loads the dashboard in headless Chromium in front
+// of a real gateway and mock provider, sends a storm that is partly
+// refused, and checks what the page shows against /admin/v1/state.
+func TestDashboardInBrowser(t *testing.T) {
+	chromium := chromiumPath(t)
+	_, up := startMock(t, mockllm.Config{Slots: 2, Median: 150 * time.Millisecond})
+	cfg := baseConfig(up.URL)
+	cfg.Admission = AdmissionConfig{Concurrency: 2, MaxQueue: new(6)}
+	// A spend section, far from its ceiling, so that the spend charts are
+	// drawn (and shown in the screenshot) without refusing anything.
+	cfg.Spend = testSpend()
+	cfg.Spend.CeilingPerHour = 5
+	cfg.Spend.AlertPerHour = 4
+	cfg.Listen, cfg.Admin = "127.0.0.1:0", "127.0.0.1:0"
+	g, err := New(cfg, Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := Listen(g)
+	if err != nil {
+		t.Fatal(err)
+	}
+	serveCtx, stopServe := context.WithCancel(context.Background())
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(serveCtx) }()
+	t.Cleanup(func() {
+		stopServe()
+		if err := <-served; err != nil {
+			t.Errorf("Serve: %v", err)
+		}
+	})
+	api := "http://" + srv.API.Addr().String()
+	admin := "http://" + srv.Admin.Addr().String()
+
+	allocCtx, cancelAlloc := chromedp.NewExecAllocator(context.Background(),
+		chromedp.ExecPath(chromium),
+		chromedp.Flag("headless", true),
+		chromedp.NoSandbox,
+		chromedp.DisableGPU,
+		chromedp.Flag("disable-background-networking", true),
+		chromedp.Flag("disable-component-update", true),
+		chromedp.NoFirstRun,
+		chromedp.NoDefaultBrowserCheck,
+		chromedp.UserDataDir(t.TempDir()),
+		chromedp.WindowSize(1440, 1200),
+	)
+	defer cancelAlloc()
+	ctx, cancelTab := chromedp.NewContext(allocCtx)
+	defer cancelTab()
+	ctx, cancelTimeout := context.WithTimeout(ctx, 60*time.Second)
+	defer cancelTimeout()
+
+	// Every console error, uncaught exception and browser log error (a
+	// blocked request, a CSP violation, a 404) fails the test.
+	var mu sync.Mutex
+	var problems []string
+	listening := chromedp.Listen(ctx, func(ev any) {
+		mu.Lock()
+		defer mu.Unlock()
+		switch ev := ev.(type) {
+		case *runtime.EventConsoleAPICalled:
+			if ev.Type == runtime.ConsoleAPICalledTypeError || ev.Type == runtime.ConsoleAPICalledTypeAssert || ev.Type == runtime.ConsoleAPICalledTypeWarning {
+				var args []string
+				for _, a := range ev.Args {
+					args = append(args, string(a.Value)+a.Description)
+				}
+				problems = append(problems, fmt.Sprintf("console.%s: %s", ev.Type, strings.Join(args, " ")))
+			}
+		case *runtime.EventExceptionThrown:
+			d := ev.ExceptionDetails
+			text := d.Text
+			if d.Exception != nil {
+				text += " " + d.Exception.Description
+			}
+			problems = append(problems, fmt.Sprintf("exception: %s at %s:%d", text, d.URL, d.LineNumber))
+		case *log.EventEntryAdded:
+			if ev.Entry.Level == log.EntryLevelError || ev.Entry.Level == log.EntryLevelWarning {
+				problems = append(problems, fmt.Sprintf("log %s: %s %s", ev.Entry.Level, ev.Entry.Text, ev.Entry.URL))
+			}
+		}
+	})
+	if listening != nil {
+		t.Fatalf("starting chromium: %v", listening)
+	}
+	if _, err := chromedp.Call(ctx, log.Enable, cdp.Empty{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := chromedp.Call(ctx, runtime.Enable, cdp.Empty{}); err != nil {
+		t.Fatal(err)
+	}
+	// Headless Chromium prefers light; the dashboard is dark unless the
+	// system asks otherwise, and the screenshot shows it so.
+	if _, err := chromedp.Call(ctx, emulation.SetEmulatedMedia, emulation.SetEmulatedMediaParams{
+		Features: []*emulation.MediaFeature{{Name: "prefers-color-scheme", Value: "dark"}}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := chromedp.Do(ctx,
+		chromedp.Navigate(admin+"/"),
+		chromedp.WaitVisible(chromedp.CSS("#chart-refusals_reason .uplot")),
+	); err != nil {
+		t.Fatalf("loading the dashboard: %v", err)
+	}
+	if _, err := chromedp.Run(ctx, chromedp.Poll[bool](`Number(document.getElementById("numbers").dataset.t) > 0`, chromedp.WithPollingTimeout(10*time.Second))); err != nil {
+		t.Fatalf("the dashboard shows no sample: %v", err)
+	}
+	first, err := chromedp.Run(ctx, chromedp.Evaluate[pageNumbers](readPage))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if first.Level != "ok" || !strings.HasPrefix(first.Status, "All clear") {
+		t.Errorf("before any load the status is %s %q, want ok \"All clear…\"", first.Level, first.Status)
+	}
+
+	// The state, read every 100 ms while the storm runs.
+	var states []stateReading
+	var statesMu sync.Mutex
+	// The fields of State the page is checked against (State itself does
+	// not decode: spend's stages only marshal).
+	type stateFields struct {
+		Time        time.Time         `json:"time"`
+		Concurrency int               `json:"concurrency"`
+		Counters    map[string]uint64 `json:"counters"`
+		Rejected    map[string]uint64 `json:"rejected"`
+	}
+	readState := func() stateFields {
+		resp, err := http.Get(admin + "/admin/v1/state")
+		if err != nil {
+			t.Error(err)
+			return stateFields{}
+		}
+		var s stateFields
+		decodeJSON(t, resp, &s)
+		return s
+	}
+	record := func() {
+		s := readState()
+		var refused uint64
+		for _, n := range s.Rejected {
+			refused += n
+		}
+		statesMu.Lock()
+		states = append(states, stateReading{s.Time, s.Counters["completed_success"], refused})
+		statesMu.Unlock()
+	}
+	stormDone := make(chan struct{})
+	var pollers sync.WaitGroup
+	pollers.Go(func() {
+		tick := time.NewTicker(100 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			record()
+			select {
+			case <-stormDone:
+				return
+			case <-tick.C:
+			}
+		}
+	})
+
+	// The storm: 200 requests over 3 s, about 67/s against a capacity of
+	// about 13/s, half interactive and half batch: many are refused.
+	var storm sync.WaitGroup
+	codes := make(chan int, 200)
+	client := &http.Client{Timeout: 20 * time.Second}
+	for i := range 200 {
+		storm.Go(func() {
+			time.Sleep(time.Duration(i) * 15 * time.Millisecond) // the storm's schedule, not synchronisation
+			class := admission.ClassInteractive
+			if i%2 == 1 {
+				class = admission.ClassBatch
+			}
+			req, _ := http.NewRequest(http.MethodPost, api+"/v1/chat/completions", strings.NewReader(chatBody))
+			req.Header.Set("Content-Type", "application/json")
+			req.Header.Set(contract.HeaderPriority, class)
+			resp, err := client.Do(req)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			_, _ = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			codes <- resp.StatusCode
+		})
+	}
+
+	// While it runs, what the page shows is checked against the state
+	// read around the same moment.
+	var readings []pageNumbers
+	var readAt []time.Time
+	deadline := time.Now().Add(3500 * time.Millisecond)
+	for time.Now().Before(deadline) {
+		p, err := chromedp.Run(ctx, chromedp.Evaluate[pageNumbers](readPage))
+		if err != nil {
+			t.Fatal(err)
+		}
+		readings = append(readings, p)
+		readAt = append(readAt, time.Now())
+		if err := chromedp.Do(ctx, chromedp.Sleep(250*time.Millisecond)); err != nil { // the pace of the readings, not synchronisation
+			t.Fatal(err)
+		}
+	}
+	storm.Wait()
+	close(codes)
+	close(stormDone)
+	pollers.Wait()
+	refusedCodes := 0
+	for c := range codes {
+		if c == http.StatusTooManyRequests || c == http.StatusServiceUnavailable {
+			refusedCodes++
+		}
+	}
+	if refusedCodes == 0 {
+		t.Fatal("the storm was not refused at all: the test does not exercise refusals")
+	}
+
+	checked := 0
+	for i, p := range readings {
+		// Fresh: the sample shown is at most a second old (plus the
+		// time to deliver and draw it).
+		if age := readAt[i].Sub(time.UnixMilli(p.T)); age > 1500*time.Millisecond {
+			t.Errorf("reading %d: the page shows a sample %v old", i, age)
+		}
+		// Within a second of the state: the totals the page shows lie
+		// between the state's just before and just after its sample.
+		at := time.UnixMilli(p.T)
+		var before, after *stateReading
+		for j := range states {
+			s := &states[j]
+			if !s.at.After(at) {
+				before = s
+			}
+			if !s.at.Before(at) && after == nil {
+				after = s
+			}
+		}
+		if before == nil || after == nil || at.Sub(before.at) > time.Second || after.at.Sub(at) > time.Second {
+			continue // outside the recorded stretch
+		}
+		checked++
+		if p.Served < before.served || p.Served > after.served || p.Refused < before.refused || p.Refused > after.refused {
+			t.Errorf("reading %d at %v: page served %d refused %d; state before (%v) %d %d, after (%v) %d %d",
+				i, at.Format("15:04:05.000"), p.Served, p.Refused, before.at.Format("15:04:05.000"), before.served, before.refused,
+				after.at.Format("15:04:05.000"), after.served, after.refused)
+		}
+	}
+	if checked < 5 {
+		t.Errorf("only %d of %d page readings fell inside the recorded state", checked, len(readings))
+	}
+
+	// Settled: the page and the state agree exactly.
+	eventually(t, "the gateway idle", func() bool { st := g.gate.Stats(); return st.InFlight+st.Queued == 0 })
+	final := readState()
+	var finalRefused uint64
+	for _, n := range final.Rejected {
+		finalRefused += n
+	}
+	want := fmt.Sprintf(`(() => { const p = %s; return p.served === %d && p.refused === %d && p.in_flight === 0 && p.queued === 0 && p.concurrency === %d; })()`,
+		readPage, final.Counters["completed_success"], finalRefused, final.Concurrency)
+	_, settled := chromedp.Run(ctx, chromedp.Poll[bool](want, chromedp.WithPollingTimeout(3*time.Second)))
+	last, err := chromedp.Run(ctx, chromedp.Evaluate[pageNumbers](readPage))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if settled != nil {
+		t.Fatalf("the page does not settle on the state (served %d, refused %d, concurrency %d): it shows %+v: %v",
+			final.Counters["completed_success"], finalRefused, final.Concurrency, last, settled)
+	}
+	charted, err := chromedp.Run(ctx, chromedp.Evaluate[float64](refusalsCharted))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if charted < 1 {
+		t.Errorf("the refusals chart holds %v refusals, want the storm's %d", charted, finalRefused)
+	}
+	if last.Level != "crit" || !strings.HasPrefix(last.Status, "Interactive work is being shed: capacity is missing") {
+		t.Errorf("after the storm the status is %s %q, want crit \"Interactive work is being shed: capacity is missing…\"", last.Level, last.Status)
+	}
+
+	png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
+	if err != nil {
+		t.Fatal(err)
+	}
+	shot := filepath.Join(t.TempDir(), "dashboard.png")
+	if os.Getenv("SLUICE_UPDATE_SCREENSHOT") == "1" {
+		shot = filepath.Join("..", "docs", "dashboard.png")
+	}
+	if err := os.WriteFile(shot, png, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("screenshot: %s", shot)
+
+	mu.Lock()
+	defer mu.Unlock()
+	for _, p := range problems {
+		t.Errorf("browser: %s", p)
+	}
+}

@@ -1,0 +1,101 @@
+package gateway
+
+import (
+	"embed"
+	"encoding/json"
+	"io/fs"
+	"net/http"
+)
+
+//go:embed dashboard/index.html dashboard/app.js dashboard/style.css dashboard/favicon.svg dashboard/uPlot.iife.min.js dashboard/uPlot.min.css dashboard/uPlot.LICENSE
+var dashboardFS embed.FS
+
+// dashboardCSP keeps the page to its own origin: scripts and styles are
+// files of the binary, data comes from the same listener, and nothing is
+// fetched from anywhere else.
+const dashboardCSP = "default-src 'self'"
+
+// mountDashboard adds the dashboard's routes: the page at /, its assets
+// under /dashboard/, the history at /admin/v1/history and the live samples
+// at /admin/v1/events.
+func (g *Gateway) mountDashboard(mux *http.ServeMux) {
+	assets, _ := fs.Sub(dashboardFS, "dashboard") // a constant path of the embed
+	files := http.FileServerFS(assets)
+	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, r *http.Request) {
+		dashboardHeaders(w)
+		http.ServeFileFS(w, r, assets, "index.html")
+	})
+	mux.Handle("GET /dashboard/", http.StripPrefix("/dashboard/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		dashboardHeaders(w)
+		files.ServeHTTP(w, r)
+	})))
+	mux.HandleFunc("GET /favicon.ico", func(w http.ResponseWriter, r *http.Request) {
+		dashboardHeaders(w)
+		w.Header().Set("Content-Type", "image/svg+xml")
+		http.ServeFileFS(w, r, assets, "favicon.svg")
+	})
+	mux.HandleFunc("GET /admin/v1/history", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(g.metrics.dash.history())
+	})
+	mux.HandleFunc("GET /admin/v1/events", g.dashboardEvents)
+}
+
+func dashboardHeaders(w http.ResponseWriter) {
+	h := w.Header()
+	h.Set("Content-Security-Policy", dashboardCSP)
+	h.Set("X-Content-Type-Options", "nosniff")
+	h.Set("Referrer-Policy", "no-referrer")
+	h.Set("Cache-Control", "no-cache")
+}
+
+// dashboardEvents streams server-sent events: first a "history" event
+// (DashboardHistory: the meta and the last 15 minutes), then one message a
+// second, each a DashboardSample. It ends when the client leaves or the
+// sampler stops.
+func (g *Gateway) dashboardEvents(w http.ResponseWriter, r *http.Request) {
+	rc := http.NewResponseController(w)
+	hist, samples, cancel := g.metrics.dash.subscribe()
+	defer cancel()
+	h := w.Header()
+	h.Set("Content-Type", "text/event-stream")
+	h.Set("Cache-Control", "no-cache")
+	h.Set("X-Accel-Buffering", "no") // a reverse proxy put in front (nginx) must pass each event on, not buffer them
+	if err := writeEvent(w, "history", hist); err != nil {
+		return
+	}
+	if rc.Flush() != nil {
+		return
+	}
+	for {
+		select {
+		case <-r.Context().Done():
+			return
+		case d, ok := <-samples:
+			if !ok {
+				return
+			}
+			if writeEvent(w, "", d) != nil || rc.Flush() != nil {
+				return
+			}
+		}
+	}
+}
+
+func writeEvent(w http.ResponseWriter, event string, v any) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	buf := make([]byte, 0, len(b)+32)
+	if event != "" {
+		buf = append(buf, "event: "...)
+		buf = append(buf, event...)
+		buf = append(buf, '\n')
+	}
+	buf = append(buf, "data: "...)
+	buf = append(buf, b...)
+	buf = append(buf, "\n\n"...)
+	_, err = w.Write(buf)
+	return err
+}
