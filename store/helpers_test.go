@@ -10,6 +10,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
 	"github.com/sluicehq/sluice/store/redistest"
 )
 
@@ -95,3 +98,5 @@ func (c *logCounter) count(msg string) int {
 	defer c.mu.Unlock()
 	return c.msgs[msg]
 }
+
+func testutilValue(c prometheus.Collector) float64 { return testutil.ToFloat64(c) }

@@ -86,7 +86,7 @@ type Ledger struct {
 	log     *slog.Logger
 	seq     atomic.Uint64
 	syncMu  sync.Mutex // one Sync at a time: a batch is written by one
-	scopes  sync.Map // scope → *atomic.Int64, the minute it was last used
+	scopes  sync.Map   // scope → *atomic.Int64, the minute it was last used
 
 	mu struct {
 		sync.Mutex

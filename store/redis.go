@@ -6,7 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net/url"
+	"strings"
 	"sync"
 	"time"
 
@@ -71,6 +71,7 @@ func NewClient(o ClientOptions) (redis.UniversalClient, error) {
 	u := &redis.UniversalOptions{
 		Password:              o.Password,
 		MaxRetries:            -1,
+		DialerRetries:         1,
 		DialTimeout:           timeout,
 		ReadTimeout:           timeout,
 		WriteTimeout:          timeout,
@@ -86,7 +87,7 @@ func NewClient(o ClientOptions) (redis.UniversalClient, error) {
 		if err != nil {
 			return nil, fmt.Errorf("store: url: %w", redactURLError(err, o.URL))
 		}
-		po.MaxRetries, po.DialTimeout, po.ReadTimeout, po.WriteTimeout = u.MaxRetries, u.DialTimeout, u.ReadTimeout, u.WriteTimeout
+		po.MaxRetries, po.DialerRetries, po.DialTimeout, po.ReadTimeout, po.WriteTimeout = u.MaxRetries, u.DialerRetries, u.DialTimeout, u.ReadTimeout, u.WriteTimeout
 		po.ContextTimeoutEnabled, po.PoolSize = true, u.PoolSize
 		if o.Password != "" {
 			po.Password = o.Password
@@ -104,12 +105,11 @@ func NewClient(o ClientOptions) (redis.UniversalClient, error) {
 	}
 }
 
-// redactURLError keeps a password in the URL out of the error.
+// redactURLError keeps credentials in the URL out of the error: go-redis
+// and net/url quote the URL whole.
 func redactURLError(err error, raw string) error {
-	if p, perr := url.Parse(raw); perr == nil && p.User != nil {
-		if pw, ok := p.User.Password(); ok && pw != "" {
-			return errors.New("not a valid redis:// or rediss:// URL")
-		}
+	if strings.Contains(raw, "@") {
+		return errors.New("not a valid redis:// or rediss:// URL (not shown: it has credentials)")
 	}
 	return err
 }
