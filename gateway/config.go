@@ -64,6 +64,9 @@ type Config struct {
 	// policy and alerts (see package spend). Nil means no books and no
 	// budgets.
 	Spend *spend.Config `yaml:"spend"`
+	// Store says where the spend books live (see StoreConfig). Nil means
+	// this process's memory: one replica, books forgotten at restart.
+	Store *StoreConfig `yaml:"store"`
 	// ShutdownGrace is how long in-flight requests may take to finish after
 	// SIGTERM/SIGINT. Zero means 30s.
 	ShutdownGrace Duration `yaml:"shutdown_grace"`
@@ -309,6 +312,9 @@ func (c Config) Validate() error {
 		return err
 	}
 	if _, err := c.spendConfig(); err != nil {
+		return err
+	}
+	if err := c.Store.validate(c.Spend != nil); err != nil {
 		return err
 	}
 	seenTenant := map[string]bool{}
