@@ -87,6 +87,9 @@ type Ledger struct {
 	seq     atomic.Uint64
 	syncMu  sync.Mutex // one Sync at a time: a batch is written by one
 	scopes  sync.Map   // scope → *atomic.Int64, the minute it was last used
+	// minute is the current minute as of the last Add or Sync: reads mark
+	// their scope in use at it rather than read the clock each time.
+	minute atomic.Int64
 
 	mu struct {
 		sync.Mutex
@@ -97,7 +100,8 @@ type Ledger struct {
 		failing  bool
 		fullAt   map[string]time.Time
 	}
-	queued, dropped prometheus.GaugeFunc
+	queued  prometheus.GaugeFunc
+	dropped prometheus.CounterFunc
 }
 
 // batch is one flush: its id makes a retry after an ambiguous failure (a
@@ -138,14 +142,15 @@ func NewLedger(r *Redis, o LedgerOptions) (*Ledger, error) {
 	if l.log == nil {
 		l.log = slog.Default()
 	}
+	l.minute.Store(minuteOf(l.now()))
 	l.mu.pending = make(map[int64]map[string]int64)
 	l.mu.fullAt = make(map[string]time.Time)
 	l.queued = prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "sluice_store_queued_entries",
 		Help: "Spend buckets (scope and minute) booked locally and not yet written to Redis.",
 	}, func() float64 { return float64(l.Queued()) })
-	l.dropped = prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-		Name: "sluice_store_dropped_entries",
+	l.dropped = prometheus.NewCounterFunc(prometheus.CounterOpts{
+		Name: "sluice_store_dropped_entries_total",
 		Help: "Spend buckets dropped from a full write queue since start: spend the shared books never saw.",
 	}, func() float64 { return float64(l.Dropped()) })
 	return l, nil
@@ -162,9 +167,8 @@ func minuteOf(t time.Time) int64 {
 
 func minuteTime(m int64) time.Time { return time.Unix(m*60, 0) }
 
-// use marks scope as in use, so that Sync pulls it.
-func (l *Ledger) use(scope string) {
-	m := minuteOf(l.now())
+// use marks scope as in use at minute m, so that Sync pulls it.
+func (l *Ledger) use(scope string, m int64) {
 	if v, ok := l.scopes.Load(scope); ok {
 		if u := v.(*atomic.Int64); u.Load() != m {
 			u.Store(m)
@@ -193,8 +197,10 @@ func (l *Ledger) Add(ctx context.Context, now time.Time, entries []spend.Entry) 
 	if err := l.local.Add(ctx, now, entries); err != nil {
 		return err
 	}
+	inUse := minuteOf(l.now())
+	l.minute.Store(inUse)
 	for _, e := range entries {
-		l.use(e.Scope)
+		l.use(e.Scope, inUse)
 		m := minuteOf(e.At)
 		if m < oldest || e.Amount == 0 {
 			continue
@@ -235,7 +241,7 @@ func (l *Ledger) dropOldestLocked() {
 // Buckets implements spend.Ledger from the local view.
 func (l *Ledger) Buckets(ctx context.Context, scope string, last time.Time, dst []int64) error {
 	if scope != "" {
-		l.use(scope)
+		l.use(scope, l.minute.Load())
 	}
 	return l.local.Buckets(ctx, scope, last, dst)
 }
@@ -243,7 +249,7 @@ func (l *Ledger) Buckets(ctx context.Context, scope string, last time.Time, dst 
 // Sum implements spend.Ledger from the local view.
 func (l *Ledger) Sum(ctx context.Context, scope string, first, last time.Time) (int64, error) {
 	if scope != "" {
-		l.use(scope)
+		l.use(scope, l.minute.Load())
 	}
 	return l.local.Sum(ctx, scope, first, last)
 }
@@ -270,7 +276,7 @@ func (l *Ledger) Dropped() int64 {
 func (l *Ledger) Redis() *Redis { return l.r }
 
 // Collector exposes sluice_store_queued_entries and
-// sluice_store_dropped_entries.
+// sluice_store_dropped_entries_total.
 func (l *Ledger) Collector() prometheus.Collector { return collectors{l.queued, l.dropped} }
 
 // Run syncs every SyncInterval until ctx ends, then writes what is queued
@@ -420,6 +426,7 @@ func (l *Ledger) pendingLocked(scope string, m int64) int64 {
 func (l *Ledger) pull(ctx context.Context) error {
 	now := l.now()
 	cur := minuteOf(now)
+	l.minute.Store(cur)
 	var spans []span
 	fulls := 0
 	l.mu.Lock()
@@ -476,9 +483,13 @@ func (l *Ledger) pull(ctx context.Context) error {
 }
 
 // Mode is "redis" while Redis answers and "degraded" while the ledger
-// serves from its local view alone.
+// serves from its local view alone: the breaker is open, or the last sync
+// failed.
 func (l *Ledger) Mode() string {
-	if l.r.Up() {
+	l.mu.Lock()
+	failing := l.mu.failing
+	l.mu.Unlock()
+	if l.r.Up() && !failing {
 		return "redis"
 	}
 	return "degraded"
