@@ -63,6 +63,7 @@ type State struct {
 	Classes     map[string]ClassState   `json:"classes"`
 	Tenants     []TenantState           `json:"tenants"`
 	Spend       *spend.Snapshot         `json:"spend,omitempty"`
+	Store       *StoreState             `json:"store,omitempty"`
 }
 
 type RankState struct {
@@ -139,6 +140,7 @@ func (g *Gateway) State() State {
 		snap := g.spend.Snapshot(time.Now())
 		s.Spend = &snap
 	}
+	s.Store = g.storeState()
 	return s
 }
 

@@ -66,6 +66,9 @@ type Config struct {
 	Spend *spend.Config `yaml:"spend"`
 	// Server bounds client connections: timeouts and connection caps.
 	Server ServerConfig `yaml:"server"`
+	// Store says where the spend books live (see StoreConfig). Nil means
+	// this process's memory: one replica, books forgotten at restart.
+	Store *StoreConfig `yaml:"store"`
 	// ShutdownGrace is how long in-flight requests may take to finish after
 	// SIGTERM/SIGINT. Zero means 30s; at most 1h (an orchestrator kills a
 	// process long before).
@@ -375,6 +378,9 @@ func (c Config) Validate() error {
 		return err
 	}
 	if _, err := c.spendConfig(); err != nil {
+		return err
+	}
+	if err := c.Store.validate(c.Spend != nil); err != nil {
 		return err
 	}
 	seenTenant := map[string]bool{}

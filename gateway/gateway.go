@@ -44,6 +44,7 @@ type Gateway struct {
 	limit    *aimd
 	spend    *spend.Limiter // the chain's; nil without a spend section
 	alerter  *spend.Alerter
+	books    books // where the spend books live (store.go)
 }
 
 var _ http.Handler = (*Gateway)(nil)
@@ -83,10 +84,14 @@ func New(cfg Config, opts Options) (*Gateway, error) {
 	if sc, err := cfg.spendConfig(); err != nil {
 		return nil, err
 	} else if sc != nil {
-		if g.spend, err = spend.New(*sc, spend.Options{}); err != nil {
+		ledger, err := g.openBooks(cfg.Store, opts.Getenv)
+		if err != nil {
+			return nil, err
+		}
+		if g.spend, err = spend.New(*sc, spend.Options{Ledger: ledger}); err != nil {
 			return nil, fmt.Errorf("config: %w", err)
 		}
-		g.alerter = spend.NewAlerter(g.spend, spend.AlerterOptions{Logger: g.log})
+		g.alerter = spend.NewAlerter(g.spend, spend.AlerterOptions{Logger: g.log, Claim: g.books.alertClaim()})
 	}
 	ccfg, err := cfg.chainConfig(g.spend)
 	if err != nil {
@@ -117,6 +122,7 @@ func New(cfg Config, opts Options) (*Gateway, error) {
 	g.metrics = newMetrics(g)
 	if g.spend != nil {
 		g.metrics.reg.MustRegister(g.spend.Collector())
+		g.books.register(g.metrics.reg)
 	}
 	return g, nil
 }

@@ -91,7 +91,7 @@ func (s *Server) Serve(ctx context.Context) error {
 	alertsDone := make(chan struct{})
 	go func() {
 		defer close(alertsDone)
-		_ = s.Gateway.RunAlerts(alertCtx)
+		s.Gateway.runBackground(alertCtx) // alerts and the store's sync or snapshots
 	}()
 	defer func() {
 		stopAlerts()

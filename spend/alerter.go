@@ -22,6 +22,12 @@ type AlerterOptions struct {
 	// Client posts to the webhook. Nil means a client of its own; each
 	// POST is bounded by alert_timeout either way.
 	Client *http.Client
+	// Claim, when set, is asked before each webhook POST whether this
+	// process is the one to deliver the event; false skips the POST (the
+	// log line stays). Replicas sharing their books share the alerts too,
+	// and Claim is how they send each crossing once for the cluster. Nil
+	// means every event is delivered.
+	Claim func(ctx context.Context, ev AlertEvent) bool
 }
 
 // Alerter is the shell around EvaluateAlerts: every alert_interval it
@@ -33,6 +39,7 @@ type Alerter struct {
 	log     *slog.Logger
 	client  *http.Client
 	webhook string
+	claim   func(context.Context, AlertEvent) bool
 }
 
 // queueLen bounds the events waiting for the webhook. A webhook slower than
@@ -41,7 +48,7 @@ const queueLen = 64
 
 // NewAlerter returns an Alerter for l, posting to l's configured webhook.
 func NewAlerter(l *Limiter, opts AlerterOptions) *Alerter {
-	a := &Alerter{l: l, log: opts.Logger, client: opts.Client, webhook: l.cfg.webhook}
+	a := &Alerter{l: l, log: opts.Logger, client: opts.Client, webhook: l.cfg.webhook, claim: opts.Claim}
 	if a.log == nil {
 		a.log = slog.Default()
 	}
@@ -129,6 +136,9 @@ func (a *Alerter) evaluate(now time.Time) []AlertEvent {
 
 // post delivers one event, bounded by alert_timeout.
 func (a *Alerter) post(ctx context.Context, ev AlertEvent) error {
+	if a.claim != nil && !a.claim(ctx, ev) {
+		return nil
+	}
 	body, err := json.Marshal(ev)
 	if err != nil {
 		return err

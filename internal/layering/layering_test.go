@@ -28,7 +28,7 @@ var layers = [][]string{
 	{"spend"}, // prices and budgets in the gate's ranks and reasons
 	// The admission chain, which runs the policies in order; the ledgers'
 	// shared test suite.
-	{"chain", "spend/spendtest"},
+	{"chain", "spend/spendtest", "store", "store/redistest"},
 	{"client"},
 	// The shells and the tools around them: none imports another.
 	{"gateway", "sim", "loadgen", "mockllm"},
