@@ -66,6 +66,9 @@ type Config struct {
 	Spend *spend.Config `yaml:"spend"`
 	// Server bounds client connections: timeouts and connection caps.
 	Server ServerConfig `yaml:"server"`
+	// Idempotency bounds the answers kept for Idempotency-Key (see
+	// idempotency.go). Zero means a 10m window, 10000 answers, 64 MiB.
+	Idempotency IdempotencyConfig `yaml:"idempotency"`
 	// ShutdownGrace is how long in-flight requests may take to finish after
 	// SIGTERM/SIGINT. Zero means 30s; at most 1h (an orchestrator kills a
 	// process long before).
@@ -298,6 +301,9 @@ func (c Config) Validate() error {
 		return err
 	}
 	if err := c.Server.validate(); err != nil {
+		return err
+	}
+	if err := c.Idempotency.validate(); err != nil {
 		return err
 	}
 	if err := durationIn("shutdown_grace", c.ShutdownGrace, 0, maxShutdownGrace); err != nil {
