@@ -29,7 +29,9 @@
 //   - [HeaderDegrade]: [DegradeAllow] accepts a cheaper rung of the model's
 //     ladder rather than a refusal under load.
 //   - [HeaderIdempotencyKey]: the same key from the same tenant within the
-//     window makes one upstream call, and one answer for all.
+//     window makes one upstream call, and one answer for all. A key is 1 to
+//     255 printable ASCII bytes (else 400); reused for another method, path
+//     or body it is a 422.
 //
 // # Response headers
 //
@@ -40,7 +42,7 @@
 // estimated wait and the retry delay.
 //
 // Some of these the gateway does not handle yet: it neither reads
-// HeaderDegrade and HeaderIdempotencyKey nor sends HeaderUpstream. They are declared here so that the
+// HeaderDegrade nor sends HeaderUpstream. They are declared here so that the
 // contract is written down in one place before its parts are built.
 //
 // # Rejections

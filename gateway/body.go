@@ -3,6 +3,7 @@ package gateway
 import (
 	"errors"
 	"io"
+	"time"
 
 	"github.com/sluicehq/sluice/admission"
 )
@@ -20,10 +21,12 @@ func (b *releasingBody) Read(p []byte) (int, error) {
 	n, err := b.ReadCloser.Read(p)
 	if n > 0 {
 		b.c.meter.write(p[:n])
+		b.c.idem.write(p[:n]) // Idempotency-Key: a copy, the caller's bytes are not held back
 	}
 	switch {
 	case err == nil:
 	case errors.Is(err, io.EOF):
+		b.c.idem.complete(time.Now()) // the whole answer: kept for duplicates
 		b.c.finish(b.result)
 	default:
 		// The stream broke off: the caller left, the deadline cut it, or
@@ -33,8 +36,20 @@ func (b *releasingBody) Read(p []byte) (int, error) {
 	return n, err
 }
 
-// Close ends the call; a body closed before its end was abandoned.
+// Close ends the call; a body closed before its end was abandoned. An
+// answer captured for an Idempotency-Key is first read to its end (within
+// the call's deadline and max_entry_bytes) for the caller's retry, which
+// then costs nothing instead of a second call.
 func (b *releasingBody) Close() error {
+	if b.c.idem.wantsRest() {
+		buf := copyBuffers.Get().(*[]byte)
+		for b.c.idem.wantsRest() {
+			if _, err := b.Read(*buf); err != nil {
+				break
+			}
+		}
+		copyBuffers.Put(buf)
+	}
 	err := b.ReadCloser.Close()
 	b.c.finish(admission.Canceled)
 	return err

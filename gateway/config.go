@@ -69,6 +69,9 @@ type Config struct {
 	// Store says where the spend books live (see StoreConfig). Nil means
 	// this process's memory: one replica, books forgotten at restart.
 	Store *StoreConfig `yaml:"store"`
+	// Idempotency bounds the answers kept for Idempotency-Key (see
+	// idempotency.go). Zero means a 10m window, 10000 answers, 64 MiB.
+	Idempotency IdempotencyConfig `yaml:"idempotency"`
 	// ShutdownGrace is how long in-flight requests may take to finish after
 	// SIGTERM/SIGINT. Zero means 30s; at most 1h (an orchestrator kills a
 	// process long before).
@@ -352,6 +355,9 @@ func (c Config) Validate() error {
 		return err
 	}
 	if err := c.Server.validate(); err != nil {
+		return err
+	}
+	if err := c.Idempotency.validate(); err != nil {
 		return err
 	}
 	if err := durationIn("shutdown_grace", c.ShutdownGrace, 0, maxShutdownGrace); err != nil {

@@ -44,7 +44,8 @@ type Gateway struct {
 	limit    *aimd
 	spend    *spend.Limiter // the chain's; nil without a spend section
 	alerter  *spend.Alerter
-	books    books // where the spend books live (store.go)
+	books    books      // where the spend books live (store.go)
+	idem     *idemStore // Idempotency-Key (idempotency.go)
 }
 
 var _ http.Handler = (*Gateway)(nil)
@@ -120,6 +121,7 @@ func New(cfg Config, opts Options) (*Gateway, error) {
 		BufferPool:    bufferPool{},
 	}
 	g.metrics = newMetrics(g)
+	g.idem = newIdemStore(cfg.Idempotency, g.metrics.reg) // Idempotency-Key
 	if g.spend != nil {
 		g.metrics.reg.MustRegister(g.spend.Collector())
 		g.books.register(g.metrics.reg)
@@ -169,6 +171,7 @@ type call struct {
 	caller   context.Context // the caller's own context: done when it leaves
 	finished atomic.Bool
 	meter    *usageMeter // set when the response arrives
+	idem     *idemFlight // the Idempotency-Key's capture; nil without a key
 	// headersWritten counts the upstream attempts whose request headers
 	// were written (trace.WroteHeaders): once they may have reached the
 	// provider, a failed attempt is not retried.
@@ -264,6 +267,15 @@ func (g *Gateway) serveCall(w http.ResponseWriter, r *http.Request, rt *route, t
 	ctx, cancel := context.WithTimeout(r.Context(), hdr.timeout)
 	defer cancel()
 	deadline, _ := ctx.Deadline()
+	// Idempotency-Key (idempotency.go): a duplicate is answered here,
+	// without entering the chain; the first request makes the call and its
+	// answer is captured on the way to its caller. Whatever does not
+	// complete the capture (a refusal, a failure, a cut stream) drops it.
+	idem, handled := g.idempotent(ctx, w, r, tenant, body)
+	if handled {
+		return
+	}
+	defer idem.abandon()
 	req := chain.Request{
 		Tenant:          tenant,
 		Tier:            tier,
@@ -314,7 +326,8 @@ func (g *Gateway) serveCall(w http.ResponseWriter, r *http.Request, rt *route, t
 		g.metrics.degraded.Inc()
 	}
 	c := &call{g: g, permit: permit, class: hdr.class, tenant: tenant, model: body.model, body: body.raw,
-		unbilled: !rt.billed, deadline: deadline, start: time.Now(), queue: permit.QueueTime(), caller: r.Context()}
+		unbilled: !rt.billed, deadline: deadline, start: time.Now(), queue: permit.QueueTime(), caller: r.Context(),
+		idem: idem}
 	g.metrics.admission(hdr.class, tenant, hdr.attempt).Inc()
 	g.metrics.queueTime(hdr.class).Observe(c.queue.Seconds())
 
@@ -324,7 +337,16 @@ func (g *Gateway) serveCall(w http.ResponseWriter, r *http.Request, rt *route, t
 	c.trace.WroteHeaders = c.wroteHeaders
 	// A shallow copy: ReverseProxy clones the request again for upstream,
 	// and r is not used after this.
-	out := r.WithContext(httptrace.WithClientTrace(context.WithValue(ctx, callKey{}, c), &c.trace))
+	upCtx := ctx
+	if idem != nil {
+		// Idempotency-Key: a keyed caller that leaves is expected to retry
+		// with the key, so its call runs on to its deadline and is kept for
+		// that retry instead of being thrown away (idempotency.go).
+		var cancelUp context.CancelFunc
+		upCtx, cancelUp = context.WithDeadline(context.WithoutCancel(r.Context()), deadline)
+		defer cancelUp()
+	}
+	out := r.WithContext(httptrace.WithClientTrace(context.WithValue(upCtx, callKey{}, c), &c.trace))
 	out.Body = io.NopCloser(bytes.NewReader(body.raw))
 	out.ContentLength = int64(len(body.raw))
 	out.Header.Set("Content-Length", strconv.Itoa(len(body.raw)))
@@ -382,6 +404,7 @@ func (g *Gateway) modifyResponse(resp *http.Response) error {
 	}
 	resp.Header.Set(contract.HeaderClass, c.class)
 	g.metrics.response(c.class, resp.StatusCode).Inc()
+	c.idem.respond(resp.StatusCode, resp.Header) // Idempotency-Key: after the stamps, so replays carry them
 	result := admission.Success
 	if resp.StatusCode >= 500 || resp.StatusCode == http.StatusTooManyRequests {
 		result = admission.Failure
