@@ -50,7 +50,7 @@ func FuzzCore(f *testing.F) {
 			case 2: // release
 				if inFlight > 0 {
 					inFlight--
-					c.Release(now, string(rune('k'+int(op/64))), Outcome{Result: Result(op/4) % 5, ServiceTime: time.Duration(op) * time.Millisecond})
+					c.Release(now, Request{Key: string(rune('k' + int(op/64)))}, Outcome{Result: Result(op/4) % 5, ServiceTime: time.Duration(op) * time.Millisecond})
 				}
 			case 3: // cancel one, or change concurrency
 				if len(queued) > 0 && op&4 == 0 {
