@@ -112,27 +112,30 @@ func (c *Core) Ranks() int { return len(c.levels) }
 // Queued; otherwise t is untouched. With wait false the request is refused
 // rather than queued (reason queue_wait, with the wait it would have had).
 func (c *Core) Arrive(now time.Time, req Request, t *Ticket, wait bool) (Decision, error) {
-	return c.arrive(now, &req, t, wait)
+	d, _, err := c.arrive(now, &req, t, wait)
+	return d, err
 }
 
-// arrive is Arrive without copying the request on the way in.
-func (c *Core) arrive(now time.Time, req *Request, t *Ticket, wait bool) (Decision, error) {
+// arrive is Arrive without copying the request on the way in. It also
+// returns the tenant's state, which a granted caller hands back to
+// release: the state lives at least as long as the tenant holds a slot.
+func (c *Core) arrive(now time.Time, req *Request, t *Ticket, wait bool) (Decision, *tenantState, error) {
 	rank, err := c.ranks.Rank(req)
 	if err != nil {
-		return Decision{}, err
+		return Decision{}, nil, err
 	}
 	cost, err := req.cost()
 	if err != nil {
-		return Decision{}, err
+		return Decision{}, nil, err
 	}
 	if t != nil && t.state == ticketQueued {
-		return Decision{}, fmt.Errorf("admission: ticket is already queued")
+		return Decision{}, nil, fmt.Errorf("admission: ticket is already queued")
 	}
 	ts := c.tenant(req.Tenant)
 	d := c.decide(now, req, rank, ts, cost)
 	if d.Verdict == Rejected {
 		c.c.rejected[d.Reason]++
-		return d, nil
+		return d, ts, nil
 	}
 	if d.Verdict == Granted {
 		c.inFlight++
@@ -140,29 +143,29 @@ func (c *Core) arrive(now time.Time, req *Request, t *Ticket, wait bool) (Decisi
 		ts.inFlightCost += cost
 		c.changed(ts)
 		c.c.admitted++
-		return d, nil
+		return d, ts, nil
 	}
 	if !wait || t == nil {
 		d.Verdict, d.Reason = Rejected, ReasonQueueWait
 		d.RetryAfter = max(d.EstimatedWait, c.perSlot())
 		c.c.rejected[d.Reason]++
-		return d, nil
+		return d, ts, nil
 	}
 	// Queued, unless the waiting room is at its bounds.
 	if ts.maxQueue > 0 && ts.queued >= ts.maxQueue {
-		return c.refuseFull(now, d, req), nil
+		return c.refuseFull(now, d, req), ts, nil
 	}
 	if c.queued >= c.cfg.MaxQueue {
 		victim := c.victim(rank, ts, cost)
 		if victim == nil {
-			return c.refuseFull(now, d, req), nil
+			return c.refuseFull(now, d, req), ts, nil
 		}
 		c.reject(now, victim, ReasonEvicted, c.retryAfterFor(now, victim.rank, victim.req.Tenant, &victim.req))
 	}
-	*t = Ticket{Owner: t.Owner, req: *req, rank: rank, cost: cost, enqueued: now, state: ticketQueued, wait: d.EstimatedWait}
+	*t = Ticket{Owner: t.Owner, req: *req, rank: rank, cost: cost, ts: ts, enqueued: now, state: ticketQueued, wait: d.EstimatedWait}
 	c.push(t, ts)
 	c.c.enqueued++
-	return d, nil
+	return d, ts, nil
 }
 
 // decide is the admission rule, without side effects: Granted when a slot is
@@ -179,7 +182,7 @@ func (c *Core) decide(now time.Time, req *Request, rank int, ts *tenantState, co
 			return d
 		}
 	}
-	d.EstimatedWait = c.waitFor(rank, req.Tenant, cost)
+	d.EstimatedWait = c.waitOf(rank, req.Tenant, ts, cost)
 	if ts.capped() {
 		// At its cap the tenant waits for its own work, whatever the
 		// others leave free.
@@ -271,23 +274,25 @@ func (c *Core) victim(rank int, ts *tenantState, cost float64) *Ticket {
 // Release frees one slot held by the work of req — the request that was
 // granted: its tenant's and cost's hold is given back and its service time
 // recorded under its key — then serves the queue.
-func (c *Core) Release(now time.Time, req Request, o Outcome) { c.release(now, &req, o) }
+func (c *Core) Release(now time.Time, req Request, o Outcome) {
+	cost, err := req.cost()
+	if err != nil {
+		cost = 0 // it was refused at arrival; nothing of it is held
+	}
+	c.release(now, c.tenants[req.Tenant], req.Key, cost, o)
+}
 
-// release is Release without copying the request on the way in.
-func (c *Core) release(now time.Time, req *Request, o Outcome) {
+// release is Release with the tenant's state at hand (nil: unknown) and
+// the request's cost worked out.
+func (c *Core) release(now time.Time, ts *tenantState, key string, cost float64, o Outcome) {
 	if c.inFlight > 0 {
 		c.inFlight--
 	}
-	if ts := c.tenants[req.Tenant]; ts != nil && ts.inFlight > 0 {
-		cost, err := req.cost()
-		if err != nil {
-			cost = 0 // it was refused at arrival; nothing of it is held
-		}
+	if ts != nil && ts.inFlight > 0 {
 		ts.inFlight--
 		ts.inFlightCost = max(ts.inFlightCost-cost, 0)
 		c.changed(ts)
 	}
-	key := req.Key
 	if o.Result <= Unused {
 		c.c.completed[o.Result]++
 	}
@@ -398,7 +403,7 @@ func (c *Core) dispatch(now time.Time) {
 		}
 		t.state, t.decided = ticketGranted, now
 		c.inFlight++
-		ts := c.tenant(t.req.Tenant)
+		ts := t.ts
 		ts.inFlight++
 		ts.inFlightCost += t.cost
 		c.changed(ts)
@@ -498,7 +503,7 @@ func (c *Core) unlink(t *Ticket) {
 // forget updates the counts for a ticket that left its level.
 func (c *Core) forget(t *Ticket) {
 	c.queued--
-	ts := c.tenant(t.req.Tenant)
+	ts := t.ts
 	ts.queued--
 	ts.queuedCost = max(ts.queuedCost-t.cost, 0)
 	c.changed(ts)
@@ -567,7 +572,12 @@ func (c *Core) serviceForRate() time.Duration {
 // itself, needs one completion when all slots are busy; completions come at
 // concurrency / service time.
 func (c *Core) waitFor(rank int, tenant string, cost float64) time.Duration {
-	ahead := c.ahead(rank, tenant, cost)
+	return c.waitOf(rank, tenant, c.tenants[tenant], cost)
+}
+
+// waitOf is waitFor with the tenant's state at hand (nil: none yet).
+func (c *Core) waitOf(rank int, tenant string, ts *tenantState, cost float64) time.Duration {
+	ahead := c.ahead(rank, tenant, ts, cost)
 	free := c.concurrency - c.inFlight
 	need := ahead + 1 - free
 	if need <= 0 {
@@ -607,8 +617,10 @@ func scale(n int, s time.Duration, k int) time.Duration {
 // while tenants contend, a newcomer within its fair share does not count
 // the work at higher ranks of tenants over their share, which pop serves
 // after it (as over-quota work).
-func (c *Core) ahead(rank int, tenant string, cost float64) int {
-	ts := c.tenants[tenant]
+func (c *Core) ahead(rank int, tenant string, ts *tenantState, cost float64) int {
+	if c.queued == 0 {
+		return 0 // the fast path: nothing waits
+	}
 	weight := 1.0
 	if ts != nil {
 		weight = ts.weight

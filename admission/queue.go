@@ -13,6 +13,7 @@ type Ticket struct {
 	req      Request
 	rank     int
 	cost     float64 // req.Cost, 1 when unset
+	ts       *tenantState
 	enqueued time.Time
 	// The decision, valid once state is decided.
 	state   ticketState
