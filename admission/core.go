@@ -31,6 +31,7 @@ type Core struct {
 	scratch     []*tenantState
 	sharesStale bool
 	waterLevel  float64
+	lastTenant  *tenantState
 
 	all  *window
 	keys map[string]*window
