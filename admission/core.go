@@ -157,7 +157,7 @@ func (c *Core) arrive(now time.Time, req *Request, t *Ticket, wait bool) (Decisi
 		return c.refuseFull(now, d, req), ts, nil
 	}
 	if c.queued >= c.cfg.MaxQueue {
-		victim := c.victim(rank, ts, cost)
+		victim := c.victimFor(rank, ts, cost)
 		if victim == nil {
 			return c.refuseFull(now, d, req), ts, nil
 		}
@@ -209,6 +209,22 @@ func (c *Core) refuseFull(now time.Time, d Decision, req *Request) Decision {
 	return d
 }
 
+// victimFor is victim with the newcomer's demand counted in the fair
+// shares, as if it were queued already: a tenant arriving beside a flood
+// is one of the tenants the flood's share must leave room for.
+func (c *Core) victimFor(rank int, ts *tenantState, cost float64) *Ticket {
+	ts.queued++
+	ts.queuedCost += cost
+	c.queued++
+	c.changed(ts)
+	v := c.victim(rank, ts, cost)
+	ts.queued--
+	ts.queuedCost -= cost
+	c.queued--
+	c.changed(ts)
+	return v
+}
+
 // victim picks the queued ticket a newcomer of rank, tenant ts and cost may
 // evict at the bound: the last-served ticket of the lowest non-empty rank
 // below the newcomer's, or, within its own rank, of a tenant holding at
@@ -222,17 +238,19 @@ func (c *Core) refuseFull(now time.Time, d Decision, req *Request) Decision {
 // the others' lower-class work.
 func (c *Core) victim(rank int, ts *tenantState, cost float64) *Ticket {
 	low := c.ranks.LowTier
-	over := c.overShare(ts, cost)
+	over := rank > low && c.overShare(ts, cost)
 	eff := rank
 	if over {
-		eff = min(rank, low)
+		// Served just above rank LowTier, among the over-share work: it
+		// may displace LowTier work and below, not its equals.
+		eff = low + 1
 	}
 	for r := 0; r < eff && r <= low; r++ {
 		if c.levels[r].depth > 0 {
 			return c.levels[r].lastServed()
 		}
 	}
-	if eff > low && c.contended() {
+	if !over && eff > low && c.contended() {
 		// The over-share work, lowest rank first.
 		for r := low + 1; r < len(c.levels); r++ {
 			l := &c.levels[r]
@@ -697,7 +715,7 @@ func (c *Core) Estimate(now time.Time, req Request) (Decision, error) {
 	if d.Verdict == Queued {
 		switch {
 		case ts.maxQueue > 0 && ts.queued >= ts.maxQueue,
-			c.queued >= c.cfg.MaxQueue && c.victim(rank, ts, cost) == nil:
+			c.queued >= c.cfg.MaxQueue && c.victimFor(rank, ts, cost) == nil:
 			d.Verdict, d.Reason = Rejected, ReasonQueueFull
 			d.RetryAfter = c.retryAfterFor(now, rank, req.Tenant, &req)
 		}

@@ -52,7 +52,9 @@
 // that would take it past its share is treated as over-quota work (the
 // rank [Ranks.LowTier], as for a tenant past its spend budget): it is
 // served after the work within its share of every rank above LowTier, and
-// evicted before it. So a tenant flooding at the top class cannot starve
+// evicted before it (it may itself displace work of rank LowTier and
+// below, which it is served ahead of). A newcomer's own demand counts in
+// the shares when it asks for a place at the bound. So a tenant flooding at the top class cannot starve
 // the others' lower classes, yet the gate stays work-conserving: the excess
 // still gets every slot the others leave, ahead of rank LowTier and below,
 // and a tenant alone is never over its share.

@@ -219,3 +219,49 @@ func TestTenantConfigErrors(t *testing.T) {
 		}
 	}
 }
+
+// TestEvictionByShare: at the bound, a tenant within its share evicts a
+// flood's queued work of a higher class (the flood's excess is over-quota
+// work), even as the flood's first competitor; a tenant over its share may
+// displace low-tier work, not another's excess.
+func TestEvictionByShare(t *testing.T) {
+	c := newCore(t, Config{Concurrency: 1, MaxQueue: 2})
+	arrive := func(ms int, req Request) (*Ticket, Decision) {
+		t.Helper()
+		tk := &Ticket{}
+		d, err := c.Arrive(at(ms), req, tk, true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tk, d
+	}
+	arrive(0, Request{Tenant: "f"})
+	arrive(1, Request{Tenant: "f"})
+	last, _ := arrive(2, Request{Tenant: "f"})
+	if c.Queued() != 2 {
+		t.Fatalf("queued %d, want the bound, 2", c.Queued())
+	}
+	_, d := arrive(3, Request{Tenant: "g", Class: ClassBatch})
+	if d.Verdict != Queued {
+		t.Fatalf("g's batch beside f's flood at the bound: %v %v, want queued", d.Verdict, d.Reason)
+	}
+	if r := last.Rejection(); r == nil || r.Reason != ReasonEvicted {
+		t.Fatalf("f's newest interactive: %+v, want evicted by g's batch", r)
+	}
+	// f is over its share: its next request cannot evict g (within its
+	// share) nor f's own, but would displace low-tier work.
+	if _, d := arrive(4, Request{Tenant: "f"}); d.Verdict != Rejected || d.Reason != ReasonQueueFull {
+		t.Fatalf("f's next: %v %v, want queue_full", d.Verdict, d.Reason)
+	}
+
+	c = newCore(t, Config{Concurrency: 1, MaxQueue: 2})
+	arrive(0, Request{Tenant: "f"})
+	low, _ := arrive(1, Request{Tenant: "l", Tier: TierLow})
+	arrive(2, Request{Tenant: "f"})
+	if _, d := arrive(3, Request{Tenant: "f"}); d.Verdict != Queued {
+		t.Fatalf("f's excess beside low-tier work at the bound: %v %v, want queued", d.Verdict, d.Reason)
+	}
+	if r := low.Rejection(); r == nil || r.Reason != ReasonEvicted {
+		t.Fatalf("the low-tier call: %+v, want evicted by f's excess", r)
+	}
+}
