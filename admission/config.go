@@ -24,7 +24,8 @@ type Config struct {
 	MaxQueue int
 
 	// MaxQueuePerTenant caps how many of the queued requests one tenant may
-	// hold. Zero means no fixed cap; the bound is still shared fairly, because
+	// hold, unless its TenantConfig.MaxQueue says otherwise. Zero means no
+	// fixed cap; the bound is still shared fairly, because
 	// at the bound a tenant holding fewer queued requests of a rank than
 	// another may evict the other's last-served request of that rank.
 	MaxQueuePerTenant int
