@@ -3,6 +3,7 @@ package admission
 import (
 	"errors"
 	"fmt"
+	"math"
 	"time"
 )
 
@@ -23,10 +24,18 @@ type Config struct {
 	MaxQueue int
 
 	// MaxQueuePerTenant caps how many of the queued requests one tenant may
-	// hold. Zero means no fixed cap; the bound is still shared fairly, because
+	// hold, unless its TenantConfig.MaxQueue says otherwise. Zero means no
+	// fixed cap; the bound is still shared fairly, because
 	// at the bound a tenant holding fewer queued requests of a rank than
 	// another may evict the other's last-served request of that rank.
 	MaxQueuePerTenant int
+
+	// Tenants configures tenants by name: their weight in the fair share,
+	// their concurrency cap and their share of the waiting room. A tenant
+	// not listed (and the anonymous tenant "", unless listed) has weight 1,
+	// no concurrency cap and MaxQueuePerTenant. Nil means every tenant is
+	// unlisted.
+	Tenants map[string]TenantConfig
 
 	// Ranks decides the shed order. Nil means [DefaultRanks].
 	Ranks *Ranks
@@ -74,6 +83,41 @@ type Config struct {
 	// LIFOTarget when it has none. Zero means 1s and 1s.
 	LIFOTarget   time.Duration
 	LIFOInterval time.Duration
+}
+
+// TenantConfig is one tenant's part of a [Config]; see the package's
+// fairness model.
+type TenantConfig struct {
+	// Weight is the tenant's weight in the fair share: within a rank,
+	// tenants are served estimated cost in proportion to their weights,
+	// and across ranks a tenant's fair share of the slots is weighted the
+	// same way. Zero means 1. Negative, NaN, infinite or above MaxWeight
+	// is an error.
+	Weight float64
+	// MaxInFlight caps the slots the tenant may hold at once: at the cap its
+	// requests queue even while slots are free for others. Zero means no
+	// cap. Negative is an error.
+	MaxInFlight int
+	// MaxQueue caps how many queued requests the tenant may hold; past it
+	// its newcomers are refused with reason queue_full. Zero means
+	// Config.MaxQueuePerTenant. Negative is an error.
+	MaxQueue int
+}
+
+// MaxWeight bounds a tenant's weight: beyond a million to one, shares are
+// below the resolution of any cost estimate.
+const MaxWeight = 1e6
+
+func (tc TenantConfig) validate(name string) error {
+	switch {
+	case math.IsNaN(tc.Weight) || tc.Weight < 0 || tc.Weight > MaxWeight:
+		return fmt.Errorf("admission: Config.Tenants[%q].Weight = %v, want 0..%g", name, tc.Weight, MaxWeight)
+	case tc.MaxInFlight < 0:
+		return fmt.Errorf("admission: Config.Tenants[%q].MaxInFlight = %d, want ≥ 0", name, tc.MaxInFlight)
+	case tc.MaxQueue < 0:
+		return fmt.Errorf("admission: Config.Tenants[%q].MaxQueue = %d, want ≥ 0", name, tc.MaxQueue)
+	}
+	return nil
 }
 
 // WaitEstimator is the statistic of service time used to convert queued work
@@ -268,6 +312,21 @@ func (cfg Config) normalize() (Config, error) {
 		return cfg, fmt.Errorf("admission: Config.LIFOTarget = %v, want ≥ 0", cfg.LIFOTarget)
 	case cfg.LIFOInterval < 0:
 		return cfg, fmt.Errorf("admission: Config.LIFOInterval = %v, want ≥ 0", cfg.LIFOInterval)
+	}
+	if cfg.Tenants != nil {
+		// Copied, like Ranks, so that the caller's map cannot change a
+		// running gate.
+		tenants := make(map[string]TenantConfig, len(cfg.Tenants))
+		for name, tc := range cfg.Tenants {
+			if err := tc.validate(name); err != nil {
+				return cfg, err
+			}
+			if tc.Weight == 0 {
+				tc.Weight = 1
+			}
+			tenants[name] = tc
+		}
+		cfg.Tenants = tenants
 	}
 	if cfg.Ranks == nil {
 		cfg.Ranks = DefaultRanks()

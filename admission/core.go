@@ -21,8 +21,17 @@ type Core struct {
 	inFlight    int
 	queued      int
 	levels      []level
-	perTenant   map[string]int // queued tickets per tenant, all ranks
 	overload    overload
+
+	// Tenants and their fair shares (see fair.go). active lists the
+	// tenants with demand; waterLevel is worked out again from it, when
+	// sharesStale, only once a share is asked for.
+	tenants     map[string]*tenantState
+	active      []*tenantState
+	scratch     []*tenantState
+	sharesStale bool
+	waterLevel  float64
+	lastTenant  *tenantState
 
 	all  *window
 	keys map[string]*window
@@ -85,7 +94,7 @@ func NewCore(cfg Config) (*Core, error) {
 		ranks:       cfg.Ranks,
 		concurrency: cfg.Concurrency,
 		levels:      make([]level, cfg.Ranks.Count()),
-		perTenant:   make(map[string]int),
+		tenants:     make(map[string]*tenantState),
 		all:         newWindow(cfg.ServiceWindow),
 		keys:        make(map[string]*window),
 		overload:    overload{off: cfg.FIFOOnly, target: cfg.LIFOTarget, interval: cfg.LIFOInterval},
@@ -104,55 +113,66 @@ func (c *Core) Ranks() int { return len(c.levels) }
 // Queued; otherwise t is untouched. With wait false the request is refused
 // rather than queued (reason queue_wait, with the wait it would have had).
 func (c *Core) Arrive(now time.Time, req Request, t *Ticket, wait bool) (Decision, error) {
-	return c.arrive(now, &req, t, wait)
+	d, _, err := c.arrive(now, &req, t, wait)
+	return d, err
 }
 
-// arrive is Arrive without copying the request on the way in.
-func (c *Core) arrive(now time.Time, req *Request, t *Ticket, wait bool) (Decision, error) {
+// arrive is Arrive without copying the request on the way in. It also
+// returns the tenant's state, which a granted caller hands back to
+// release: the state lives at least as long as the tenant holds a slot.
+func (c *Core) arrive(now time.Time, req *Request, t *Ticket, wait bool) (Decision, *tenantState, error) {
 	rank, err := c.ranks.Rank(req)
 	if err != nil {
-		return Decision{}, err
+		return Decision{}, nil, err
+	}
+	cost, err := req.cost()
+	if err != nil {
+		return Decision{}, nil, err
 	}
 	if t != nil && t.state == ticketQueued {
-		return Decision{}, fmt.Errorf("admission: ticket is already queued")
+		return Decision{}, nil, fmt.Errorf("admission: ticket is already queued")
 	}
-	d := c.decide(now, req, rank)
+	ts := c.tenant(req.Tenant)
+	d := c.decide(now, req, rank, ts, cost)
 	if d.Verdict == Rejected {
 		c.c.rejected[d.Reason]++
-		return d, nil
+		return d, ts, nil
 	}
 	if d.Verdict == Granted {
 		c.inFlight++
+		ts.inFlight++
+		ts.inFlightCost += cost
+		c.changed(ts)
 		c.c.admitted++
-		return d, nil
+		return d, ts, nil
 	}
 	if !wait || t == nil {
 		d.Verdict, d.Reason = Rejected, ReasonQueueWait
 		d.RetryAfter = max(d.EstimatedWait, c.perSlot())
 		c.c.rejected[d.Reason]++
-		return d, nil
+		return d, ts, nil
 	}
 	// Queued, unless the waiting room is at its bounds.
-	if c.cfg.MaxQueuePerTenant > 0 && c.perTenant[req.Tenant] >= c.cfg.MaxQueuePerTenant {
-		return c.refuseFull(now, d, req), nil
+	if ts.maxQueue > 0 && ts.queued >= ts.maxQueue {
+		return c.refuseFull(now, d, req), ts, nil
 	}
 	if c.queued >= c.cfg.MaxQueue {
-		victim := c.victim(rank, req.Tenant)
+		victim := c.victimFor(rank, ts, cost)
 		if victim == nil {
-			return c.refuseFull(now, d, req), nil
+			return c.refuseFull(now, d, req), ts, nil
 		}
 		c.reject(now, victim, ReasonEvicted, c.retryAfterFor(now, victim.rank, victim.req.Tenant, &victim.req))
 	}
-	*t = Ticket{Owner: t.Owner, req: *req, rank: rank, enqueued: now, state: ticketQueued, wait: d.EstimatedWait}
-	c.push(t)
+	*t = Ticket{Owner: t.Owner, req: *req, rank: rank, cost: cost, ts: ts, enqueued: now, state: ticketQueued, wait: d.EstimatedWait}
+	c.push(t, ts)
 	c.c.enqueued++
-	return d, nil
+	return d, ts, nil
 }
 
 // decide is the admission rule, without side effects: Granted when a slot is
 // free and the work fits its deadline, Rejected when it cannot finish in time,
 // else Queued (bounds not yet considered).
-func (c *Core) decide(now time.Time, req *Request, rank int) Decision {
+func (c *Core) decide(now time.Time, req *Request, rank int, ts *tenantState, cost float64) Decision {
 	p50, p95 := c.service(req.Key)
 	d := Decision{Rank: rank, ServiceP50: p50, ServiceP95: p95}
 	var budget time.Duration // what is left of the caller's time
@@ -163,13 +183,18 @@ func (c *Core) decide(now time.Time, req *Request, rank int) Decision {
 			return d
 		}
 	}
-	d.EstimatedWait = c.waitFor(rank, req.Tenant)
+	d.EstimatedWait = c.waitOf(rank, req.Tenant, ts, cost)
+	if ts.capped() {
+		// At its cap the tenant waits for its own work, whatever the
+		// others leave free.
+		d.EstimatedWait = max(d.EstimatedWait, c.cappedWait(ts))
+	}
 	if budget > 0 && d.EstimatedWait+p95 > budget {
 		d.Verdict, d.Reason = Rejected, ReasonQueueWait
 		d.RetryAfter = c.retryAfter(d.EstimatedWait, p95, budget)
 		return d
 	}
-	if c.inFlight < c.concurrency && d.EstimatedWait == 0 {
+	if c.inFlight < c.concurrency && d.EstimatedWait == 0 && !ts.capped() {
 		d.Verdict = Granted
 		return d
 	}
@@ -184,13 +209,69 @@ func (c *Core) refuseFull(now time.Time, d Decision, req *Request) Decision {
 	return d
 }
 
-// victim picks the queued ticket a newcomer of rank and tenant may evict at
-// the bound: the last-served ticket of the lowest non-empty rank below the
-// newcomer's, or, within its own rank, of a tenant holding at least two more
-// tickets of that rank than the newcomer's tenant (so the bound is shared
-// fairly). Nil when nothing may be evicted.
-func (c *Core) victim(rank int, tenant string) *Ticket {
-	for r := 0; r < rank; r++ {
+// victimFor is victim with the newcomer's demand counted in the fair
+// shares, as if it were queued already: a tenant arriving beside a flood
+// is one of the tenants the flood's share must leave room for.
+func (c *Core) victimFor(rank int, ts *tenantState, cost float64) *Ticket {
+	ts.queued++
+	ts.queuedCost += cost
+	c.queued++
+	c.changed(ts)
+	v := c.victim(rank, ts, cost)
+	ts.queued--
+	ts.queuedCost -= cost
+	c.queued--
+	c.changed(ts)
+	return v
+}
+
+// victim picks the queued ticket a newcomer of rank, tenant ts and cost may
+// evict at the bound: the last-served ticket of the lowest non-empty rank
+// below the newcomer's, or, within its own rank, of a tenant holding at
+// least two more tickets of that rank than the newcomer's tenant (so the
+// bound is shared fairly). Nil when nothing may be evicted.
+//
+// Work of tenants over their fair share is served as over-quota work (see
+// pop), so it is evicted in that place too: after the ranks up to
+// Ranks.LowTier, before any rank above it — so a tenant within its share
+// may displace another's flood of a higher class, and a flood cannot evict
+// the others' lower-class work.
+func (c *Core) victim(rank int, ts *tenantState, cost float64) *Ticket {
+	low := c.ranks.LowTier
+	over := rank > low && c.overShare(ts, cost)
+	eff := rank
+	if over {
+		// Served just above rank LowTier, among the over-share work: it
+		// may displace LowTier work and below, not its equals.
+		eff = low + 1
+	}
+	for r := 0; r < eff && r <= low; r++ {
+		if c.levels[r].depth > 0 {
+			return c.levels[r].lastServed()
+		}
+	}
+	if !over && eff > low && c.contended() {
+		// The over-share work, lowest rank first.
+		for r := low + 1; r < len(c.levels); r++ {
+			l := &c.levels[r]
+			if l.depth == 0 {
+				continue
+			}
+			var worst *tenantQueue
+			for tq := l.ring; ; {
+				if tq.ts != ts && c.overShare(tq.ts, tq.peek().cost) && (worst == nil || tq.n > worst.n) {
+					worst = tq
+				}
+				if tq = tq.next; tq == l.ring {
+					break
+				}
+			}
+			if worst != nil {
+				return worst.lastServed()
+			}
+		}
+	}
+	for r := low + 1; r < eff; r++ {
 		if c.levels[r].depth > 0 {
 			return c.levels[r].lastServed()
 		}
@@ -200,20 +281,36 @@ func (c *Core) victim(rank int, tenant string) *Ticket {
 		return nil
 	}
 	own := 0
-	if tq := l.queues[tenant]; tq != nil {
+	if tq := l.queues[ts.name]; tq != nil {
 		own = tq.n
 	}
-	if h := l.heaviest(); h.tenant != tenant && h.n >= own+2 {
+	if h := l.heaviest(); h.tenant != ts.name && h.n >= own+2 {
 		return h.lastServed()
 	}
 	return nil
 }
 
-// Release frees one slot held by work with the given key and records its
-// outcome, then serves the queue.
-func (c *Core) Release(now time.Time, key string, o Outcome) {
+// Release frees one slot held by the work of req — the request that was
+// granted: its tenant's and cost's hold is given back and its service time
+// recorded under its key — then serves the queue.
+func (c *Core) Release(now time.Time, req Request, o Outcome) {
+	cost, err := req.cost()
+	if err != nil {
+		cost = 0 // it was refused at arrival; nothing of it is held
+	}
+	c.release(now, c.tenants[req.Tenant], req.Key, cost, o)
+}
+
+// release is Release with the tenant's state at hand (nil: unknown) and
+// the request's cost worked out.
+func (c *Core) release(now time.Time, ts *tenantState, key string, cost float64, o Outcome) {
 	if c.inFlight > 0 {
 		c.inFlight--
+	}
+	if ts != nil && ts.inFlight > 0 {
+		ts.inFlight--
+		ts.inFlightCost = max(ts.inFlightCost-cost, 0)
+		c.changed(ts)
 	}
 	if o.Result <= Unused {
 		c.c.completed[o.Result]++
@@ -311,6 +408,9 @@ func (c *Core) Events() []*Ticket {
 func (c *Core) dispatch(now time.Time) {
 	for c.inFlight < c.concurrency && c.queued > 0 {
 		t := c.pop(now)
+		if t == nil {
+			return // every tenant with queued work is at its cap
+		}
 		if !t.req.Deadline.IsZero() && !c.cfg.NoDequeueExpiry {
 			if now.Add(c.startMargin(t.req.Key)).After(t.req.Deadline) {
 				t.state, t.reason, t.decided = ticketRejected, ReasonExpired, now
@@ -322,20 +422,80 @@ func (c *Core) dispatch(now time.Time) {
 		}
 		t.state, t.decided = ticketGranted, now
 		c.inFlight++
+		ts := t.ts
+		ts.inFlight++
+		ts.inFlightCost += t.cost
+		c.changed(ts)
 		c.c.granted++
 		c.events = append(c.events, t)
 	}
 }
 
+// pop takes the next ticket to serve, or nil when every tenant with queued
+// work is at its concurrency cap.
+//
+// Rank decides first, but a tenant's fair share is decided here, at
+// dequeue, not at arrival: whether a tenant is over its max-min fair share
+// of the slots depends on who else is waiting when a slot frees, which is
+// not known when its request arrives — a tenant alone must get every slot
+// (work conservation), and the same request must yield as soon as others
+// come. A tenant's work that would take it past its share while others
+// wait is served as over-quota work, like a tenant past its spend budget:
+// after the work within its share of every rank above Ranks.LowTier, and
+// before rank LowTier and below.
+//
+// Within one rank, fair queuing alone decides between tenants within and
+// over their shares, unless work within its share waits at a lower rank
+// above LowTier: then only the tenants within their shares are served at
+// the higher rank. So a flood at the top class cannot hold back the others'
+// lower-class work, yet within a rank a tenant's burst above its share
+// still takes the turns the others leave (their requests that expired at
+// dequeue, for example), as plain fair queuing would give it.
 func (c *Core) pop(now time.Time) *Ticket {
-	for r := len(c.levels) - 1; r >= 0; r-- {
-		if c.levels[r].depth > 0 {
-			t := c.levels[r].pop(now, &c.overload)
-			c.forget(t)
+	top := len(c.levels) - 1
+	if c.contended() {
+		within := func(tq *tenantQueue) bool {
+			return !tq.ts.capped() && !c.overShare(tq.ts, tq.peek().cost)
+		}
+		first := -1 // the highest rank above LowTier with work within a share
+		for r := top; r > c.ranks.LowTier; r-- {
+			if !c.levels[r].has(within) {
+				continue
+			}
+			if first < 0 {
+				first = r
+				continue
+			}
+			// Work within a share waits below first: at first, serve
+			// only the tenants within their shares.
+			return c.popFrom(now, first, within)
+		}
+		if first >= 0 {
+			return c.popFrom(now, first, uncapped)
+		}
+	}
+	for r := top; r >= 0; r-- {
+		if t := c.popFrom(now, r, uncapped); t != nil {
 			return t
 		}
 	}
-	panic("admission: pop from an empty queue") // unreachable: callers check queued
+	return nil
+}
+
+func uncapped(tq *tenantQueue) bool { return !tq.ts.capped() }
+
+func (c *Core) popFrom(now time.Time, r int, ok func(*tenantQueue) bool) *Ticket {
+	l := &c.levels[r]
+	if l.depth == 0 {
+		return nil
+	}
+	tq := l.next(ok)
+	if tq == nil {
+		return nil
+	}
+	t := l.take(now, tq, &c.overload)
+	c.forget(t)
+	return t
 }
 
 func (c *Core) reject(now time.Time, t *Ticket, reason Reason, retry time.Duration) {
@@ -345,10 +505,12 @@ func (c *Core) reject(now time.Time, t *Ticket, reason Reason, retry time.Durati
 	c.events = append(c.events, t)
 }
 
-func (c *Core) push(t *Ticket) {
-	c.levels[t.rank].push(t)
-	c.perTenant[t.req.Tenant]++
+func (c *Core) push(t *Ticket, ts *tenantState) {
+	c.levels[t.rank].push(t, ts)
 	c.queued++
+	ts.queued++
+	ts.queuedCost += t.cost
+	c.changed(ts)
 }
 
 // unlink removes a queued ticket from every structure.
@@ -360,11 +522,10 @@ func (c *Core) unlink(t *Ticket) {
 // forget updates the counts for a ticket that left its level.
 func (c *Core) forget(t *Ticket) {
 	c.queued--
-	if n := c.perTenant[t.req.Tenant] - 1; n > 0 {
-		c.perTenant[t.req.Tenant] = n
-	} else {
-		delete(c.perTenant, t.req.Tenant)
-	}
+	ts := t.ts
+	ts.queued--
+	ts.queuedCost = max(ts.queuedCost-t.cost, 0)
+	c.changed(ts)
 }
 
 // service returns the p50 and p95 service time for key: the key's own window
@@ -425,12 +586,17 @@ func (c *Core) serviceForRate() time.Duration {
 	return c.all.mean()
 }
 
-// waitFor estimates the wait of a newcomer of rank and tenant by Little's
-// law: every queued ticket that would be served before it, plus itself, needs
-// one completion when all slots are busy; completions come at concurrency /
-// service time.
-func (c *Core) waitFor(rank int, tenant string) time.Duration {
-	ahead := c.ahead(rank, tenant)
+// waitFor estimates the wait of a newcomer of rank, tenant and cost by
+// Little's law: every queued ticket that would be served before it, plus
+// itself, needs one completion when all slots are busy; completions come at
+// concurrency / service time.
+func (c *Core) waitFor(rank int, tenant string, cost float64) time.Duration {
+	return c.waitOf(rank, tenant, c.tenants[tenant], cost)
+}
+
+// waitOf is waitFor with the tenant's state at hand (nil: none yet).
+func (c *Core) waitOf(rank int, tenant string, ts *tenantState, cost float64) time.Duration {
+	ahead := c.ahead(rank, tenant, ts, cost)
 	free := c.concurrency - c.inFlight
 	need := ahead + 1 - free
 	if need <= 0 {
@@ -441,6 +607,16 @@ func (c *Core) waitFor(rank int, tenant string) time.Duration {
 		return 0
 	}
 	return scale(need, s, c.concurrency)
+}
+
+// cappedWait is the wait of a tenant at its concurrency cap: its queued
+// work and the newcomer go through its own slots only.
+func (c *Core) cappedWait(ts *tenantState) time.Duration {
+	s := c.serviceForRate()
+	if s <= 0 {
+		return 0
+	}
+	return scale(ts.queued+1, s, ts.maxInFlight)
 }
 
 // maxWait caps estimates far below the largest Duration, so that adding a
@@ -455,12 +631,41 @@ func scale(n int, s time.Duration, k int) time.Duration {
 	return min(time.Duration(n)*s/time.Duration(k), maxWait)
 }
 
-func (c *Core) ahead(rank int, tenant string) int {
+// ahead counts the queued tickets served before a newcomer of rank, tenant
+// and cost: the higher ranks and its place in its own rank — except that,
+// while tenants contend, a newcomer within its fair share does not count
+// the work at higher ranks of tenants over their share, which pop serves
+// after it (as over-quota work).
+func (c *Core) ahead(rank int, tenant string, ts *tenantState, cost float64) int {
+	if c.queued == 0 {
+		return 0 // the fast path: nothing waits
+	}
+	weight := 1.0
+	if ts != nil {
+		weight = ts.weight
+	}
+	var skip func(*tenantQueue) bool
+	if rank > c.ranks.LowTier && c.contended() && (ts == nil || !c.overShare(ts, cost)) {
+		skip = func(tq *tenantQueue) bool { return c.overShare(tq.ts, tq.peek().cost) }
+	}
 	n := 0
 	for r := len(c.levels) - 1; r > rank; r-- {
-		n += c.levels[r].depth
+		l := &c.levels[r]
+		if skip == nil || l.depth == 0 {
+			n += l.depth
+			continue
+		}
+		for tq := l.ring; ; {
+			if !skip(tq) {
+				n += tq.n
+			}
+			if tq = tq.next; tq == l.ring {
+				break
+			}
+		}
 	}
-	return n + c.levels[rank].ahead(tenant)
+	// Within its own rank fair queuing decides, whatever the shares.
+	return n + c.levels[rank].ahead(tenant, cost, weight)
 }
 
 // retryAfter is when a request refused for its wait has a chance: the
@@ -480,7 +685,8 @@ func (c *Core) retryAfter(wait, p95, budget time.Duration) time.Duration {
 // evicted: the time for the backlog ahead of its rank to shrink by one
 // completion, or for its wait to fit its deadline, whichever is later.
 func (c *Core) retryAfterFor(now time.Time, rank int, tenant string, req *Request) time.Duration {
-	wait := c.waitFor(rank, tenant)
+	cost, _ := req.cost()
+	wait := c.waitFor(rank, tenant, cost)
 	if req.Deadline.IsZero() {
 		return max(wait, c.perSlot())
 	}
@@ -495,11 +701,21 @@ func (c *Core) Estimate(now time.Time, req Request) (Decision, error) {
 	if err != nil {
 		return Decision{}, err
 	}
-	d := c.decide(now, &req, rank)
+	cost, err := req.cost()
+	if err != nil {
+		return Decision{}, err
+	}
+	// A tenant not seen yet is looked at through a state of its own that
+	// the Core does not keep: an estimate changes nothing.
+	ts := c.tenants[req.Tenant]
+	if ts == nil {
+		ts = c.newTenant(req.Tenant)
+	}
+	d := c.decide(now, &req, rank, ts, cost)
 	if d.Verdict == Queued {
 		switch {
-		case c.cfg.MaxQueuePerTenant > 0 && c.perTenant[req.Tenant] >= c.cfg.MaxQueuePerTenant,
-			c.queued >= c.cfg.MaxQueue && c.victim(rank, req.Tenant) == nil:
+		case ts.maxQueue > 0 && ts.queued >= ts.maxQueue,
+			c.queued >= c.cfg.MaxQueue && c.victimFor(rank, ts, cost) == nil:
 			d.Verdict, d.Reason = Rejected, ReasonQueueFull
 			d.RetryAfter = c.retryAfterFor(now, rank, req.Tenant, &req)
 		}

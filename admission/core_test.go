@@ -128,7 +128,7 @@ func TestCoreGrantsFreeSlotsThenQueues(t *testing.T) {
 	if d := mustArrive(t, c, at(0), Request{}, &tk); d.Verdict != Queued {
 		t.Fatalf("third arrival: %v, want Queued", d.Verdict)
 	}
-	c.Release(at(100), "", Outcome{ServiceTime: 100 * time.Millisecond})
+	c.Release(at(100), Request{}, Outcome{ServiceTime: 100 * time.Millisecond})
 	ev := c.Events()
 	if len(ev) != 1 || ev[0] != &tk || !tk.Granted() || tk.QueueTime() != 100*time.Millisecond {
 		t.Fatalf("events %v, granted %v, queue time %v", ev, tk.Granted(), tk.QueueTime())
@@ -158,7 +158,7 @@ func TestCoreAdmitsByWaitNotDepth(t *testing.T) {
 	for range 3 {
 		mustArrive(t, c, at(0), Request{}, &Ticket{})
 	}
-	wait := c.waitFor(4, "")
+	wait := c.waitFor(4, "", 1)
 	if wait < 1900*time.Millisecond || wait > 2100*time.Millisecond {
 		t.Fatalf("estimated wait %v, want about 2s", wait)
 	}
@@ -223,7 +223,7 @@ func TestCoreServesHighestRankFirstFIFOWithin(t *testing.T) {
 	}
 	var got []string
 	for i := range order {
-		c.Release(at(100+i), "", Outcome{Result: Unused})
+		c.Release(at(100+i), Request{}, Outcome{Result: Unused})
 		for _, tk := range c.Events() {
 			got = append(got, tk.Request().Key)
 		}
@@ -312,7 +312,7 @@ func TestCoreRoundRobinsTenantsWithinARank(t *testing.T) {
 	mustArrive(t, c, at(2), Request{Tenant: "b", Key: "b1"}, &Ticket{})
 	var got []string
 	for i := range 6 {
-		c.Release(at(10+i), "", Outcome{Result: Unused})
+		c.Release(at(10+i), Request{}, Outcome{Result: Unused})
 		for _, tk := range c.Events() {
 			got = append(got, tk.Request().Key)
 		}
@@ -330,7 +330,7 @@ func TestCoreDropsExpiredWorkAtDequeue(t *testing.T) {
 	mustArrive(t, c, at(0), Request{Deadline: at(2600)}, &doomed) // fits at arrival (wait 1s + p95 1s)
 	mustArrive(t, c, at(0), Request{Deadline: at(60000)}, &fine)
 	// The first call runs long: at 2s, doomed can no longer finish by 2.6s.
-	c.Release(at(2000), "", Outcome{ServiceTime: 2 * time.Second})
+	c.Release(at(2000), Request{}, Outcome{ServiceTime: 2 * time.Second})
 	ev := c.Events()
 	if len(ev) != 2 || ev[0] != &doomed || ev[1] != &fine {
 		t.Fatalf("events %v", ev)
@@ -350,18 +350,18 @@ func TestCoreSwitchesToLIFOUnderOverloadAndBack(t *testing.T) {
 		mustArrive(t, c, at(i*10), Request{Key: "k" + string(rune('0'+i))}, &Ticket{})
 	}
 	// Oldest item 0.5s old: above target, interval starts.
-	c.Release(at(500), "", Outcome{Result: Unused})
+	c.Release(at(500), Request{}, Outcome{Result: Unused})
 	if ev := c.Events(); ev[0].Request().Key != "k0" || c.Stats(at(500)).Mode != FIFO {
 		t.Fatalf("first serve %s, mode %v", ev[0].Request().Key, c.Stats(at(500)).Mode)
 	}
 	// Still above target one interval later: LIFO, newest first.
-	c.Release(at(1600), "", Outcome{Result: Unused})
+	c.Release(at(1600), Request{}, Outcome{Result: Unused})
 	if ev := c.Events(); ev[0].Request().Key != "k9" || c.Stats(at(1600)).Mode != LIFO {
 		t.Fatalf("after interval: served %s, mode %v", ev[0].Request().Key, c.Stats(at(1600)).Mode)
 	}
 	// The queue empties: back to FIFO.
 	for i := range 8 {
-		c.Release(at(1700+i), "", Outcome{Result: Unused})
+		c.Release(at(1700+i), Request{}, Outcome{Result: Unused})
 	}
 	c.Events()
 	if c.Queued() != 0 || c.Stats(at(2000)).Mode != FIFO {
@@ -376,7 +376,7 @@ func TestCoreFIFOOnlyNeverSwitches(t *testing.T) {
 		mustArrive(t, c, at(0), Request{Key: string(rune('0' + i))}, &Ticket{})
 	}
 	for i := range 5 {
-		c.Release(at(10_000*(i+1)), "", Outcome{Result: Unused})
+		c.Release(at(10_000*(i+1)), Request{}, Outcome{Result: Unused})
 		if ev := c.Events(); ev[0].Request().Key != string(rune('0'+i)) {
 			t.Fatalf("served %s at step %d", ev[0].Request().Key, i)
 		}
@@ -422,12 +422,12 @@ func TestCoreSetConcurrency(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Lowered below in flight: two completions grant nothing, the third does.
-	c.Release(at(3), "", Outcome{Result: Unused})
-	c.Release(at(4), "", Outcome{Result: Unused})
+	c.Release(at(3), Request{}, Outcome{Result: Unused})
+	c.Release(at(4), Request{}, Outcome{Result: Unused})
 	if n := len(c.Events()); n != 0 || c.Queued() != 2 {
 		t.Fatalf("after lowering: %d granted, queued %d", n, c.Queued())
 	}
-	c.Release(at(5), "", Outcome{Result: Unused})
+	c.Release(at(5), Request{}, Outcome{Result: Unused})
 	if n := len(c.Events()); n != 1 {
 		t.Fatalf("at the new limit: %d granted, want 1", n)
 	}
@@ -483,9 +483,9 @@ func TestCoreRetryAfterIsNeverZero(t *testing.T) {
 func TestCoreKeysServiceTimesSeparately(t *testing.T) {
 	c := newCore(t, Config{Concurrency: 4, MaxQueue: 10, MaxKeys: 2})
 	for range 32 {
-		c.Release(at(0), "big", Outcome{ServiceTime: 8 * time.Second})
-		c.Release(at(0), "small", Outcome{ServiceTime: 200 * time.Millisecond})
-		c.Release(at(0), "third", Outcome{ServiceTime: time.Minute}) // beyond MaxKeys
+		c.Release(at(0), Request{Key: "big"}, Outcome{ServiceTime: 8 * time.Second})
+		c.Release(at(0), Request{Key: "small"}, Outcome{ServiceTime: 200 * time.Millisecond})
+		c.Release(at(0), Request{Key: "third"}, Outcome{ServiceTime: time.Minute}) // beyond MaxKeys
 	}
 	// A free slot; the big model cannot finish in 5s, the small one can.
 	if d := mustArrive(t, c, at(0), Request{Key: "big", Deadline: at(5000)}, &Ticket{}); d.Verdict != Rejected {
@@ -505,15 +505,15 @@ func TestCoreKeysServiceTimesSeparately(t *testing.T) {
 func TestCoreCanceledSamplesOnlyRaiseTheEstimate(t *testing.T) {
 	c := newCore(t, Config{Concurrency: 1})
 	warm(c, time.Second, 32)
-	c.Release(at(0), "", Outcome{Result: Canceled, ServiceTime: 10 * time.Millisecond})
+	c.Release(at(0), Request{}, Outcome{Result: Canceled, ServiceTime: 10 * time.Millisecond})
 	if n := c.Stats(at(0)).ServiceSamples; n != 32 {
 		t.Fatalf("short canceled call recorded: %d samples", n)
 	}
-	c.Release(at(0), "", Outcome{Result: Canceled, ServiceTime: 5 * time.Second})
+	c.Release(at(0), Request{}, Outcome{Result: Canceled, ServiceTime: 5 * time.Second})
 	if n := c.Stats(at(0)).ServiceSamples; n != 33 {
 		t.Fatalf("long canceled call not recorded: %d samples", n)
 	}
-	c.Release(at(0), "", Outcome{Result: Success, ServiceTime: 1000 * time.Hour})
+	c.Release(at(0), Request{}, Outcome{Result: Success, ServiceTime: 1000 * time.Hour})
 	if m := c.Stats(at(0)).ServiceMean; m > 25*time.Hour {
 		t.Fatalf("a bogus sample was not clamped: mean %v", m)
 	}

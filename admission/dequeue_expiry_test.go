@@ -18,7 +18,7 @@ func TestCoreNoDequeueExpiryGrantsInTurn(t *testing.T) {
 	if !c.Cancel(at(1000), &gone, ReasonExpired) {
 		t.Fatal("Cancel of a queued ticket reported it decided")
 	}
-	c.Release(at(2000), "", Outcome{ServiceTime: 2 * time.Second})
+	c.Release(at(2000), Request{}, Outcome{ServiceTime: 2 * time.Second})
 	ev := c.Events()
 	if len(ev) != 1 || ev[0] != &doomed || !doomed.Granted() {
 		t.Fatalf("events %v, doomed granted %v: want doomed granted although it cannot finish", ev, doomed.Granted())

@@ -16,11 +16,11 @@
 // The waiting room is bounded by [Config.MaxQueue]. At the bound a newcomer of
 // a higher rank evicts the queued item that would be served last in the lowest
 // rank (reason evicted); otherwise the newcomer is refused (reason queue_full).
-// Within a rank, tenants are served round-robin, so one tenant's flood cannot
-// sit in front of everyone else's requests of the same rank.
+// Within a rank, tenants share the gate fairly (see Fairness below), so one
+// tenant's flood cannot sit in front of everyone else's requests.
 //
 // When a slot frees, the highest rank is served first. Within a rank, tenants
-// take turns; within a tenant's queue the order is FIFO, switching to LIFO
+// take turns by fair queuing; within a tenant's queue the order is FIFO, switching to LIFO
 // while that queue is overloaded: under sustained overload the oldest item is
 // the one most likely to have been abandoned, so serving newest-first
 // completes the requests whose callers are still waiting. Overload is
@@ -29,6 +29,48 @@
 // [Config.LIFOTarget] without a deadline) for [Config.LIFOInterval]. Items
 // that can no longer finish in time are dropped at dequeue (reason expired)
 // without running, and a waiter whose deadline passes is told at once.
+//
+// # Fairness
+//
+// What tenants share is the estimated cost of their work ([Request.Cost],
+// for example its tokens), not the count of their requests, in proportion
+// to their weights ([TenantConfig.Weight], default 1).
+//
+// Within a rank, tenants are served by start-time fair queuing: each has a
+// virtual finish time, the tenant whose next request starts earliest in
+// virtual time is served, and its finish time then advances by the
+// request's cost over its weight. Two tenants of equal weight sending the
+// same request rate, one with prompts sixteen times the size, each get half
+// of the served cost — the large one a sixteenth of the requests. A tenant
+// that goes idle gets no credit for it: it starts again at the current
+// virtual time.
+//
+// Across ranks, each tenant has a max-min fair share of the slots, by
+// water filling over the tenants with demand (cost in flight plus queued),
+// weighted: a tenant demanding less than its portion keeps its demand and
+// the rest goes to the others. While other tenants wait, a tenant's work
+// that would take it past its share is treated as over-quota work (the
+// rank [Ranks.LowTier], as for a tenant past its spend budget): it is
+// served after the work within its share of every rank above LowTier, and
+// evicted before it (it may itself displace work of rank LowTier and
+// below, which it is served ahead of). A newcomer's own demand counts in
+// the shares when it asks for a place at the bound. So a tenant flooding at the top class cannot starve
+// the others' lower classes, yet the gate stays work-conserving: the excess
+// still gets every slot the others leave, ahead of rank LowTier and below,
+// and a tenant alone is never over its share.
+//
+// The share is decided at dequeue and at eviction, not at arrival: whether
+// a request is excess depends on who else waits when a slot frees, which is
+// unknown when it arrives, and a request ranked low at arrival would stay
+// low after the others left (or high after they came). The wait estimate
+// told at arrival follows the same rule. Within one rank, fair queuing
+// alone decides between tenants within and over their shares (a burst
+// takes the turns the others leave), unless work within its share waits at
+// a lower rank above LowTier.
+//
+// A tenant may also be capped: at [TenantConfig.MaxInFlight] its requests
+// queue even while slots are free for others, and past
+// [TenantConfig.MaxQueue] queued requests it is refused with queue_full.
 //
 // # Shape
 //

@@ -12,7 +12,8 @@ func FuzzCore(f *testing.F) {
 	f.Add([]byte{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 200, 201, 202})
 	f.Add([]byte{3, 3, 3, 3, 3, 3, 3, 3, 130, 130, 130, 64, 65, 66, 67})
 	f.Fuzz(func(t *testing.T, ops []byte) {
-		c, err := NewCore(Config{Concurrency: 2, MaxQueue: 5, MaxQueuePerTenant: 3, LIFOInterval: 10 * time.Millisecond, LIFOTarget: 5 * time.Millisecond})
+		c, err := NewCore(Config{Concurrency: 2, MaxQueue: 5, MaxQueuePerTenant: 3, LIFOInterval: 10 * time.Millisecond, LIFOTarget: 5 * time.Millisecond,
+			Tenants: map[string]TenantConfig{"a": {Weight: 3, MaxInFlight: 1}, "b": {MaxQueue: 2}}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -20,6 +21,7 @@ func FuzzCore(f *testing.F) {
 		now := t0
 		var queued []*Ticket
 		inFlight := 0
+		var granted []Request // what holds a slot, released oldest first
 		for i, op := range ops {
 			now = now.Add(time.Duration(op%7) * time.Millisecond)
 			switch op % 4 {
@@ -31,6 +33,7 @@ func FuzzCore(f *testing.F) {
 					Attempt:  int(op/32)%3 - 1,
 					Key:      string(rune('k' + int(op/64))),
 					Deadline: deadlineFor(now, op),
+					Cost:     float64(int(op/2)%5) * 4, // 0 (for 1) to 16
 				}
 				tk := &Ticket{}
 				d, err := c.Arrive(now, req, tk, op%2 == 0)
@@ -40,6 +43,7 @@ func FuzzCore(f *testing.F) {
 				switch d.Verdict {
 				case Granted:
 					inFlight++
+					granted = append(granted, req)
 				case Queued:
 					queued = append(queued, tk)
 				case Rejected:
@@ -50,7 +54,9 @@ func FuzzCore(f *testing.F) {
 			case 2: // release
 				if inFlight > 0 {
 					inFlight--
-					c.Release(now, string(rune('k'+int(op/64))), Outcome{Result: Result(op/4) % 5, ServiceTime: time.Duration(op) * time.Millisecond})
+					req := granted[0]
+					granted = granted[1:]
+					c.Release(now, req, Outcome{Result: Result(op/4) % 5, ServiceTime: time.Duration(op) * time.Millisecond})
 				}
 			case 3: // cancel one, or change concurrency
 				if len(queued) > 0 && op&4 == 0 {
@@ -62,6 +68,7 @@ func FuzzCore(f *testing.F) {
 			for _, tk := range c.Events() {
 				if tk.Granted() {
 					inFlight++
+					granted = append(granted, tk.Request())
 				} else if r := tk.Rejection(); r == nil || r.RetryAfter <= 0 {
 					t.Fatalf("op %d: decided ticket without a refusal: %+v", i, r)
 				}
@@ -83,6 +90,16 @@ func FuzzCore(f *testing.F) {
 			}
 			if depth != c.Queued() {
 				t.Fatalf("op %d: levels hold %d, queued %d", i, depth, c.Queued())
+			}
+			held := 0
+			for _, ts := range c.tenants {
+				held += ts.inFlight
+				if ts.inFlight > 0 && ts.maxInFlight > 0 && ts.inFlight > ts.maxInFlight {
+					t.Fatalf("op %d: tenant %q holds %d slots, its cap is %d", i, ts.name, ts.inFlight, ts.maxInFlight)
+				}
+			}
+			if held != inFlight {
+				t.Fatalf("op %d: tenants hold %d slots, in flight %d", i, held, inFlight)
 			}
 			if c.Queued() > 5 {
 				t.Fatalf("op %d: the bound was passed: %d queued", i, c.Queued())

@@ -106,7 +106,7 @@ func (g *Gate) admit(ctx context.Context, reqp *Request, p *Permit, wait bool) e
 	}
 	var buf [4]*waiter
 	g.mu.Lock()
-	d, err := g.mu.core.arrive(now, req, t, wait)
+	d, ts, err := g.mu.core.arrive(now, req, t, wait)
 	woken := g.eventsLocked(buf[:0])
 	g.mu.Unlock()
 	wake(woken)
@@ -120,7 +120,8 @@ func (g *Gate) admit(ctx context.Context, reqp *Request, p *Permit, wait bool) e
 		if d.Verdict == Rejected {
 			return d.Rejection()
 		}
-		p.grant(g, req.Key, d.Rank, now, 0)
+		cost, _ := req.cost() // valid: arrive accepted it
+		p.grant(g, req.Key, ts, cost, d.Rank, now, 0)
 		return nil
 	}
 
@@ -159,7 +160,7 @@ func contextDeadline(ctx context.Context) (time.Time, bool) {
 func (g *Gate) decided(w *waiter, p *Permit) error {
 	defer g.waiters.Put(w)
 	if w.t.Granted() {
-		p.grant(g, w.t.req.Key, w.t.rank, g.now(), w.t.QueueTime())
+		p.grant(g, w.t.req.Key, w.t.ts, w.t.cost, w.t.rank, g.now(), w.t.QueueTime())
 		return nil
 	}
 	return w.t.Rejection()
@@ -177,7 +178,7 @@ func (g *Gate) abandon(w *waiter, reason Reason, cause error) error {
 	if !queued {
 		<-w.ready // the waker signals after unlocking; wait for it before reuse
 		if w.t.Granted() {
-			g.release(g.now(), w.t.req.Key, Outcome{Result: Unused})
+			g.release(g.now(), w.t.ts, w.t.req.Key, w.t.cost, Outcome{Result: Unused})
 		}
 	}
 	if reason == reasonNone {
@@ -193,10 +194,11 @@ func (g *Gate) abandon(w *waiter, reason Reason, cause error) error {
 	return rej
 }
 
-func (g *Gate) release(now time.Time, key string, o Outcome) {
+// release gives back a slot of tenant ts for work with the given key.
+func (g *Gate) release(now time.Time, ts *tenantState, key string, cost float64, o Outcome) {
 	var buf [4]*waiter
 	g.mu.Lock()
-	g.mu.core.Release(now, key, o)
+	g.mu.core.release(now, ts, key, cost, o)
 	woken := g.eventsLocked(buf[:0])
 	g.mu.Unlock()
 	wake(woken)
@@ -263,14 +265,16 @@ func (g *Gate) Rank(req Request) (int, error) {
 type Permit struct {
 	g        *Gate
 	key      string
+	ts       *tenantState // guarded by g.mu; valid while the slot is held
+	cost     float64
 	start    time.Time
 	queued   time.Duration
 	rank     int
 	released atomic.Bool
 }
 
-func (p *Permit) grant(g *Gate, key string, rank int, start time.Time, queued time.Duration) {
-	p.g, p.key, p.rank, p.start, p.queued = g, key, rank, start, queued
+func (p *Permit) grant(g *Gate, key string, ts *tenantState, cost float64, rank int, start time.Time, queued time.Duration) {
+	p.g, p.key, p.ts, p.cost, p.rank, p.start, p.queued = g, key, ts, cost, rank, start, queued
 }
 
 // Done releases the slot and reports how the work went; the service time
@@ -286,7 +290,7 @@ func (p *Permit) Done(o Outcome) {
 	if o.ServiceTime <= 0 {
 		o.ServiceTime = elapsed
 	}
-	p.g.release(p.start.Add(elapsed), p.key, o)
+	p.g.release(p.start.Add(elapsed), p.ts, p.key, p.cost, o)
 }
 
 // Drop gives the slot back without doing the work; nothing is recorded.

@@ -17,7 +17,10 @@ type harness struct {
 	t       *testing.T
 	c       *Core
 	service func(key string) time.Duration
-	pending completionHeap
+	// serviceOf, when set, is used instead of service: a service time
+	// that depends on the whole request (its cost).
+	serviceOf func(Request) time.Duration
+	pending   completionHeap
 	// onGrant is called for every ticket granted, with its arrival time.
 	onGrant func(a *arrival, now time.Time)
 }
@@ -53,7 +56,12 @@ func (h *completionHeap) Pop() any {
 
 func (h *harness) grant(a *arrival, now time.Time) {
 	a.granted = now
-	d := h.service(a.req.Key)
+	var d time.Duration
+	if h.serviceOf != nil {
+		d = h.serviceOf(a.req)
+	} else {
+		d = h.service(a.req.Key)
+	}
 	a.finished = now.Add(d)
 	heap.Push(&h.pending, completion{at: a.finished, key: a.req.Key, a: a})
 	if h.onGrant != nil {
@@ -70,7 +78,7 @@ func (h *harness) drainEvents(now time.Time) {
 }
 
 func (h *harness) complete(next completion) {
-	h.c.Release(next.at, next.key, Outcome{ServiceTime: next.at.Sub(next.a.granted)})
+	h.c.Release(next.at, next.a.req, Outcome{ServiceTime: next.at.Sub(next.a.granted)})
 	h.drainEvents(next.at)
 }
 

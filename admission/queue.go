@@ -12,6 +12,8 @@ type Ticket struct {
 
 	req      Request
 	rank     int
+	cost     float64 // req.Cost, 1 when unset
+	ts       *tenantState
 	enqueued time.Time
 	// The decision, valid once state is decided.
 	state   ticketState
@@ -56,8 +58,13 @@ func (t *Ticket) Rejection() *Rejection {
 // tenantQueue is one tenant's queued tickets of one rank, oldest first.
 type tenantQueue struct {
 	tenant     string
+	ts         *tenantState
 	head, tail *Ticket
 	n          int
+	cost       float64 // of the queued tickets
+	// finish is the tenant's virtual finish time in this rank: the start
+	// tag of its next ticket is max(level.vtime, finish).
+	finish float64
 	// ring links of the rank's active tenants, in serving order.
 	prev, next *tenantQueue
 	// The overload detector of this queue (see Core.observe): LIFO is
@@ -107,19 +114,42 @@ func (o *overload) observe(now time.Time, tq *tenantQueue) {
 	}
 }
 
-// level is the waiting room of one rank: a round-robin ring of tenants, each
-// with its own FIFO. Serving rotates the ring, so the tenant served least
-// recently goes first and a tenant's flood only lengthens its own queue.
+// level is the waiting room of one rank: a ring of tenants, each with its
+// own queue, served by start-time fair queuing. Each tenant has a virtual
+// finish time; the tenant whose next ticket starts earliest in virtual time
+// — max(vtime, its finish) — is served, and its finish time then advances
+// by the ticket's cost over its weight. So tenants of a rank are served cost
+// in proportion to their weights: one sending prompts sixteen times the size
+// gets a sixteenth of the requests, not an equal count, and a tenant's flood
+// only lengthens its own queue. Ties go round the ring, so with equal costs
+// and weights the order is plain round robin.
+//
+// Start-time rather than finish-time tags: the choice does not need the
+// cost of the ticket to be served (which, with LIFO per tenant, is not
+// known until the tenant is chosen), and a newly active tenant starts at
+// the current virtual time — no credit for having been idle, no wait for
+// the others' backlog.
 type level struct {
 	depth  int
-	ring   *tenantQueue // the tenant to serve next; nil when empty
+	cost   float64      // of the queued tickets
+	ring   *tenantQueue // where the search for the next tenant starts; nil when empty
 	queues map[string]*tenantQueue
+	vtime  float64 // the start tag of the ticket served last
+	// debt keeps the finish time of tenants whose queue emptied while they
+	// were ahead of the virtual time, so that emptying a queue between two
+	// requests does not wipe out what the tenant was just served.
+	debt      map[string]float64
+	debtSwept int
 }
 
-func (l *level) push(t *Ticket) {
+func (l *level) push(t *Ticket, ts *tenantState) {
 	tq := l.queues[t.req.Tenant]
 	if tq == nil {
-		tq = &tenantQueue{tenant: t.req.Tenant}
+		tq = &tenantQueue{tenant: t.req.Tenant, ts: ts, finish: l.vtime}
+		if f, ok := l.debt[tq.tenant]; ok {
+			tq.finish = max(f, l.vtime)
+			delete(l.debt, tq.tenant)
+		}
 		if l.queues == nil {
 			l.queues = make(map[string]*tenantQueue)
 		}
@@ -144,7 +174,9 @@ func (l *level) push(t *Ticket) {
 	}
 	tq.tail = t
 	tq.n++
+	tq.cost += t.cost
 	l.depth++
+	l.cost += t.cost
 }
 
 // remove unlinks t from its tenant's queue, dropping the tenant from the ring
@@ -163,7 +195,12 @@ func (l *level) remove(t *Ticket) {
 	}
 	t.prev, t.next, t.tq = nil, nil, nil
 	tq.n--
+	tq.cost -= t.cost
 	l.depth--
+	l.cost -= t.cost
+	if l.depth == 0 {
+		l.cost = 0 // no float drift carried over
+	}
 	if tq.n == 0 {
 		if tq.next == tq {
 			l.ring = nil
@@ -175,24 +212,86 @@ func (l *level) remove(t *Ticket) {
 			}
 		}
 		delete(l.queues, tq.tenant)
+		if tq.finish > l.vtime {
+			l.keepDebt(tq.tenant, tq.finish)
+		}
 	}
 }
 
-// pop takes the next ticket of the rank: from the tenant at the front of the
-// ring, its oldest (FIFO) or newest (LIFO, when that queue is overloaded);
-// the tenant then moves to the back.
-func (l *level) pop(now time.Time, o *overload) *Ticket {
+// keepDebt remembers a tenant's finish time. Debts the virtual time has
+// passed are worth nothing (the tenant would start at vtime anyway); they
+// are swept whenever the map has doubled since the last sweep, which keeps
+// it in proportion to the tenants that are truly ahead.
+func (l *level) keepDebt(tenant string, finish float64) {
+	if l.debt == nil {
+		l.debt = make(map[string]float64)
+	}
+	l.debt[tenant] = finish
+	if len(l.debt) > 2*l.debtSwept+16 {
+		for k, f := range l.debt {
+			if f <= l.vtime {
+				delete(l.debt, k)
+			}
+		}
+		l.debtSwept = len(l.debt)
+	}
+}
+
+func (l *level) start(tq *tenantQueue) float64 { return max(l.vtime, tq.finish) }
+
+// next returns the tenant queue to serve among those ok accepts — the
+// earliest start tag, ties in ring order — or nil when ok accepts none.
+func (l *level) next(ok func(*tenantQueue) bool) *tenantQueue {
+	var best *tenantQueue
+	var bestStart float64
 	tq := l.ring
+	for {
+		if s := l.start(tq); (best == nil || s < bestStart) && (ok == nil || ok(tq)) {
+			best, bestStart = tq, s
+		}
+		tq = tq.next
+		if tq == l.ring {
+			return best
+		}
+	}
+}
+
+// has reports whether ok accepts any tenant queued at this rank.
+func (l *level) has(ok func(*tenantQueue) bool) bool {
+	if l.depth == 0 {
+		return false
+	}
+	for tq := l.ring; ; {
+		if ok(tq) {
+			return true
+		}
+		if tq = tq.next; tq == l.ring {
+			return false
+		}
+	}
+}
+
+// take serves tq: its oldest ticket (FIFO) or newest (LIFO, when that
+// queue is overloaded). The virtual time moves to the ticket's start tag,
+// the tenant's finish time past it by cost over weight, and the search for
+// the next tenant starts after this one.
+func (l *level) take(now time.Time, tq *tenantQueue, o *overload) *Ticket {
 	o.observe(now, tq)
-	t := tq.head
-	if tq.lifo {
-		t = tq.tail
-	}
-	if tq.n > 1 {
-		l.ring = tq.next // rotate: this tenant was just served
-	}
+	t := tq.peek()
+	s := l.start(tq)
+	l.vtime = s
+	tq.finish = s + t.cost/tq.ts.weight
+	l.ring = tq.next
 	l.remove(t)
 	return t
+}
+
+// peek is the ticket tq would serve next.
+func (tq *tenantQueue) peek() *Ticket {
+	if tq.lifo {
+		return tq.tail
+	}
+	return tq.head
 }
 
 // lastServed returns the ticket this rank would serve last: from its heaviest
@@ -219,32 +318,36 @@ func (l *level) heaviest() *tenantQueue {
 	return best
 }
 
-// ahead counts the tickets of this rank that round-robin service would serve
-// before a newcomer of tenant: every tenant contributes up to the newcomer's
-// position in its own queue (one when that queue is in LIFO order and the
-// newcomer goes to its front).
-func (l *level) ahead(tenant string) int {
+// ahead estimates how many tickets of this rank fair queuing would serve
+// before a newcomer of tenant with the given cost. In virtual time the
+// newcomer starts once its tenant's queued cost ahead of it (none when that
+// queue is in LIFO order: it goes to the front) has been served at the
+// tenant's weight; every other tenant is served up to the same virtual
+// time, that span times its own weight, in cost. The cost ahead is turned
+// into tickets at the rank's mean queued cost, since the wait estimate
+// counts completions.
+func (l *level) ahead(tenant string, cost, weight float64) int {
 	if l.depth == 0 {
 		return 0
 	}
-	pos := 1
-	if own := l.queues[tenant]; own != nil && !own.lifo {
-		pos = own.n + 1
+	var own float64
+	if tq := l.queues[tenant]; tq != nil && !tq.lifo {
+		own = tq.cost
 	}
-	if l.depth < pos {
-		// Every queued ticket of the rank is ahead or level with it.
-		return l.depth
-	}
-	n := pos - 1
-	tq := l.ring
-	for {
+	span := (own + cost) / weight
+	aheadCost := own
+	for tq := l.ring; ; {
 		if tq.tenant != tenant {
-			n += min(tq.n, pos)
+			aheadCost += min(tq.cost, span*tq.ts.weight)
 		}
 		tq = tq.next
 		if tq == l.ring {
 			break
 		}
 	}
-	return n
+	mean := l.cost / float64(l.depth)
+	if mean <= 0 {
+		return 0
+	}
+	return min(int(aheadCost/mean+0.5), l.depth)
 }

@@ -2,6 +2,7 @@ package admission
 
 import (
 	"fmt"
+	"math"
 	"time"
 )
 
@@ -72,10 +73,26 @@ type Request struct {
 	// context's deadline in [Gate.Acquire], and no deadline at all when that
 	// has none either (then admission is decided by the queue bound alone).
 	Deadline time.Time
+	// Cost is the work's estimated cost (for example its tokens): within a
+	// rank, tenants share the gate by cost, not by count of requests, and a
+	// tenant's fair share across ranks is counted in it. Zero means 1.
+	// Negative, NaN or infinite is an error.
+	Cost float64
 	// Key selects the service-time statistics that predict this request's
 	// own service time, for example the upstream model. Empty uses the
 	// statistics of all requests.
 	Key string
+}
+
+// cost returns the request's cost, 1 when unset, or an error naming the field.
+func (r *Request) cost() (float64, error) {
+	switch {
+	case r.Cost == 0:
+		return 1, nil
+	case r.Cost < 0 || math.IsNaN(r.Cost) || math.IsInf(r.Cost, 0):
+		return 0, fmt.Errorf("admission: Request.Cost = %v, want ≥ 0 and finite", r.Cost)
+	}
+	return r.Cost, nil
 }
 
 // Result classifies how a granted unit of work ended.

@@ -92,7 +92,7 @@ func (c *Core) Stats(now time.Time) Stats {
 		if l := &c.levels[r]; l.ring != nil {
 			tenant = l.heaviest().tenant
 		}
-		s.EstimatedWait[r] = c.waitFor(r, tenant)
+		s.EstimatedWait[r] = c.waitFor(r, tenant, 1)
 	}
 	if s.LIFOQueues > 0 {
 		s.Mode = LIFO

@@ -131,7 +131,7 @@ func (c *Core) Settle(now time.Time, t *Ticket, o Outcome) error {
 func (c *Core) Release(now time.Time, t *Ticket, o Outcome) error {
 	c.now = now
 	err := t.holds.settle(now, o)
-	c.gate.Release(now, t.req.Model, admission.Outcome{Result: o.Result, ServiceTime: o.ServiceTime})
+	c.gate.Release(now, t.req.admission(), admission.Outcome{Result: o.Result, ServiceTime: o.ServiceTime})
 	return err
 }
 

@@ -5,6 +5,7 @@ import (
 
 	"github.com/sluicehq/sluice/admission"
 	"github.com/sluicehq/sluice/contract"
+	"github.com/sluicehq/sluice/spend"
 )
 
 // Request is one call presented to the chain. The shell fills what the
@@ -38,6 +39,10 @@ type Request struct {
 	// InputTokens estimates the prompt's size and MaxOutputTokens is its
 	// max_tokens (zero: unknown); the spend stage prices the call with them.
 	InputTokens, MaxOutputTokens int64
+	// Cost is the call's estimated cost in the gate's fair shares (see
+	// admission.Request.Cost). Zero means estimated from its tokens by
+	// [Request.GateCost]; negative is an error.
+	Cost float64
 	// Unpriced says the provider does not bill the call (a metadata call
 	// passed through): the spend stage lets it by without a reservation.
 	Unpriced bool
@@ -63,7 +68,26 @@ func (r *Request) admission() admission.Request {
 		Attempt:   r.Attempt,
 		Deadline:  r.Deadline,
 		Key:       r.Model,
+		Cost:      r.GateCost(),
 	}
+}
+
+// GateCost is the call's cost in the gate's fair shares: Cost when set,
+// else its tokens — the prompt's estimated size plus max_tokens, or
+// spend.DefaultOutputTokens when max_tokens is unknown. Tokens rather than
+// dollars, so that a tenant's share of the provider does not depend on
+// which model it calls, and so that the gateway and the simulator, with or
+// without prices, weigh calls alike: the provider's time goes roughly with
+// tokens.
+func (r *Request) GateCost() float64 {
+	if r.Cost != 0 {
+		return r.Cost
+	}
+	out := r.MaxOutputTokens
+	if out <= 0 {
+		out = spend.DefaultOutputTokens
+	}
+	return float64(max(r.InputTokens, 0) + out)
 }
 
 // Outcome is how an admitted call ended, as the shell saw it.

@@ -15,9 +15,10 @@ import (
 
 // A tenant allowed only batch that labels everything interactive during a
 // flood is demoted to batch, so it cannot take another tenant's
-// interactive slots. Without the rule the two share the interactive rank
-// round robin, and the other tenant, wanting about 80% of the capacity,
-// gets half (68% of its calls succeed without the rule).
+// interactive slots: its answers say batch in X-Sluice-Class, and the
+// other tenant's interactive calls all succeed. (The fair shares of the
+// gate protect the other tenant's share even without the rule; the rule is
+// what keeps the flood out of the interactive rank.)
 func TestTenantHeldToItsClassDuringAFlood(t *testing.T) {
 	_, up := startMock(t, mockllm.Config{Slots: 2, Median: 50 * time.Millisecond, Sigma: 0.01})
 	cfg := baseConfig(up.URL)
@@ -56,12 +57,13 @@ func TestTenantHeldToItsClassDuringAFlood(t *testing.T) {
 			}
 		})
 	}
-	// The other tenant: 60 requests a second for 2.5 s, with 800 ms
-	// deadlines — about 0.8× of what the mock's two slots serve here.
+	// The other tenant: 30 requests a second for 2.5 s, with 800 ms
+	// deadlines — about 0.4× of what the mock's two slots serve here,
+	// within its fair share, which it keeps whatever the flood's class.
 	var ok, total atomic.Int64
 	var web sync.WaitGroup
-	tick := time.NewTicker(time.Second / 60)
-	for range 150 {
+	tick := time.NewTicker(time.Second / 30)
+	for range 75 {
 		<-tick.C
 		web.Go(func() {
 			code, class := send(t.Context(), "k-web", "800")

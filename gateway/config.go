@@ -164,6 +164,21 @@ type TenantConfig struct {
 	// DisallowedClass is what a request in a class not in Classes gets:
 	// "demote" (empty means demote) or "refuse" (403, class_not_allowed).
 	DisallowedClass string `yaml:"disallowed_class"`
+
+	// The tenant's part of the gate's fair shares (see package admission).
+	//
+	// Weight is its weight: within a rank tenants are served estimated
+	// tokens in proportion to their weights, and its fair share of the
+	// slots is weighted the same way. Zero means 1; at most 1e6.
+	Weight float64 `yaml:"weight"`
+	// MaxConcurrency caps the upstream calls the tenant may have in flight:
+	// at the cap its requests queue even while slots are free for others.
+	// Zero means no cap; at most admission.concurrency's bound.
+	MaxConcurrency int `yaml:"max_concurrency"`
+	// QueueShare is the fraction of admission.max_queue the tenant's queued
+	// requests may take (at least one place); past it they are refused with
+	// queue_full. Zero means admission.max_queue_per_tenant; at most 1.
+	QueueShare float64 `yaml:"queue_share"`
 }
 
 // LimitsConfig bounds what a request may ask for.
@@ -478,7 +493,12 @@ func (c Config) admissionConfig() (admission.Config, error) {
 		}
 		*r.dst = *r.v
 	}
+	tenants, err := c.tenantShares()
+	if err != nil {
+		return admission.Config{}, err
+	}
 	cfg := admission.Config{
+		Tenants:            tenants,
 		Concurrency:        a.Concurrency,
 		MaxQueue:           *a.MaxQueue,
 		MaxQueuePerTenant:  a.MaxQueuePerTenant,
@@ -492,6 +512,35 @@ func (c Config) admissionConfig() (admission.Config, error) {
 		return admission.Config{}, fmt.Errorf("config: %w", err)
 	}
 	return cfg, nil
+}
+
+// tenantShares is the tenants' part of the gate: weight, cap, queue share.
+func (c Config) tenantShares() (map[string]admission.TenantConfig, error) {
+	var out map[string]admission.TenantConfig
+	for i, t := range c.Tenants {
+		path := fmt.Sprintf("tenants[%d]", i)
+		for _, err := range []error{
+			floatIn(path+".weight", t.Weight, 0, admission.MaxWeight),
+			intIn(path+".max_concurrency", t.MaxConcurrency, 0, maxConcurrency),
+			floatIn(path+".queue_share", t.QueueShare, 0, 1),
+		} {
+			if err != nil {
+				return nil, err
+			}
+		}
+		if t.Weight == 0 && t.MaxConcurrency == 0 && t.QueueShare == 0 {
+			continue
+		}
+		tc := admission.TenantConfig{Weight: t.Weight, MaxInFlight: t.MaxConcurrency}
+		if t.QueueShare > 0 {
+			tc.MaxQueue = max(int(t.QueueShare*float64(*c.Admission.MaxQueue)), 1)
+		}
+		if out == nil {
+			out = map[string]admission.TenantConfig{}
+		}
+		out[t.Name] = tc
+	}
+	return out, nil
 }
 
 // The largest values the config accepts; each field's comment says why.

@@ -3,6 +3,8 @@ package gateway
 import (
 	"strings"
 	"testing"
+
+	"github.com/sluicehq/sluice/admission"
 )
 
 func TestConfigErrorsNameTheField(t *testing.T) {
@@ -33,11 +35,34 @@ func TestConfigErrorsNameTheField(t *testing.T) {
 		{"upstream: {url: http://x, api_key_env: K}\nadmission: {concurrency: 1}\ntenants: [{name: a, api_keys_sha256: [" + key + "]}, {name: a, api_keys_sha256: [" + HashKey("j") + "]}]\n", "tenants[1].name"},
 		{"upstream: {url: http://x, api_key_env: K}\nadmission: {concurrency: 1}\ntenants: [{name: a, api_keys_sha256: [" + key + "]}, {name: b, api_keys_sha256: [" + key + "]}]\n", "tenants[1].api_keys_sha256[0]"},
 		{"upstream: {url: http://x, auth_header: cookie}\nadmission: {concurrency: 1}\n", "upstream.auth_header"},
+		{"upstream: {url: http://x, api_key_env: K}\nadmission: {concurrency: 1}\ntenants: [{name: a, weight: -1, api_keys_sha256: [" + key + "]}]\n", "tenants[0].weight"},
+		{"upstream: {url: http://x, api_key_env: K}\nadmission: {concurrency: 1}\ntenants: [{name: a, weight: 1e9, api_keys_sha256: [" + key + "]}]\n", "tenants[0].weight"},
+		{"upstream: {url: http://x, api_key_env: K}\nadmission: {concurrency: 1}\ntenants: [{name: a, max_concurrency: -1, api_keys_sha256: [" + key + "]}]\n", "tenants[0].max_concurrency"},
+		{"upstream: {url: http://x, api_key_env: K}\nadmission: {concurrency: 1}\ntenants: [{name: a, queue_share: 1.5, api_keys_sha256: [" + key + "]}]\n", "tenants[0].queue_share"},
 	} {
 		_, err := ParseConfig([]byte(tc.yaml))
 		if err == nil || !strings.Contains(err.Error(), tc.field) {
 			t.Errorf("config:\n%s→ %v, want an error naming %s", tc.yaml, err, tc.field)
 		}
+	}
+}
+
+// TestTenantSharesReachTheGate: a tenant's weight, max_concurrency and
+// queue_share (a fraction of max_queue) become its admission.TenantConfig.
+func TestTenantSharesReachTheGate(t *testing.T) {
+	cfg, err := ParseConfig([]byte("upstream: {url: http://x, api_key_env: K}\nadmission: {concurrency: 4, max_queue: 100}\n" +
+		"tenants: [{name: a, weight: 2.5, max_concurrency: 3, queue_share: 0.25, api_keys_sha256: [" + HashKey("k") + "]}," +
+		" {name: b, api_keys_sha256: [" + HashKey("j") + "]}]\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cc, err := cfg.withDefaults().chainConfig(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := cc.Admission.Tenants
+	if len(got) != 1 || got["a"] != (admission.TenantConfig{Weight: 2.5, MaxInFlight: 3, MaxQueue: 25}) {
+		t.Fatalf("admission tenants %+v, want a: weight 2.5, 3 in flight, 25 queued; b left at the defaults", got)
 	}
 }
 

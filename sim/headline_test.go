@@ -229,3 +229,42 @@ func TestHeadlineRunawayTenant(t *testing.T) {
 		t.Errorf("%d attempts refused tenant_budget, the limiter counts %d: want the same, and some", n, m)
 	}
 }
+
+// TestHeadlineTenantFlood: one tenant sends interactive work at 1.4×
+// capacity beside five tenants sending 30% of capacity, half interactive
+// and half batch with 30s deadlines. The flood's work beyond its fair share
+// of the slots is served as over-quota work: the five keep at least 99% of
+// every class (under rank alone their batch work fell to about 2%), and the
+// flood's goodput is at least 95% of the capacity the five leave.
+func TestHeadlineTenantFlood(t *testing.T) {
+	const flood = "flood"
+	r := runHeadline(t, "tenant-flood", "sluice", 1.4)
+	sc, err := LoadScenario("../scenarios/tenant-flood.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var othersLoad float64
+	for _, src := range sc.Traffic {
+		othersLoad += src.Load // the flood's is swept: zero here
+	}
+	onTime, floodOnTime := 0, 0
+	for _, src := range r.Sources {
+		onTime += src.OnTime
+		if src.Name == flood {
+			floodOnTime = src.OnTime
+			continue
+		}
+		if src.SuccessPct < 99 {
+			t.Errorf("%s: success %.2f%% beside the flood, want ≥ 99%%", src.Name, src.SuccessPct)
+		}
+	}
+	if onTime == 0 {
+		t.Fatal("no on-time answers")
+	}
+	left := 100 * (1 - othersLoad)
+	got := r.GoodputPct * float64(floodOnTime) / float64(onTime)
+	t.Logf("flood goodput %.1f%% of capacity, of the %.1f%% the others leave", got, left)
+	if got < 0.95*left {
+		t.Errorf("flood goodput %.1f%% of capacity, want ≥ 95%% of the %.1f%% the others leave", got, left)
+	}
+}

@@ -302,6 +302,11 @@ type SluiceConfig struct {
 	// MaxQueuePerTenant is admission.Config.MaxQueuePerTenant
 	// (max_queue_per_tenant). Zero means no fixed cap.
 	MaxQueuePerTenant int
+	// Tenants gives tenants their part of the gate's fair shares
+	// (tenants, a mapping of tenant names): weight, max_concurrency and
+	// queue_share, as in the gateway's tenants. A tenant not listed has
+	// weight 1, no cap and MaxQueuePerTenant.
+	Tenants map[string]SimTenant
 	// InitialServiceTime is admission.Config.InitialServiceTime
 	// (initial_service_time). Zero means the upstream's mean service time:
 	// an operator's starting guess.
@@ -310,6 +315,18 @@ type SluiceConfig struct {
 	// one global, as in the gateway (retry_budget). Zero fields take
 	// package retrybudget's defaults.
 	RetryBudget BudgetConfig
+}
+
+// SimTenant is one tenant's share of the gate (sluice.tenants.<name>).
+type SimTenant struct {
+	// Weight is admission.TenantConfig.Weight (weight). Zero means 1.
+	Weight float64
+	// MaxConcurrency is admission.TenantConfig.MaxInFlight
+	// (max_concurrency). Zero means no cap.
+	MaxConcurrency int
+	// QueueShare is the fraction of the queue bound the tenant may hold
+	// (queue_share), above 0 and at most 1. Zero means max_queue_per_tenant.
+	QueueShare float64
 }
 
 // BudgetConfig is a retrybudget.Config.
@@ -461,6 +478,20 @@ func (s *Scenario) Validate() error {
 		return ferr("sluice.max_queue_per_tenant", "want ≥ 0, got %d", sl.MaxQueuePerTenant)
 	case sl.InitialServiceTime < 0 || sl.InitialServiceTime > maxDuration:
 		return ferr("sluice.initial_service_time", "want 0 (for the mean service time) to %v, got %v", maxDuration, sl.InitialServiceTime)
+	}
+	for name, tc := range sl.Tenants {
+		p := "sluice.tenants." + name
+		if !slices.ContainsFunc(s.Traffic, func(src Source) bool { return src.Tenant == name }) {
+			return ferr(p, "not a tenant of the traffic (traffic[].tenant)")
+		}
+		switch {
+		case math.IsNaN(tc.Weight) || tc.Weight < 0 || tc.Weight > admission.MaxWeight:
+			return ferr(p+".weight", "want 0 (for 1) to %g, got %v", admission.MaxWeight, tc.Weight)
+		case tc.MaxConcurrency < 0:
+			return ferr(p+".max_concurrency", "want ≥ 0 (0 for no cap), got %d", tc.MaxConcurrency)
+		case math.IsNaN(tc.QueueShare) || tc.QueueShare < 0 || tc.QueueShare > 1:
+			return ferr(p+".queue_share", "want 0 (for max_queue_per_tenant) to 1, got %v", tc.QueueShare)
+		}
 	}
 	if _, err := sl.RetryBudget.config(); err != nil {
 		return ferr("sluice.retry_budget", "%v", err)

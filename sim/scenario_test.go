@@ -57,6 +57,10 @@ func TestScenarioErrorsNameTheField(t *testing.T) {
 		{"no classes", strings.Replace(minimalYAML, "  - {name: interactive, deadline: 10s}\n", "", 1) + "", "classes"},
 		{"every source fixed", strings.Replace(minimalYAML, "{class: interactive}", "{class: interactive, load: 1}", 1), "traffic"},
 		{"bad retry budget", minimalYAML + "sluice: {retry_budget: {ratio: 2}}\n", "sluice.retry_budget"},
+		{"negative tenant weight", strings.Replace(minimalYAML, "{class: interactive}", "{class: interactive, tenant: a}", 1) + "sluice: {tenants: {a: {weight: -1}}}\n", "sluice.tenants.a.weight"},
+		{"queue share above 1", strings.Replace(minimalYAML, "{class: interactive}", "{class: interactive, tenant: a}", 1) + "sluice: {tenants: {a: {queue_share: 2}}}\n", "sluice.tenants.a.queue_share"},
+		{"negative tenant cap", strings.Replace(minimalYAML, "{class: interactive}", "{class: interactive, tenant: a}", 1) + "sluice: {tenants: {a: {max_concurrency: -1}}}\n", "sluice.tenants.a.max_concurrency"},
+		{"tenant not in the traffic", minimalYAML + "sluice: {tenants: {b: {weight: 2}}}\n", "sluice.tenants.b"},
 		{"bad timeseries policy", minimalYAML + "timeseries: {policies: [nope]}\n", "timeseries.policies[0]"},
 	} {
 		t.Run(c.name, func(t *testing.T) {

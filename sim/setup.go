@@ -455,6 +455,18 @@ func (s *setup) coreConfig() admission.Config {
 	if cfg.MaxQueue == 0 {
 		cfg.MaxQueue = 8 * cfg.Concurrency
 	}
+	for name, tc := range sl.Tenants {
+		if cfg.Tenants == nil {
+			cfg.Tenants = map[string]admission.TenantConfig{}
+		}
+		cfg.Tenants[name] = admission.TenantConfig{
+			Weight:      tc.Weight,
+			MaxInFlight: tc.MaxConcurrency,
+			// At least one place: a share rounding to nothing would
+			// mean the default, not none.
+			MaxQueue: queueShare(tc.QueueShare, cfg.MaxQueue),
+		}
+	}
 	if cfg.InitialServiceTime == 0 {
 		cfg.InitialServiceTime = s.mean
 	}
@@ -473,3 +485,12 @@ var epoch = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 
 // at converts a virtual offset to the time.Time the cores take.
 func (s *setup) at(d time.Duration) time.Time { return epoch.Add(d) }
+
+// queueShare turns a fraction of the queue bound into a count: zero stays
+// zero (the default bound), anything else is at least one place.
+func queueShare(share float64, maxQueue int) int {
+	if share <= 0 {
+		return 0
+	}
+	return max(int(share*float64(maxQueue)), 1)
+}

@@ -171,6 +171,21 @@ func decodeScenario(n *yaml.Node, s *Scenario) error {
 				"max_queue":            intField(&sl.MaxQueue),
 				"max_queue_per_tenant": intField(&sl.MaxQueuePerTenant),
 				"initial_service_time": duration(&sl.InitialServiceTime),
+				"tenants": func(v *yaml.Node, p string) error {
+					return keyed(v, p, func(name string, v *yaml.Node, p string) error {
+						var tc SimTenant
+						err := mapping(v, p, map[string]fieldFunc{
+							"weight":          float(&tc.Weight),
+							"max_concurrency": intField(&tc.MaxConcurrency),
+							"queue_share":     float(&tc.QueueShare),
+						})
+						if sl.Tenants == nil {
+							sl.Tenants = map[string]SimTenant{}
+						}
+						sl.Tenants[name] = tc
+						return err
+					})
+				},
 				"retry_budget": func(v *yaml.Node, p string) error {
 					rb := &sl.RetryBudget
 					return mapping(v, p, map[string]fieldFunc{

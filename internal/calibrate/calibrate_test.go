@@ -30,8 +30,8 @@ func TestRunIsComparable(t *testing.T) {
 	if testing.Short() {
 		t.Skip("real time")
 	}
-	rep, err := Run(t.Context(), Config{Slots: 4, Median: 20 * time.Millisecond, Deadline: 400 * time.Millisecond,
-		Loads: []float64{2}, Duration: time.Second}, nil)
+	rep, err := Run(t.Context(), Config{Slots: 4, Median: 100 * time.Millisecond, Deadline: 2 * time.Second,
+		Loads: []float64{2}, Duration: 2 * time.Second}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -41,8 +41,9 @@ func TestRunIsComparable(t *testing.T) {
 	row := rep.Rows[0]
 	t.Logf("sim %+v\nreal %+v", row.Sim, row.Real)
 	for name, f := range map[string]Figures{"sim": row.Sim, "real": row.Real} {
-		// 2× of 4 slots / 22.7ms is about 350 requests a second.
-		if f.Requests < 200 || f.Requests > 500 || f.AttemptsPerRequest < 1 || f.GoodputPct <= 10 || f.SuccessPct <= 10 {
+		// 2× of 4 slots / ~113ms is about 70 requests a second: light
+		// enough for a race-instrumented run beside the rest of the suite.
+		if f.Requests < 80 || f.Requests > 250 || f.AttemptsPerRequest < 1 || f.GoodputPct <= 10 || f.SuccessPct <= 10 {
 			t.Errorf("%s: %+v", name, f)
 		}
 	}
