@@ -6,8 +6,8 @@ import (
 	"slices"
 	"time"
 
-	"github.com/sluicehq/sluice/sim"
 	"github.com/sluicehq/sluice/contract"
+	"github.com/sluicehq/sluice/sim"
 )
 
 // The spend limiter's part of results.md: for a scenario with a spend
