@@ -26,30 +26,12 @@ import (
 	"github.com/sluicehq/sluice/mockllm"
 )
 
-// startServer runs a Server (both listeners, the connection policy) until
-// the test ends and returns the API address.
+// startServer runs a Server until the test ends and returns the API
+// address.
 func startServer(t *testing.T, cfg Config) (*Gateway, string) {
 	t.Helper()
-	cfg.Listen, cfg.Admin = "127.0.0.1:0", "127.0.0.1:0"
-	cfg.ShutdownGrace = Duration(2 * time.Second)
-	g, err := New(cfg, Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Getenv: func(string) string { return "sk-provider-secret" }})
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv, err := Listen(g)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, stop := context.WithCancel(context.Background())
-	served := make(chan error, 1)
-	go func() { served <- srv.Serve(ctx) }()
-	t.Cleanup(func() {
-		stop()
-		if err := <-served; err != nil {
-			t.Errorf("Serve: %v", err)
-		}
-	})
-	return g, srv.API.Addr().String()
+	sv := serve(t, cfg)
+	return sv.g, strings.TrimPrefix(sv.url, "http://")
 }
 
 // dialFrom opens a raw connection to addr from the loopback address from

@@ -6,7 +6,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"log/slog"
 	"net/http"
 	"os"
 	"os/exec"
@@ -91,26 +90,8 @@ func TestDashboardInBrowser(t *testing.T) {
 	cfg.Spend = testSpend()
 	cfg.Spend.CeilingPerHour = 5
 	cfg.Spend.AlertPerHour = 4
-	cfg.Listen, cfg.Admin = "127.0.0.1:0", "127.0.0.1:0"
-	g, err := New(cfg, Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv, err := Listen(g)
-	if err != nil {
-		t.Fatal(err)
-	}
-	serveCtx, stopServe := context.WithCancel(context.Background())
-	served := make(chan error, 1)
-	go func() { served <- srv.Serve(serveCtx) }()
-	t.Cleanup(func() {
-		stopServe()
-		if err := <-served; err != nil {
-			t.Errorf("Serve: %v", err)
-		}
-	})
-	api := "http://" + srv.API.Addr().String()
-	admin := "http://" + srv.Admin.Addr().String()
+	sv := serve(t, cfg)
+	g, api, admin := sv.g, sv.url, sv.admin
 
 	allocCtx, cancelAlloc := chromedp.NewExecAllocator(context.Background(),
 		chromedp.ExecPath(chromium),

@@ -37,18 +37,64 @@ func startMock(t *testing.T, cfg mockllm.Config) (*mockllm.Server, *httptest.Ser
 // startGateway runs a gateway on loopback in front of upstream.
 func startGateway(t *testing.T, cfg Config) (*Gateway, *httptest.Server) {
 	t.Helper()
-	g, err := New(cfg, Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Getenv: func(k string) string {
-		if k == "TEST_PROVIDER_KEY" {
-			return "sk-provider-secret"
-		}
-		return ""
-	}})
+	g, err := New(cfg, testOptions())
 	if err != nil {
 		t.Fatal(err)
 	}
 	srv := httptest.NewServer(g)
 	t.Cleanup(srv.Close)
 	return g, srv
+}
+
+// testOptions discard the logs and give TEST_PROVIDER_KEY a provider key.
+func testOptions() Options {
+	return Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Getenv: func(k string) string {
+		if k == "TEST_PROVIDER_KEY" {
+			return "sk-provider-secret"
+		}
+		return ""
+	}}
+}
+
+// served is a gateway served by a Server (both listeners, the connection
+// policy, the dashboard's sampler) on loopback until stop or the end of
+// the test.
+type served struct {
+	g          *Gateway
+	url, admin string
+	stop       func() error
+}
+
+func serve(t *testing.T, cfg Config) *served {
+	t.Helper()
+	cfg.Listen, cfg.Admin = "127.0.0.1:0", "127.0.0.1:0"
+	cfg.ShutdownGrace = Duration(5 * time.Second)
+	g, err := New(cfg, testOptions())
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := Listen(g)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(ctx) }()
+	stopped := false
+	stop := func() error {
+		if stopped {
+			return nil
+		}
+		stopped = true
+		cancel()
+		return <-done
+	}
+	t.Cleanup(func() {
+		if err := stop(); err != nil {
+			t.Errorf("Serve: %v", err)
+		}
+	})
+	return &served{g: g, url: "http://" + srv.API.Addr().String(), admin: "http://" + srv.Admin.Addr().String(), stop: stop}
 }
 
 func baseConfig(upstream string) Config {

@@ -3,9 +3,6 @@ package gateway
 import (
 	"github.com/sluicehq/sluice/contract"
 
-	"context"
-	"io"
-	"log/slog"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -17,41 +14,6 @@ import (
 	"github.com/sluicehq/sluice/spend"
 	"github.com/sluicehq/sluice/store/redistest"
 )
-
-// served is a gateway serving on loopback listeners until stop.
-type served struct {
-	g          *Gateway
-	url, admin string
-	stop       func() error
-}
-
-func serve(t *testing.T, cfg Config) *served {
-	t.Helper()
-	cfg.Listen, cfg.Admin = "127.0.0.1:0", "127.0.0.1:0"
-	cfg.ShutdownGrace = Duration(5 * time.Second)
-	g, err := New(cfg, Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv, err := Listen(g)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- srv.Serve(ctx) }()
-	stopped := false
-	stop := func() error {
-		if stopped {
-			return nil
-		}
-		stopped = true
-		cancel()
-		return <-done
-	}
-	t.Cleanup(func() { _ = stop() })
-	return &served{g: g, url: "http://" + srv.API.Addr().String(), admin: "http://" + srv.Admin.Addr().String(), stop: stop}
-}
 
 // exhaust calls until the anonymous tenant's budget refuses, and returns
 // how many calls were served.
