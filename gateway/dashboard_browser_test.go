@@ -1,8 +1,6 @@
 package gateway
 
 import (
-	"github.com/sluicehq/sluice/contract"
-
 	"context"
 	"fmt"
 	"io"
@@ -22,6 +20,7 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/sluicehq/sluice/admission"
+	"github.com/sluicehq/sluice/contract"
 	"github.com/sluicehq/sluice/mockllm"
 )
 

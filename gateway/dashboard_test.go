@@ -1,8 +1,6 @@
 package gateway
 
 import (
-	"github.com/sluicehq/sluice/contract"
-
 	"bufio"
 	"context"
 	"encoding/json"
@@ -21,6 +19,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/sluicehq/sluice/admission"
+	"github.com/sluicehq/sluice/contract"
 	"github.com/sluicehq/sluice/mockllm"
 )
 

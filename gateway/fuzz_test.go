@@ -1,8 +1,6 @@
 package gateway
 
 import (
-	"github.com/sluicehq/sluice/contract"
-
 	"bytes"
 	"encoding/json"
 	"errors"
@@ -13,6 +11,8 @@ import (
 	"testing"
 	"time"
 	"unicode/utf8"
+
+	"github.com/sluicehq/sluice/contract"
 )
 
 // The fuzz targets below run their seeds (f.Add and testdata/fuzz/) as part

@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
-	"strings"
 	"testing"
 	"time"
 
@@ -109,19 +108,7 @@ const chatBody = `{"model":"gpt-4o-mini","messages":[{"role":"user","content":"h
 // post sends a chat completion with the given headers.
 func post(t *testing.T, ctx context.Context, url string, body string, headers map[string]string) *http.Response {
 	t.Helper()
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url+"/v1/chat/completions", strings.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Header.Set("Content-Type", "application/json")
-	for k, v := range headers {
-		req.Header.Set(k, v)
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return resp
+	return postPath(t, ctx, url, "/v1/chat/completions", body, headers)
 }
 
 // readAll reads and closes a response body.

@@ -1,14 +1,13 @@
 package gateway
 
 import (
-	"github.com/sluicehq/sluice/contract"
-
 	"context"
 	"net/http"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/contract"
 	"github.com/sluicehq/sluice/mockllm"
 )
 

@@ -1,8 +1,6 @@
 package gateway
 
 import (
-	"github.com/sluicehq/sluice/contract"
-
 	"context"
 	"errors"
 	"log/slog"
@@ -14,6 +12,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/sluicehq/sluice/contract"
 )
 
 // Canned refusals, written straight to a connection the listener will not

@@ -1,13 +1,12 @@
 package gateway
 
 import (
-	"github.com/sluicehq/sluice/contract"
-
 	"context"
 	"net/http"
 	"strings"
 	"testing"
 
+	"github.com/sluicehq/sluice/contract"
 	"github.com/sluicehq/sluice/mockllm"
 )
 

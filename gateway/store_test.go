@@ -1,8 +1,6 @@
 package gateway
 
 import (
-	"github.com/sluicehq/sluice/contract"
-
 	"net/http"
 	"os"
 	"path/filepath"
@@ -10,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/contract"
 	"github.com/sluicehq/sluice/mockllm"
 	"github.com/sluicehq/sluice/spend"
 	"github.com/sluicehq/sluice/store/redistest"

@@ -1,8 +1,6 @@
 package store
 
 import (
-	"github.com/sluicehq/sluice/contract"
-
 	"context"
 	"net/http"
 	"net/http/httptest"
@@ -11,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/contract"
 	"github.com/sluicehq/sluice/spend"
 	"github.com/sluicehq/sluice/store/redistest"
 )
