@@ -132,7 +132,9 @@ func ParseDigest(h string) ([sha256.Size]byte, error) {
 	var d [sha256.Size]byte
 	b, err := hex.DecodeString(strings.TrimSpace(h))
 	if err != nil || len(b) != sha256.Size {
-		return d, fmt.Errorf("%q is not a hex SHA-256 digest (64 hex digits)", h)
+		// The value is not echoed: a key pasted where its digest belongs
+		// must not reach the logs or a reload's answer.
+		return d, fmt.Errorf("not a hex SHA-256 digest (want 64 hex digits, got %d characters; see sluice hash-key)", len(strings.TrimSpace(h)))
 	}
 	copy(d[:], b)
 	return d, nil
