@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sluicehq/sluice/contract"
+	"github.com/sluicehq/sluice/spend"
 )
 
 // Policies change without a restart: Reconfigure applies a new config to
@@ -230,8 +231,18 @@ func (g *Gateway) apply(p *pending) error {
 		if err := g.spend.Reconfigure(*sc); err != nil { // validated: cannot happen
 			g.log.Error("the spend policy was not reloaded", "err", err)
 		}
+		g.metrics.dash.setSpend(p.cfg.Spend)
 	}
 	return nil
+}
+
+// setSpend gives the dashboard's meta the reloaded ceiling and stages: a
+// page loaded from now on draws them.
+func (s *sampler) setSpend(sc *spend.Config) {
+	m := dashboardSpend(sc)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.meta.Spend = m
 }
 
 // summary is what a reload's log line says: the sizes of the new policy

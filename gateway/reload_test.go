@@ -29,6 +29,7 @@ func reloadYAML(upstream string, vars map[string]string) string {
 	v := map[string]string{
 		"concurrency": "4", "max_queue": "16", "acme_tier": "standard", "acme_key": HashKey("key-acme"),
 		"beta_weight": "1", "price_in": "0.15", "acme_budget": "100", "ratio": "0.1", "url": upstream, "extra": "",
+		"ceiling": "10000",
 	}
 	for k, x := range vars {
 		v[k] = x
@@ -44,10 +45,10 @@ spend:
   prices:
     gpt-4o-mini: {input_per_mtok: %s, output_per_mtok: 0.6}
     gpt-4o: {input_per_mtok: 2.5, output_per_mtok: 10}
-  ceiling_per_hour: 10000
+  ceiling_per_hour: %s
   tenants: {acme: {per_hour: %s}}
 %s`, v["url"], v["concurrency"], v["max_queue"], v["acme_tier"], v["acme_key"], v["beta_weight"], HashKey("key-beta"),
-		v["ratio"], v["price_in"], v["acme_budget"], v["extra"])
+		v["ratio"], v["price_in"], v["ceiling"], v["acme_budget"], v["extra"])
 }
 
 // reloadable is a gateway whose config source is a file on disk, served
@@ -194,8 +195,9 @@ func TestReloadRefusesABadConfigAndKeepsTheRunningOne(t *testing.T) {
 		t.Errorf("sluice_config_last_reload_successful %v after a refusal, want 0", g)
 	}
 
-	// A good config: acme's key changes, and so does the waiting room.
-	r.write(t, reloadYAML(up.URL, map[string]string{"acme_key": HashKey("key-new"), "max_queue": "3"}))
+	// A good config: acme's key changes, and so do the waiting room and
+	// the ceiling.
+	r.write(t, reloadYAML(up.URL, map[string]string{"acme_key": HashKey("key-new"), "max_queue": "3", "ceiling": "500"}))
 	if status, b := r.reload(t); status != 200 {
 		t.Fatalf("a good reload: %d %s", status, b)
 	}
@@ -207,6 +209,21 @@ func TestReloadRefusesABadConfigAndKeepsTheRunningOne(t *testing.T) {
 	}
 	if st := r.state(t); st.MaxQueue != 3 || st.Reloads.OK != 1 || st.Reloads.LastError != "" {
 		t.Errorf("state after the reload: max_queue %d, reloads %+v", st.MaxQueue, st.Reloads)
+	}
+	resp, err := http.Get(r.admin + "/admin/v1/history")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var h struct {
+		Meta struct {
+			Spend struct {
+				Ceiling float64 `json:"ceiling_per_hour"`
+			} `json:"spend"`
+		} `json:"meta"`
+	}
+	decodeJSON(t, resp, &h)
+	if h.Meta.Spend.Ceiling != 500 {
+		t.Errorf("the dashboard's ceiling after the reload: %v, want 500", h.Meta.Spend.Ceiling)
 	}
 	if n := reloads(r, "ok"); n != 1 {
 		t.Errorf("sluice_config_reloads_total{result=ok} = %v, want 1", n)
@@ -226,7 +243,7 @@ func TestReloadRefusesABadConfigAndKeepsTheRunningOne(t *testing.T) {
 		}
 	}
 	// A GET is not a reload.
-	resp, err := http.Get(r.admin + "/admin/v1/reload")
+	resp, err = http.Get(r.admin + "/admin/v1/reload")
 	if err != nil {
 		t.Fatal(err)
 	}
