@@ -30,7 +30,13 @@ import (
 // first that differs. An invalid cfg is refused the same way; either way
 // nothing changes. Decisions about queued tickets (a raised limit grants
 // some) are collected with Events, as after SetConcurrency.
+//
+// A zero cfg.Concurrency keeps the slots as they are, for an owner whose
+// concurrency is set by a controller of its own through SetConcurrency.
 func (c *Core) Reconfigure(now time.Time, cfg Config) error {
+	if cfg.Concurrency == 0 {
+		cfg.Concurrency = c.concurrency
+	}
 	cfg, err := cfg.normalize()
 	if err != nil {
 		return err

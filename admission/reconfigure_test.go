@@ -155,7 +155,7 @@ func TestReconfigureRefusesWithoutChange(t *testing.T) {
 		mut   func(*Config)
 		field string
 	}{
-		{func(c *Config) { c.Concurrency = 0 }, "Concurrency"},
+		{func(c *Config) { c.Concurrency = -1 }, "Concurrency"},
 		{func(c *Config) { c.MaxQueue = -1 }, "MaxQueue"},
 		{func(c *Config) { c.Tenants = map[string]TenantConfig{"a": {Weight: -1}} }, "Weight"},
 		{func(c *Config) { c.Ranks = ranks }, "Ranks"},
@@ -173,6 +173,10 @@ func TestReconfigureRefusesWithoutChange(t *testing.T) {
 		if c.Concurrency() != 2 || c.MaxQueue() != 4 {
 			t.Fatalf("%s: refused, yet concurrency %d and bound %d changed", tc.field, c.Concurrency(), c.MaxQueue())
 		}
+	}
+	// Zero slots: the slots as they are.
+	if err := c.Reconfigure(at(0), Config{MaxQueue: 5}); err != nil || c.Concurrency() != 2 || c.MaxQueue() != 5 {
+		t.Fatalf("zero concurrency: %v, concurrency %d bound %d; want 2 kept, bound 5", err, c.Concurrency(), c.MaxQueue())
 	}
 	// The defaults written out are the same ranks.
 	if err := c.Reconfigure(at(0), Config{Concurrency: 3, MaxQueue: 4, Ranks: DefaultRanks()}); err != nil {

@@ -13,7 +13,8 @@ import (
 // dropping a queued or in-flight call: the tenants (names, keys, tiers,
 // class rules), the retry budgets' ratios, floors and caps, and the gate's
 // slots, waiting room and tenants' weights, caps and shares (see
-// admission.Gate.Reconfigure).
+// admission.Gate.Reconfigure; a zero Admission.Concurrency keeps the
+// slots, for a shell that sets them with a controller of its own).
 //
 // What the chain has counted carries on: every retry budget keeps its
 // balance (cut to a lower cap), the gate its service-time windows and

@@ -150,7 +150,7 @@ func TestReconfigureRefusedChangesNothing(t *testing.T) {
 		{func(c *Config) { c.Retries.Disabled = true }, "Retries.Disabled"},
 		{func(c *Config) { c.Spend = limiter(t, prices) }, "Config.Spend"},
 		{func(c *Config) { c.Spend = nil }, "Config.Spend"},
-		{func(c *Config) { c.Admission.Concurrency = 0 }, "Concurrency"},
+		{func(c *Config) { c.Admission.Concurrency = -1 }, "Concurrency"},
 		{func(c *Config) { c.Admission.FIFOOnly = true }, "FIFOOnly"},
 	} {
 		next := reloadConfig(t)

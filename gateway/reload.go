@@ -203,9 +203,11 @@ func (g *Gateway) prepare(old, written *Config, cfg Config) (*pending, error) {
 }
 
 // apply swaps the running policy for p's: the chain (tenants, retry
-// budgets, the gate) under the concurrency controller's lock, so that the
-// level the provider's rate limits set is kept and no answer racing the
-// reload moves the gate in between, then the spend policy. Every part was
+// budgets, the gate's waiting room and tenants) and the gate's slots under
+// the concurrency controller's lock — the slots set the way the controller
+// sets them, at the level it gives for the new ceiling, so that a level
+// the provider's rate limits lowered is kept and no answer racing the
+// reload moves the gate in between — then the spend policy. Every part was
 // validated by prepare; the chain checks again before it changes
 // anything, and only its refusal can fail a reload here.
 func (g *Gateway) apply(p *pending) error {
@@ -217,11 +219,15 @@ func (g *Gateway) apply(p *pending) error {
 	if err != nil {
 		return err
 	}
-	err = g.limit.rescale(time.Now(), ccfg.Admission.Concurrency, func(level int) error {
-		ccfg.Admission.Concurrency = level
+	ceiling := ccfg.Admission.Concurrency
+	// The chain keeps the gate's slots (zero); they are the controller's
+	// to set, at the level it gives for the new ceiling.
+	ccfg.Admission.Concurrency = 0
+	err = g.limit.rescale(time.Now(), ceiling, func(level int) error {
 		if err := g.chain.Reconfigure(ccfg); err != nil {
 			return fmt.Errorf("config: %w", err)
 		}
+		g.setConcurrency(level)
 		return nil
 	})
 	if err != nil {
