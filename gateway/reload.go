@@ -391,8 +391,9 @@ func firstDiff(a, b reflect.Value, path string) string {
 }
 
 // fieldOf finds the field a config error names: the path after "config: "
-// (and any "spend: ", "chain: " or "admission: " prefix), up to the first
-// colon or space. It returns "" when the text names none.
+// (and a "chain: " prefix), up to the first colon or space. It returns ""
+// when the text names none (a file that cannot be read, a YAML syntax
+// error).
 func fieldOf(err error) string {
 	msg := err.Error()
 	for _, p := range []string{"config: ", "chain: "} {
