@@ -2,6 +2,7 @@ package chain
 
 import (
 	"context"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -16,6 +17,7 @@ type Chain struct {
 	gate   *admission.Gate
 	stages *stages
 	now    func() time.Time
+	reconf sync.Mutex // serializes Reconfigure
 }
 
 // New returns a Chain for cfg, or an error naming the invalid field.
@@ -137,11 +139,11 @@ type TenantInfo struct {
 
 // Tenants lists the configured tenants, in configuration order.
 func (c *Chain) Tenants() []TenantInfo {
-	id := c.stages.identify
-	out := make([]TenantInfo, 0, len(id.order))
-	for _, t := range id.order {
+	tb := c.stages.identify.table.Load()
+	out := make([]TenantInfo, 0, len(tb.order))
+	for _, t := range tb.order {
 		n := 0
-		for _, k := range id.keys {
+		for _, k := range tb.keys {
 			if k.tenant == t {
 				n++
 			}

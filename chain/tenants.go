@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/sluicehq/sluice/admission"
@@ -65,19 +66,36 @@ type tenantKey struct {
 // identify is the first stage: it finds the call's tenant. Keys are stored
 // only as SHA-256 digests, and a presented key is compared against every
 // digest in constant time, so neither the stored keys nor the timing of a
-// lookup tell anything about them. Immutable after construction.
+// lookup tell anything about them. Its table of tenants is immutable and
+// swapped whole by a reconfiguration: a call reads it once.
 type identify struct {
+	table atomic.Pointer[tenantTable]
+	rank  func(class string) (int, bool)
+}
+
+// tenantTable is the tenants of one configuration.
+type tenantTable struct {
 	keys   []tenantKey
 	byName map[string]*tenant
 	order  []*tenant
-	rank   func(class string) (int, bool)
 }
 
 func newIdentify(cfgs []TenantConfig, gate GateView) (*identify, error) {
-	id := &identify{byName: map[string]*tenant{}, rank: func(class string) (int, bool) {
+	id := &identify{rank: func(class string) (int, bool) {
 		r, err := gate.Rank(admission.Request{Class: class})
 		return r, err == nil
 	}}
+	tb, err := id.newTable(cfgs)
+	if err != nil {
+		return nil, err
+	}
+	id.table.Store(tb)
+	return id, nil
+}
+
+// newTable builds the table of cfgs, or an error naming the invalid field.
+func (id *identify) newTable(cfgs []TenantConfig) (*tenantTable, error) {
+	tb := &tenantTable{byName: map[string]*tenant{}}
 	for i, c := range cfgs {
 		tier, err := admission.ParseTier(c.Tier)
 		if err != nil {
@@ -93,20 +111,20 @@ func newIdentify(cfgs []TenantConfig, gate GateView) (*identify, error) {
 			}
 			t.classes = append(t.classes, class)
 		}
-		if id.byName[c.Name] != nil {
+		if tb.byName[c.Name] != nil {
 			return nil, fmt.Errorf("tenants[%d].name: %q is a second tenant of that name", i, c.Name)
 		}
-		id.byName[c.Name] = t
-		id.order = append(id.order, t)
+		tb.byName[c.Name] = t
+		tb.order = append(tb.order, t)
 		for j, h := range c.KeysSHA256 {
 			d, err := ParseDigest(h)
 			if err != nil {
 				return nil, fmt.Errorf("tenants[%d].api_keys_sha256[%d]: %w", i, j, err)
 			}
-			id.keys = append(id.keys, tenantKey{digest: d, tenant: t})
+			tb.keys = append(tb.keys, tenantKey{digest: d, tenant: t})
 		}
 	}
-	return id, nil
+	return tb, nil
 }
 
 // ParseDigest parses a hex SHA-256 digest.
@@ -114,7 +132,9 @@ func ParseDigest(h string) ([sha256.Size]byte, error) {
 	var d [sha256.Size]byte
 	b, err := hex.DecodeString(strings.TrimSpace(h))
 	if err != nil || len(b) != sha256.Size {
-		return d, fmt.Errorf("%q is not a hex SHA-256 digest (64 hex digits)", h)
+		// The value is not echoed: a key pasted where its digest belongs
+		// must not reach the logs or a reload's answer.
+		return d, fmt.Errorf("not a hex SHA-256 digest (want 64 hex digits, got %d characters; see sluice hash-key)", len(strings.TrimSpace(h)))
 	}
 	copy(d[:], b)
 	return d, nil
@@ -132,7 +152,7 @@ func HashKey(key string) string {
 func (id *identify) Admit(_ time.Time, r *Request) (Hold, error) {
 	var t *tenant
 	if r.Tenant != "" {
-		if t = id.byName[r.Tenant]; t == nil {
+		if t = id.table.Load().byName[r.Tenant]; t == nil {
 			return nil, nil // a tenant the shell vouches for, as it is
 		}
 	} else if t = id.byKey(r.APIKey); t == nil {
@@ -177,7 +197,11 @@ var anonymous = &tenant{name: AnonymousTenant}
 // byKey returns the tenant of key, the anonymous tenant when no tenant has
 // keys, or nil.
 func (id *identify) byKey(key string) *tenant {
-	if len(id.keys) == 0 {
+	return id.table.Load().byKey(key)
+}
+
+func (tb *tenantTable) byKey(key string) *tenant {
+	if len(tb.keys) == 0 {
 		return anonymous
 	}
 	if key == "" {
@@ -185,10 +209,10 @@ func (id *identify) byKey(key string) *tenant {
 	}
 	d := sha256.Sum256([]byte(key))
 	var found *tenant
-	for i := range id.keys {
+	for i := range tb.keys {
 		// Every digest is compared, match or not.
-		if subtle.ConstantTimeCompare(d[:], id.keys[i].digest[:]) == 1 {
-			found = id.keys[i].tenant
+		if subtle.ConstantTimeCompare(d[:], tb.keys[i].digest[:]) == 1 {
+			found = tb.keys[i].tenant
 		}
 	}
 	return found

@@ -38,6 +38,7 @@ func (g *Gateway) AdminHandler() http.Handler {
 		enc.SetIndent("", "  ")
 		_ = enc.Encode(g.State())
 	})
+	mux.HandleFunc("POST /admin/v1/reload", g.serveReload)
 	g.mountDashboard(mux)
 	return mux
 }
@@ -64,6 +65,7 @@ type State struct {
 	Tenants     []TenantState           `json:"tenants"`
 	Spend       *spend.Snapshot         `json:"spend,omitempty"`
 	Store       *StoreState             `json:"store,omitempty"`
+	Reloads     *ReloadState            `json:"reloads,omitempty"`
 }
 
 type RankState struct {
@@ -101,7 +103,7 @@ func (g *Gateway) State() State {
 		Concurrency: st.Concurrency,
 		InFlight:    st.InFlight,
 		Queued:      st.Queued,
-		MaxQueue:    *g.cfg.Admission.MaxQueue,
+		MaxQueue:    g.gate.MaxQueue(), // the bound in force, which a reload may change
 		Mode:        st.Mode.String(),
 		LIFOQueues:  st.LIFOQueues,
 		Service: ServiceState{P50Ms: st.ServiceP50.Milliseconds(), P95Ms: st.ServiceP95.Milliseconds(),
@@ -141,6 +143,7 @@ func (g *Gateway) State() State {
 		s.Spend = &snap
 	}
 	s.Store = g.storeState()
+	s.Reloads = g.reloadState()
 	return s
 }
 

@@ -110,7 +110,7 @@ type DashboardHistory struct {
 // Safe for concurrent use.
 type sampler struct {
 	g    *Gateway
-	meta DashboardMeta
+	meta DashboardMeta   // read under mu: a reload replaces its Spend
 	top  map[string]bool // the classes of the highest rank: the work that must not be shed
 
 	// prev is the previous reading, for the interval's rates; only the
@@ -151,18 +151,26 @@ func newSampler(g *Gateway) *sampler {
 			s.top[name] = true
 		}
 	}
-	if sc := g.cfg.Spend; sc != nil {
-		s.meta.Spend = &DashboardSpendMeta{
-			CeilingPerHour: sc.CeilingPerHour,
-			AlertPerHour:   sc.AlertPerHour,
-		}
-		if sc.CeilingPerHour > 0 {
-			s.meta.Spend.ShedAt = sc.CeilingPerHour * cmp.Or(sc.Stages.ShedSpeculativeAt, spend.DefaultShedSpeculativeAt)
-			s.meta.Spend.DegradeAt = sc.CeilingPerHour * cmp.Or(sc.Stages.DegradeAt, spend.DefaultDegradeAt)
-			s.meta.Spend.RejectAt = sc.CeilingPerHour * cmp.Or(sc.Stages.RejectAt, spend.DefaultRejectAt)
-		}
-	}
+	s.meta.Spend = dashboardSpend(g.cfg.Spend)
 	return s
+}
+
+// dashboardSpend is the spend part of the dashboard's meta: the ceiling
+// and its stages' thresholds. Nil without a spend section.
+func dashboardSpend(sc *spend.Config) *DashboardSpendMeta {
+	if sc == nil {
+		return nil
+	}
+	m := &DashboardSpendMeta{
+		CeilingPerHour: sc.CeilingPerHour,
+		AlertPerHour:   sc.AlertPerHour,
+	}
+	if sc.CeilingPerHour > 0 {
+		m.ShedAt = sc.CeilingPerHour * cmp.Or(sc.Stages.ShedSpeculativeAt, spend.DefaultShedSpeculativeAt)
+		m.DegradeAt = sc.CeilingPerHour * cmp.Or(sc.Stages.DegradeAt, spend.DefaultDegradeAt)
+		m.RejectAt = sc.CeilingPerHour * cmp.Or(sc.Stages.RejectAt, spend.DefaultRejectAt)
+	}
+	return m
 }
 
 // RunDashboard samples the gateway for the admin dashboard once a second

@@ -46,6 +46,7 @@ type Gateway struct {
 	alerter  *spend.Alerter
 	books    books      // where the spend books live (store.go)
 	idem     *idemStore // Idempotency-Key (idempotency.go)
+	reload   *reloader  // policies changed without a restart (reload.go)
 }
 
 var _ http.Handler = (*Gateway)(nil)
@@ -59,6 +60,10 @@ type Options struct {
 	Transport http.RoundTripper
 	// Getenv reads the provider key's variable. Nil means os.Getenv.
 	Getenv func(string) string
+	// ConfigSource re-reads the configuration for Reload (POST
+	// /admin/v1/reload, and SIGHUP in sluice serve). Nil means there is
+	// nothing to re-read: a reload is refused.
+	ConfigSource func() (Config, error)
 }
 
 // New builds a gateway from a validated config.
@@ -66,6 +71,7 @@ func New(cfg Config, opts Options) (*Gateway, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	written := cfg // as written, for reloads to name what they change
 	cfg = cfg.withDefaults()
 	up, _ := url.Parse(cfg.Upstream.URL) // validated
 	g := &Gateway{cfg: cfg, upstream: up, log: opts.Logger, routes: newRoutes(cfg.Passthrough)}
@@ -122,6 +128,7 @@ func New(cfg Config, opts Options) (*Gateway, error) {
 	}
 	g.metrics = newMetrics(g)
 	g.idem = newIdemStore(cfg.Idempotency, g.metrics.reg) // Idempotency-Key
+	g.reload = newReloader(g, written, opts.ConfigSource)
 	if g.spend != nil {
 		g.metrics.reg.MustRegister(g.spend.Collector())
 		g.books.register(g.metrics.reg)

@@ -103,6 +103,8 @@ type Stats struct {
 //
 // A Budget is safe for concurrent use.
 type Budget struct {
+	// The configuration and its units are read and, by Reconfigure,
+	// written under mu.
 	cfg        Config
 	perDeposit int64   // units deposited by each first attempt
 	perNano    float64 // units earned per nanosecond: MinPerSecond×unit/1e9
@@ -136,7 +138,11 @@ func New(cfg Config) (*Budget, error) {
 }
 
 // Config returns the configuration in effect, with defaults filled in.
-func (b *Budget) Config() Config { return b.cfg }
+func (b *Budget) Config() Config {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.cfg
+}
 
 // Deposit records a first attempt made at now, earning Ratio of a token.
 func (b *Budget) Deposit(now time.Time) {

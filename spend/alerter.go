@@ -48,7 +48,7 @@ const queueLen = 64
 
 // NewAlerter returns an Alerter for l, posting to l's configured webhook.
 func NewAlerter(l *Limiter, opts AlerterOptions) *Alerter {
-	a := &Alerter{l: l, log: opts.Logger, client: opts.Client, webhook: l.cfg.webhook, claim: opts.Claim}
+	a := &Alerter{l: l, log: opts.Logger, client: opts.Client, webhook: l.cfg().webhook, claim: opts.Claim}
 	if a.log == nil {
 		a.log = slog.Default()
 	}
@@ -75,7 +75,7 @@ func (a *Alerter) Run(ctx context.Context) error {
 		close(queue)
 		wg.Wait()
 	}()
-	tick := time.NewTicker(a.l.cfg.interval)
+	tick := time.NewTicker(a.l.cfg().interval)
 	defer tick.Stop()
 	for {
 		select {
@@ -143,7 +143,7 @@ func (a *Alerter) post(ctx context.Context, ev AlertEvent) error {
 	if err != nil {
 		return err
 	}
-	ctx, cancel := context.WithTimeout(ctx, a.l.cfg.timeout)
+	ctx, cancel := context.WithTimeout(ctx, a.l.cfg().timeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, a.webhook, bytes.NewReader(body))
 	if err != nil {

@@ -7,6 +7,7 @@ import (
 	"math"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/sluicehq/sluice/admission"
@@ -34,7 +35,9 @@ type Options struct {
 // reads the clock, sleeps or starts a goroutine, so a simulator can drive it
 // in virtual time. Safe for concurrent use.
 type Limiter struct {
-	cfg    *compiled
+	// conf is the compiled config: immutable, swapped whole by
+	// Reconfigure. A call reads it once and decides by that one.
+	conf   atomic.Pointer[compiled]
 	ledger Ledger
 	now    func() time.Time
 
@@ -68,7 +71,8 @@ func New(cfg Config, opts Options) (*Limiter, error) {
 	if err != nil {
 		return nil, err
 	}
-	l := &Limiter{cfg: c, ledger: opts.Ledger, now: opts.Now}
+	l := &Limiter{ledger: opts.Ledger, now: opts.Now}
+	l.conf.Store(c)
 	if l.ledger == nil {
 		l.ledger = NewMemoryLedger()
 	}
@@ -237,14 +241,17 @@ func (d Decision) Err() error {
 	return d.Rejection
 }
 
+// cfg is the config in force.
+func (l *Limiter) cfg() *compiled { return l.conf.Load() }
+
 // priceOf looks up a model's price. The compiled config is immutable, so no
 // lock is needed.
-func (l *Limiter) priceOf(model string) (price, error) {
-	if p, ok := l.cfg.prices[model]; ok {
+func (c *compiled) priceOf(model string) (price, error) {
+	if p, ok := c.prices[model]; ok {
 		return p, nil
 	}
-	if l.cfg.defaultPrice != nil {
-		return *l.cfg.defaultPrice, nil
+	if c.defaultPrice != nil {
+		return *c.defaultPrice, nil
 	}
 	return price{}, fmt.Errorf("%w: %q (spend.unknown_model is reject; add it to spend.prices)", ErrUnknownModel, model)
 }
@@ -262,7 +269,8 @@ func (l *Limiter) Admit(now time.Time, req Request) (Decision, error) {
 	if err := req.validate(); err != nil {
 		return Decision{}, err
 	}
-	p, err := l.priceOf(req.Model)
+	c := l.cfg()
+	p, err := c.priceOf(req.Model)
 	if err != nil {
 		return Decision{}, err
 	}
@@ -273,7 +281,6 @@ func (l *Limiter) Admit(now time.Time, req Request) (Decision, error) {
 	if req.Class == admission.ClassSpeculative {
 		rank = 0
 	}
-	c := l.cfg
 
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -377,7 +384,7 @@ func (l *Limiter) outputEstimate(m *scopeStats, maxOut int64) int64 {
 	case m.outN > 0:
 		return int64(math.Ceil(m.outMean))
 	}
-	return l.cfg.defaultOut
+	return l.cfg().defaultOut
 }
 
 // bookLocked adds amount to the global, tenant and model buckets of the
@@ -413,13 +420,13 @@ func (l *Limiter) windowLocked(scope string, now time.Time, n int) []int64 {
 	return a
 }
 
-func (l *Limiter) rateMinutes() int { return int(l.cfg.rateWindow / bucketWidth) }
+func (l *Limiter) rateMinutes() int { return int(l.cfg().rateWindow / bucketWidth) }
 
 // rateLocked is the scope's spend rate in USD per hour: the spend of the
 // last rate_window projected to an hour.
 func (l *Limiter) rateLocked(scope string, now time.Time) float64 {
 	a := l.windowLocked(scope, now, l.rateMinutes())
-	return windowSpend(a, phaseOf(now)) / nanoPerUSD * float64(time.Hour) / float64(l.cfg.rateWindow)
+	return windowSpend(a, phaseOf(now)) / nanoPerUSD * float64(time.Hour) / float64(l.cfg().rateWindow)
 }
 
 // overShareLocked says whether tenant t spends more than its fair share of
@@ -459,7 +466,7 @@ func (l *Limiter) fairLevelLocked(now time.Time) (level float64, ok bool) {
 	}
 	f.rates = rates
 	slices.Sort(rates)
-	room := l.cfg.shedAt * l.cfg.ceiling
+	room := l.cfg().shedAt * l.cfg().ceiling
 	level, ok = 0, false
 	if len(rates) >= 2 {
 		for i, r := range rates {
@@ -478,7 +485,7 @@ func (l *Limiter) fairLevelLocked(now time.Time) (level float64, ok bool) {
 // rateFreeLocked is how long until the scope's rate falls below perHour.
 func (l *Limiter) rateFreeLocked(scope string, now time.Time, perHour float64) time.Duration {
 	a := l.windowLocked(scope, now, l.rateMinutes())
-	target := perHour * nanoPerUSD * float64(l.cfg.rateWindow) / float64(time.Hour)
+	target := perHour * nanoPerUSD * float64(l.cfg().rateWindow) / float64(time.Hour)
 	return freeAfter(a, phaseOf(now), target)
 }
 

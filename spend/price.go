@@ -73,7 +73,7 @@ func validUsage(u contract.Usage) error {
 // lets a caller value usage outside a reservation, e.g. the wasted part of
 // an answer nobody received.
 func (l *Limiter) Cost(model string, u contract.Usage) (float64, error) {
-	p, err := l.priceOf(model)
+	p, err := l.cfg().priceOf(model)
 	if err != nil {
 		return 0, err
 	}

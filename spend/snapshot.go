@@ -75,18 +75,18 @@ func (l *Limiter) Snapshot(now time.Time) Snapshot {
 	defer l.mu.Unlock()
 	s := Snapshot{
 		At:                now,
-		RateWindowSeconds: l.cfg.rateWindow.Seconds(),
+		RateWindowSeconds: l.cfg().rateWindow.Seconds(),
 		Global:            l.scopeSnapshotLocked(&l.mu.global, now),
 		ReservedUSD:       toUSD(l.mu.reserved),
 		Reservations:      l.mu.outstanding,
 	}
-	if l.cfg.ceiling > 0 {
-		s.Global.Stage = l.cfg.stageOf(s.Global.RatePerHour / l.cfg.ceiling)
+	if l.cfg().ceiling > 0 {
+		s.Global.Stage = l.cfg().stageOf(s.Global.RatePerHour / l.cfg().ceiling)
 	}
 	for _, t := range l.mu.tenants.list {
 		ts := l.scopeSnapshotLocked(t, now)
 		if t.budget != nil {
-			ts.Stage = l.cfg.stageOf(l.tenantFracLocked(t, now))
+			ts.Stage = l.cfg().stageOf(l.tenantFracLocked(t, now))
 		}
 		s.Tenants = append(s.Tenants, ts)
 	}

@@ -112,10 +112,16 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return err
 	}
 	logger := slog.New(slog.NewTextHandler(stderr, nil))
-	g, err := gateway.New(cfg, gateway.Options{Logger: logger})
+	g, err := gateway.New(cfg, gateway.Options{Logger: logger, ConfigSource: f.configSource(fs)})
 	if err != nil {
 		return err
 	}
+	// SIGHUP re-reads the config (POST /admin/v1/reload does too).
+	hup, stopHup := notifyHangup()
+	defer stopHup()
+	hupCtx, stopReloads := context.WithCancel(ctx)
+	defer reloadOnSignal(hupCtx, hup, g.Reload)()
+	defer stopReloads()
 	srv, err := gateway.Listen(g)
 	if err != nil {
 		return err
@@ -136,10 +142,16 @@ func runCheckConfig(ctx context.Context, args []string, stdout, stderr io.Writer
 	if fs.NArg() != 1 {
 		return errors.New("usage: sluice check-config FILE")
 	}
-	if _, err := gateway.LoadConfig(fs.Arg(0)); err != nil {
+	cfg, err := gateway.LoadConfig(fs.Arg(0))
+	if err != nil {
 		return err
 	}
-	fmt.Fprintf(stdout, "%s: ok\n", fs.Arg(0))
+	n, derived := cfg.EffectiveMaxQueue()
+	how := "as set (admission.max_queue)"
+	if derived {
+		how = "derived: concurrency × the longest class timeout ÷ the initial service time (1s when unset), between the concurrency and 1024; set admission.max_queue to choose"
+	}
+	fmt.Fprintf(stdout, "%s: ok\nwaiting room: max_queue %d, %s\n", fs.Arg(0), n, how)
 	return nil
 }
 

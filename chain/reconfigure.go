@@ -1,0 +1,92 @@
+package chain
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/sluicehq/sluice/admission"
+	"github.com/sluicehq/sluice/retrybudget"
+)
+
+// Reconfigure changes the policy of the running chain to cfg's without
+// dropping a queued or in-flight call: the tenants (names, keys, tiers,
+// class rules), the retry budgets' ratios, floors and caps, and the gate's
+// slots, waiting room and tenants' weights, caps and shares (see
+// admission.Gate.Reconfigure; a zero Admission.Concurrency keeps the
+// slots, for a shell that sets them with a controller of its own).
+//
+// What the chain has counted carries on: every retry budget keeps its
+// balance (cut to a lower cap), the gate its service-time windows and
+// counters, and calls admitted before the change settle against what they
+// took then. A call being admitted while the change is made sees either
+// the old tenants or the new ones. A tenant that is removed keeps its
+// retry budget and its books; its calls already admitted finish, and its
+// keys are refused from now on.
+//
+// The spend limiter is the shell's, and so is its policy: cfg.Spend must
+// be the chain's own limiter (or nil when the chain has none); the shell
+// changes its prices and budgets with spend.Limiter.Reconfigure. Nor can
+// Retries.Disabled change, which would add or remove a stage.
+//
+// cfg is validated whole before anything changes: an invalid cfg, or one
+// that changes what cannot change while the chain runs, is refused with
+// an error naming the field, and the running policy stays. Calls to
+// Reconfigure are serialized.
+func (c *Chain) Reconfigure(cfg Config) error {
+	c.reconf.Lock()
+	defer c.reconf.Unlock()
+	return c.stages.reconfigure(c.now(), cfg, c.gate.Reconfigure)
+}
+
+// Reconfigure is [Chain.Reconfigure] at now, for a chain in virtual time.
+// Queued tickets it grants are collected with Events.
+func (c *Core) Reconfigure(now time.Time, cfg Config) error {
+	c.now = now
+	return c.stages.reconfigure(now, cfg, func(a admission.Config) error { return c.gate.Reconfigure(now, a) })
+}
+
+// reconfigure checks cfg against the stages, then lets the gate check and
+// apply its part, then applies the stages'. Only the gate's part can be
+// refused once the stages' checks have passed, and then nothing is
+// applied.
+func (s *stages) reconfigure(now time.Time, cfg Config, gate func(admission.Config) error) error {
+	if (cfg.Spend == nil) != (s.spend == nil) || (s.spend != nil && cfg.Spend != s.spend.l) {
+		return errors.New("chain: Config.Spend: a running chain keeps its spend limiter (change its policy with spend.Limiter.Reconfigure)")
+	}
+	if cfg.Retries.Disabled != (s.retries == nil) {
+		return errors.New("chain: Config.Retries.Disabled cannot change while the chain runs")
+	}
+	table, err := s.identify.newTable(cfg.Tenants)
+	if err != nil {
+		return err
+	}
+	if s.retries != nil {
+		if _, err := retrybudget.New(cfg.Retries.Global); err != nil {
+			return fmt.Errorf("retries: global: %w", err)
+		}
+		if _, err := retrybudget.New(cfg.Retries.PerTenant); err != nil {
+			return fmt.Errorf("retries: per tenant: %w", err)
+		}
+	}
+	if err := gate(cfg.Admission); err != nil {
+		return err
+	}
+	s.identify.table.Store(table)
+	if s.retries != nil {
+		s.retries.reconfigure(now, cfg.Retries)
+	}
+	return nil
+}
+
+// reconfigure gives every budget its new configuration, keeping its
+// balance; cfg is valid.
+func (b *retries) reconfigure(now time.Time, cfg RetryConfig) {
+	_ = b.global.Reconfigure(now, cfg.Global)
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.perTenant = cfg.PerTenant
+	for _, tb := range b.tenant {
+		_ = tb.Reconfigure(now, cfg.PerTenant)
+	}
+}
