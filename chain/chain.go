@@ -58,7 +58,7 @@ func (c *Chain) Acquire(ctx context.Context, req Request) (*Permit, error) {
 	if d, err := c.stages.admit(c.now(), &p.req, &p.holds); err != nil {
 		return nil, err
 	} else if d.Verdict == admission.Rejected {
-		c.stages.spread.assign(c.now(), d.Rejection, &p.req, c.gate.Interval)
+		c.stages.spread.assign(c.now(), d.Rejection, &p.req, c.gate)
 		return nil, d.Rejection
 	}
 	gp, err := c.gate.Acquire(ctx, p.req.admission())
@@ -67,7 +67,7 @@ func (c *Chain) Acquire(ctx context.Context, req Request) (*Permit, error) {
 		p.holds.cancel(now)
 		var rej *admission.Rejection
 		if errors.As(err, &rej) {
-			c.stages.spread.assign(now, rej, &p.req, c.gate.Interval)
+			c.stages.spread.assign(now, rej, &p.req, c.gate)
 		}
 		return nil, err
 	}

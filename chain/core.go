@@ -85,7 +85,7 @@ func (c *Core) Arrive(now time.Time, req Request, t *Ticket, wait bool) (Decisio
 	t.rej = nil
 	if d, err := c.stages.admit(now, &t.req, &t.holds); d.Verdict != 0 || err != nil {
 		if d.Rejection != nil {
-			c.stages.spread.assign(now, d.Rejection, &t.req, c.gate.Interval)
+			c.stages.spread.assign(now, d.Rejection, &t.req, c.gate)
 		}
 		return d, err
 	}
@@ -97,7 +97,7 @@ func (c *Core) Arrive(now time.Time, req Request, t *Ticket, wait bool) (Decisio
 	if d.Verdict == admission.Rejected {
 		t.holds.cancel(now)
 		rej := d.Rejection()
-		c.stages.spread.assign(now, rej, &t.req, c.gate.Interval)
+		c.stages.spread.assign(now, rej, &t.req, c.gate)
 		return Decision{Verdict: admission.Rejected, Rejection: rej}, nil
 	}
 	return Decision{Verdict: d.Verdict}, nil
@@ -126,7 +126,7 @@ func (c *Core) Events() []*Ticket {
 		if !gt.Granted() {
 			t.holds.cancel(now)
 			t.rej = gt.Rejection()
-			c.stages.spread.assign(now, t.rej, &t.req, c.gate.Interval)
+			c.stages.spread.assign(now, t.rej, &t.req, c.gate)
 		}
 		c.events = append(c.events, t)
 	}

@@ -40,7 +40,7 @@ type Estimate struct {
 // refusal is the answer; the gate's figures (rank, wait, service times)
 // come with it when the gate can give them. Errors are the caller's bad
 // input, as Acquire and Arrive report it.
-func (s *stages) estimate(now time.Time, r Request, gate func(admission.Request) (admission.Decision, error), interval func() time.Duration) (Estimate, error) {
+func (s *stages) estimate(now time.Time, r Request, estimate func(admission.Request) (admission.Decision, error), gate calendarGate) (Estimate, error) {
 	var refused *admission.Rejection
 	for _, st := range s.all {
 		p, ok := st.(Peeker)
@@ -54,7 +54,7 @@ func (s *stages) estimate(now time.Time, r Request, gate func(admission.Request)
 			break
 		}
 	}
-	d, err := gate(r.admission())
+	d, err := estimate(r.admission())
 	switch {
 	case err != nil && refused == nil:
 		return Estimate{}, err
@@ -67,7 +67,7 @@ func (s *stages) estimate(now time.Time, r Request, gate func(admission.Request)
 		refused = d.Rejection()
 	}
 	if refused != nil {
-		d.RetryAfter = s.spread.peek(now, refused, &r, interval)
+		d.RetryAfter = s.spread.peek(now, refused, &r, gate)
 	}
 	return Estimate{Decision: d, Request: r}, nil
 }
@@ -79,14 +79,14 @@ func (s *stages) estimate(now time.Time, r Request, gate func(admission.Request)
 // Errors are what Acquire would report as bad input (ErrUnknownKey, a
 // *ClassError, an unknown class, a model without a price).
 func (c *Chain) Estimate(req Request) (Estimate, error) {
-	return c.stages.estimate(c.now(), req, c.gate.Estimate, c.gate.Interval)
+	return c.stages.estimate(c.now(), req, c.gate.Estimate, c.gate)
 }
 
 // Estimate is [Chain.Estimate] at now.
 func (c *Core) Estimate(now time.Time, req Request) (Estimate, error) {
 	return c.stages.estimate(now, req, func(ar admission.Request) (admission.Decision, error) {
 		return c.gate.Estimate(now, ar)
-	}, c.gate.Interval)
+	}, c.gate)
 }
 
 // Peek sets the call's tenant and tier as Admit does; Admit takes nothing.

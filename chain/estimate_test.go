@@ -215,9 +215,10 @@ func TestRefusalsTogetherAreSpreadAtTheGatesRate(t *testing.T) {
 		ra := d.Rejection.RetryAfter
 		if i == 0 {
 			first = ra
-			// The base: one completion, which makes room in the queue.
-			if ra != time.Second || e.RetryAfter != ra {
-				t.Fatalf("first refusal told %v (the estimate said %v), want 1s", ra, e.RetryAfter)
+			// The base — one completion, which makes room in the queue —
+			// and half an interval, not to race it.
+			if ra != 1500*time.Millisecond || e.RetryAfter != ra {
+				t.Fatalf("first refusal told %v (the estimate said %v), want 1.5s", ra, e.RetryAfter)
 			}
 			continue
 		}
@@ -225,14 +226,20 @@ func TestRefusalsTogetherAreSpreadAtTheGatesRate(t *testing.T) {
 			t.Fatalf("refusal %d told %v, want %v", i, ra, want)
 		}
 	}
-	// A refusal of another rank has a line of its own.
+	// A batch call's retry competes with the interactive calls' retries
+	// (at the retry rank): it is in their line. A speculative call's, a
+	// rank below, has a line of its own.
 	d, _ := c.Arrive(t0, Request{Class: admission.ClassBatch, Deadline: t0.Add(time.Minute)}, new(Ticket), true)
+	if want := first + n*interval; d.Rejection == nil || d.Rejection.RetryAfter != want {
+		t.Fatalf("batch refusal %+v, want %v", d.Rejection, want)
+	}
+	d, _ = c.Arrive(t0, Request{Class: admission.ClassSpeculative, Deadline: t0.Add(time.Minute)}, new(Ticket), true)
 	if d.Rejection == nil || d.Rejection.RetryAfter != first {
-		t.Fatalf("batch refusal %+v, want the base %v", d.Rejection, first)
+		t.Fatalf("speculative refusal %+v, want the line's first time %v", d.Rejection, first)
 	}
 	// Later, the line continues where it stopped, relative to now.
 	d, _ = c.Arrive(t0.Add(5*time.Second), req, new(Ticket), true)
-	if want := first + n*interval - 5*time.Second; d.Rejection == nil || d.Rejection.RetryAfter != want {
+	if want := first + (n+1)*interval - 5*time.Second; d.Rejection == nil || d.Rejection.RetryAfter != want {
 		t.Fatalf("refusal 5s later %+v, want %v", d.Rejection, want)
 	}
 }
@@ -241,15 +248,15 @@ func TestRefusalsTogetherAreSpreadAtTheGatesRate(t *testing.T) {
 // past the base; off, everyone is told the base.
 func TestSpreadWrapsAtItsHorizon(t *testing.T) {
 	s := newSpread(3 * time.Second)
-	gate := func() time.Duration { return time.Second }
+	gate := fixedGate(time.Second)
 	var got []time.Duration
 	for range 6 {
 		rej := &admission.Rejection{Reason: admission.ReasonQueueWait, RetryAfter: 500 * time.Millisecond}
 		s.assign(t0, rej, &Request{}, gate)
 		got = append(got, rej.RetryAfter)
 	}
-	want := []time.Duration{500 * time.Millisecond, 1500 * time.Millisecond, 2500 * time.Millisecond, 3500 * time.Millisecond,
-		500 * time.Millisecond, 1500 * time.Millisecond}
+	want := []time.Duration{1000 * time.Millisecond, 2000 * time.Millisecond, 3000 * time.Millisecond, 4000 * time.Millisecond,
+		1000 * time.Millisecond, 2000 * time.Millisecond}
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("times %v, want %v", got, want)
 	}
@@ -265,8 +272,15 @@ func TestSpreadWrapsAtItsHorizon(t *testing.T) {
 	for i, tenant := range []string{"a", "a", "b"} {
 		rej := &admission.Rejection{Reason: admission.ReasonRetryBudget, RetryAfter: 100 * time.Millisecond, Interval: 100 * time.Millisecond}
 		s.assign(t0, rej, &Request{Tenant: tenant}, gate)
-		if want := []time.Duration{100, 200, 100}[i] * time.Millisecond; rej.RetryAfter != want {
+		if want := []time.Duration{150, 250, 150}[i] * time.Millisecond; rej.RetryAfter != want {
 			t.Fatalf("retry budget refusal %d of %s: %v, want %v", i, tenant, rej.RetryAfter, want)
 		}
 	}
 }
+
+// fixedGate is a gate whose Interval is fixed and whose every call has
+// rank 0.
+type fixedGate time.Duration
+
+func (g fixedGate) Interval() time.Duration           { return time.Duration(g) }
+func (fixedGate) Rank(admission.Request) (int, error) { return 0, nil }

@@ -21,15 +21,17 @@ const DefaultRefusalSpread = 30 * time.Second
 // starting at the base recovery, so that their retries arrive at the rate
 // they can be admitted.
 //
-// Each resource has its own line of times: the gate's slots per rank (the
-// reasons queue_wait, queue_full, evicted and expired share it), the spend
-// ceiling per rank, and each tenant's own retry budget and spend budget.
+// Each resource has its own line of times: the gate's slots per rank of the
+// caller's retry (the reasons queue_wait, queue_full, evicted and expired
+// share it), the spend ceiling per rank likewise, and each tenant's own
+// retry budget and spend budget.
 // A refusal at now with base recovery b is handed the line's next free
-// time, or now+b if that is later, and the line moves on by Interval. The
-// line never runs more than the horizon past now+b: a refusal that would
-// be handed a later time starts the line again at now+b, so under a long
-// storm the times are spread evenly over [b, b+horizon] with more than one
-// caller per Interval, rather than the last ones piling up at the horizon.
+// time, or now+b+Interval/2 if that is later (why the half: see at), and
+// the line moves on by Interval. The line never runs more than the horizon
+// past that first time: a refusal that would be handed a later time starts
+// the line again, so under a long storm the times are spread evenly over
+// [b, b+horizon] with more than one caller per Interval, rather than the
+// last ones piling up at the horizon.
 //
 // Time is an input; safe for concurrent use.
 type spread struct {
@@ -63,49 +65,72 @@ func newSpread(horizon time.Duration) *spread {
 	return s
 }
 
-// keyOf is the line of a refusal of request r.
-func keyOf(rej *admission.Rejection, r *Request) spreadKey {
+// calendarGate is what the calendar asks of the gate: its Interval, for a
+// refusal that carries none, and the rank of a call. admission.Gate and
+// admission.Core both provide it.
+type calendarGate interface {
+	Interval() time.Duration
+	Rank(admission.Request) (int, error)
+}
+
+// keyOf is the line of a refusal of request r. The lines of the gate and
+// of the ceiling are kept per rank of the caller's retry, not of the
+// refused call: a first attempt's retry competes at the retry rank, with
+// the retries of every class, and the times they are told must be spread
+// among all of them.
+func keyOf(rej *admission.Rejection, r *Request, gate calendarGate) spreadKey {
 	switch rej.Reason {
 	case admission.ReasonRetryBudget, admission.ReasonTenantBudget:
 		return spreadKey{reason: rej.Reason, tenant: r.Tenant}
-	case admission.ReasonSpendCeiling:
-		return spreadKey{reason: rej.Reason, rank: rej.Rank}
 	}
-	return spreadKey{rank: rej.Rank}
+	k := spreadKey{rank: rej.Rank}
+	if rej.Reason == admission.ReasonSpendCeiling {
+		k.reason = rej.Reason
+	}
+	retry := r.admission()
+	retry.Attempt++
+	if rank, err := gate.Rank(retry); err == nil {
+		k.rank = rank
+	}
+	return k
 }
 
 // assign hands rej, refused at now, its time on the calendar: its
 // RetryAfter becomes the base recovery it came with plus its place in the
-// line. gate gives the gate's Interval for a refusal that carries none.
-func (s *spread) assign(now time.Time, rej *admission.Rejection, r *Request, gate func() time.Duration) {
+// line.
+func (s *spread) assign(now time.Time, rej *admission.Rejection, r *Request, gate calendarGate) {
 	rej.RetryAfter = s.at(now, rej, r, gate, true)
 }
 
 // peek is the RetryAfter the next such refusal would be handed, without
 // taking its place in the line.
-func (s *spread) peek(now time.Time, rej *admission.Rejection, r *Request, gate func() time.Duration) time.Duration {
+func (s *spread) peek(now time.Time, rej *admission.Rejection, r *Request, gate calendarGate) time.Duration {
 	return s.at(now, rej, r, gate, false)
 }
 
-func (s *spread) at(now time.Time, rej *admission.Rejection, r *Request, gate func() time.Duration, take bool) time.Duration {
+func (s *spread) at(now time.Time, rej *admission.Rejection, r *Request, gate calendarGate, take bool) time.Duration {
 	base := rej.RetryAfter
 	if s.horizon <= 0 || rej.Reason == admission.ReasonDraining {
 		return base
 	}
 	interval := rej.Interval
 	if interval <= 0 {
-		interval = gate()
+		interval = gate.Interval()
 	}
 	if interval <= 0 {
 		return base
 	}
-	k := keyOf(rej, r)
-	earliest := now.Add(base)
+	k := keyOf(rej, r, gate)
+	// Half an Interval past the base: the base is when the resource
+	// expects to free one admission (a completion, a token), and a retry
+	// due at that very instant races it; half an Interval later it finds
+	// the room made, with half an Interval of margin either side.
+	first := now.Add(base + interval/2)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	t, ok := s.mu.next[k]
-	if !ok || t.Before(earliest) || t.Sub(earliest) > s.horizon {
-		t = earliest
+	if !ok || t.Before(first) || t.Sub(first) > s.horizon {
+		t = first
 	}
 	if take {
 		if !ok && len(s.mu.next) >= maxSpreadLines {
