@@ -11,27 +11,28 @@ import (
 // Retry-After is spread by default (Config.RefusalSpread).
 const DefaultRefusalSpread = 30 * time.Second
 
-// spread is the chain's retry calendar. Callers refused together used to
-// be told the same Retry-After — the time the backlog, or a budget, needs
-// to recover — and the official SDKs honour retry-after-ms to the
-// millisecond with no jitter of their own, so they came back as one wave,
-// one of them was admitted and the rest were refused again. The calendar
-// hands refusals of one resource times one Interval apart (the gate's
-// time per completion, or what a budget's refill affords one call),
-// starting at the base recovery, so that their retries arrive at the rate
-// they can be admitted.
+// spread is the chain's retry calendar. Callers refused together and told
+// the same Retry-After — the time the backlog, or a budget, needs to
+// recover — come back as one wave, since the official SDKs honour
+// retry-after-ms to the millisecond with no jitter of their own: one of
+// them is admitted and the rest are refused again. The calendar hands
+// refusals of one resource times one Interval apart (the gate's time per
+// completion, or what a budget's refill affords one call), from the base
+// recovery on, so that their retries arrive at the rate they can be
+// admitted.
 //
 // Each resource has its own line of times: the gate's slots per rank of the
 // caller's retry (the reasons queue_wait, queue_full, evicted and expired
 // share it), the spend ceiling per rank likewise, and each tenant's own
 // retry budget and spend budget.
+//
 // A refusal at now with base recovery b is handed the line's next free
 // time, or now+b+Interval/2 if that is later (why the half: see at), and
 // the line moves on by Interval. The line never runs more than the horizon
 // past that first time: a refusal that would be handed a later time starts
 // the line again, so under a long storm the times are spread evenly over
-// [b, b+horizon] with more than one caller per Interval, rather than the
-// last ones piling up at the horizon.
+// the horizon with more than one caller per Interval, rather than the last
+// ones piling up at its end.
 //
 // Time is an input; safe for concurrent use.
 type spread struct {
