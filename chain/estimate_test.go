@@ -268,11 +268,12 @@ func TestSpreadWrapsAtItsHorizon(t *testing.T) {
 			t.Fatalf("spread off: %v, want the base", rej.RetryAfter)
 		}
 	}
-	// A budget's refusal is spread by its own interval, on its tenant's line.
+	// A budget's refusal is spread by its own interval, on its tenant's
+	// line, from the base itself: the token is there at the base.
 	for i, tenant := range []string{"a", "a", "b"} {
 		rej := &admission.Rejection{Reason: admission.ReasonRetryBudget, RetryAfter: 100 * time.Millisecond, Interval: 100 * time.Millisecond}
 		s.assign(t0, rej, &Request{Tenant: tenant}, gate)
-		if want := []time.Duration{150, 250, 150}[i] * time.Millisecond; rej.RetryAfter != want {
+		if want := []time.Duration{100, 200, 100}[i] * time.Millisecond; rej.RetryAfter != want {
 			t.Fatalf("retry budget refusal %d of %s: %v, want %v", i, tenant, rej.RetryAfter, want)
 		}
 	}

@@ -27,8 +27,8 @@ const DefaultRefusalSpread = 30 * time.Second
 // retry budget and spend budget.
 //
 // A refusal at now with base recovery b is handed the line's next free
-// time, or now+b+Interval/2 if that is later (why the half: see at), and
-// the line moves on by Interval. The line never runs more than the horizon
+// time, or now+b if that is later (plus half an Interval on the gate's
+// lines: see at), and the line moves on by Interval. The line never runs more than the horizon
 // past that first time: a refusal that would be handed a later time starts
 // the line again, so under a long storm the times are spread evenly over
 // the horizon with more than one caller per Interval, rather than the last
@@ -122,11 +122,17 @@ func (s *spread) at(now time.Time, rej *admission.Rejection, r *Request, gate ca
 		return base
 	}
 	k := keyOf(rej, r, gate)
-	// Half an Interval past the base: the base is when the resource
-	// expects to free one admission (a completion, a token), and a retry
-	// due at that very instant races it; half an Interval later it finds
-	// the room made, with half an Interval of margin either side.
-	first := now.Add(base + interval/2)
+	first := now.Add(base)
+	if k.reason == 0 {
+		// The gate's line starts half an Interval past the base: its base
+		// is when it expects a completion, and a retry due at that very
+		// instant races it (arriving a millisecond early, it finds the
+		// queue as full as it left it); half an Interval later it finds
+		// the room made, with half an Interval of margin either side. A
+		// budget's base is exact — the token or the spend has freed by
+		// then and stays free — so its line starts at the base.
+		first = first.Add(interval / 2)
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	t, ok := s.mu.next[k]
