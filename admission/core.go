@@ -575,6 +575,12 @@ func (c *Core) perSlot() time.Duration {
 	return max(s/time.Duration(c.concurrency), time.Millisecond)
 }
 
+// Interval is the expected time between two completions while every slot
+// is busy — the service time over the concurrency, one second with no data:
+// the pace at which the gate admits work under load, and the floor of every
+// RetryAfter.
+func (c *Core) Interval() time.Duration { return c.perSlot() }
+
 func (c *Core) serviceForRate() time.Duration {
 	if c.all.count() == 0 {
 		return c.cfg.InitialServiceTime

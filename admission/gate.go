@@ -238,6 +238,14 @@ func (g *Gate) Estimate(req Request) (Decision, error) {
 	return g.mu.core.Estimate(g.now(), req)
 }
 
+// Interval is the expected time between two completions while every slot
+// is busy (see [Core.Interval]).
+func (g *Gate) Interval() time.Duration {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.mu.core.Interval()
+}
+
 // Stats returns a snapshot of the gate's state and counters.
 func (g *Gate) Stats() Stats {
 	g.mu.Lock()

@@ -122,6 +122,14 @@ type Rejection struct {
 	RetryAfter time.Duration
 	// Rank is the rank the request was given.
 	Rank int
+	// Interval is the time between two calls the refusing resource
+	// expects to admit once it has recovered: for the gate, one
+	// completion's worth of its slots; for a budget, what its refill
+	// affords one call. Callers refused together are told Retry-After
+	// times this far apart (package chain spreads them), so that their
+	// retries arrive at the rate they can be admitted. Zero means the
+	// gate's.
+	Interval time.Duration
 	// ContextDeadline is set when the refusal came from the deadline of the
 	// caller's context; the Rejection then also matches
 	// context.DeadlineExceeded. (A flag, not the error itself, keeps a

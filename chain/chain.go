@@ -2,6 +2,7 @@ package chain
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -59,11 +60,17 @@ func (c *Chain) Acquire(ctx context.Context, req Request) (*Permit, error) {
 	if d, err := c.stages.admit(c.now(), &p.req, &p.holds); err != nil {
 		return nil, err
 	} else if d.Verdict == admission.Rejected {
+		c.stages.spread.assign(c.now(), d.Rejection, &p.req, c.gate)
 		return nil, d.Rejection
 	}
 	gp, err := c.gate.Acquire(ctx, p.req.admission())
 	if err != nil {
-		p.holds.cancel(c.now())
+		now := c.now()
+		p.holds.cancel(now)
+		var rej *admission.Rejection
+		if errors.As(err, &rej) {
+			c.stages.spread.assign(now, rej, &p.req, c.gate)
+		}
 		return nil, err
 	}
 	p.gp = gp

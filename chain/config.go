@@ -23,6 +23,12 @@ type Config struct {
 	// (spend.Options.Ledger) is the shell's choice, and keeps it to read
 	// its state and run its alerts.
 	Spend *spend.Limiter
+	// RefusalSpread is how far past its base recovery the Retry-After of
+	// callers refused together is spread, so that their retries come back
+	// at the rate they can be admitted (see spread.go). Zero means
+	// DefaultRefusalSpread (30s); negative turns the spread off: every
+	// caller refused together is told the same time.
+	RefusalSpread time.Duration
 }
 
 // stages are a chain's stages before the gate.
@@ -31,6 +37,7 @@ type stages struct {
 	retries  *retries
 	spend    *spendStage
 	all      []Stage // list(), computed once
+	spread   *spread // the retry calendar of every refusal, the gate's included
 }
 
 func newStages(cfg Config, gate GateView) (*stages, error) {
@@ -38,7 +45,7 @@ func newStages(cfg Config, gate GateView) (*stages, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &stages{identify: id}
+	s := &stages{identify: id, spread: newSpread(cfg.RefusalSpread)}
 	if s.retries, err = newRetries(cfg.Retries); err != nil {
 		return nil, fmt.Errorf("retries: %w", err)
 	}

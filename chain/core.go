@@ -30,6 +30,7 @@ type Ticket struct {
 	req   Request
 	gt    admission.Ticket
 	holds holds
+	rej   *admission.Rejection // the gate's refusal of it while queued, with its time on the calendar
 }
 
 // Request returns the call as the stages left it (tenant, tier, model).
@@ -39,7 +40,12 @@ func (t *Ticket) Request() *Request { return &t.req }
 func (t *Ticket) Granted() bool { return t.gt.Granted() }
 
 // Rejection returns the refusal of a ticket the gate refused while queued.
-func (t *Ticket) Rejection() *admission.Rejection { return t.gt.Rejection() }
+func (t *Ticket) Rejection() *admission.Rejection {
+	if t.rej != nil {
+		return t.rej
+	}
+	return t.gt.Rejection()
+}
 
 // QueueTime is how long the ticket waited for its slot.
 func (t *Ticket) QueueTime() time.Duration { return t.gt.QueueTime() }
@@ -76,7 +82,11 @@ func (c *Core) Arrive(now time.Time, req Request, t *Ticket, wait bool) (Decisio
 	c.now = now
 	t.req = req
 	t.gt.Owner = t
+	t.rej = nil
 	if d, err := c.stages.admit(now, &t.req, &t.holds); d.Verdict != 0 || err != nil {
+		if d.Rejection != nil {
+			c.stages.spread.assign(now, d.Rejection, &t.req, c.gate)
+		}
 		return d, err
 	}
 	d, err := c.gate.Arrive(now, t.req.admission(), &t.gt, wait)
@@ -86,7 +96,9 @@ func (c *Core) Arrive(now time.Time, req Request, t *Ticket, wait bool) (Decisio
 	}
 	if d.Verdict == admission.Rejected {
 		t.holds.cancel(now)
-		return Decision{Verdict: admission.Rejected, Rejection: d.Rejection()}, nil
+		rej := d.Rejection()
+		c.stages.spread.assign(now, rej, &t.req, c.gate)
+		return Decision{Verdict: admission.Rejected, Rejection: rej}, nil
 	}
 	return Decision{Verdict: d.Verdict}, nil
 }
@@ -113,6 +125,8 @@ func (c *Core) Events() []*Ticket {
 		t := gt.Owner.(*Ticket)
 		if !gt.Granted() {
 			t.holds.cancel(now)
+			t.rej = gt.Rejection()
+			c.stages.spread.assign(now, t.rej, &t.req, c.gate)
 		}
 		c.events = append(c.events, t)
 	}

@@ -25,6 +25,24 @@
 // slot released. A call refused by a stage, or withdrawn before service,
 // gives back what every earlier stage took.
 //
+// # Estimates
+//
+// Estimate asks the same stages in the same order what they would answer
+// now, and then the gate, taking nothing: a stage that implements [Peeker]
+// answers without withdrawing a token, reserving or counting; one that
+// does not is assumed to let the call pass. So the estimate of a call the
+// spend ceiling, its tenant's budget or the retry budget would refuse says
+// so, with the reason and Retry-After the call would get.
+//
+// # Refusals spread over the recovery
+//
+// Every refusal — a stage's or the gate's — is handed its Retry-After on
+// a retry calendar (spread.go): callers refused together are told times one
+// admission of the refusing resource apart, from its base recovery on,
+// rather than one time for all, so that retries which honour Retry-After
+// exactly come back at the rate they can be admitted instead of as one
+// wave. Config.RefusalSpread bounds how far the times reach.
+//
 // The order is data: one list (stages.list, in stage.go) names the stages
 // before the gate, and adding one is one entry there and a type
 // implementing [Stage]. Stages take the

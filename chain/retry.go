@@ -67,11 +67,20 @@ func (b *retries) Admit(now time.Time, r *Request) (Hold, error) {
 		return nil, nil
 	}
 	if !tb.TryWithdraw(now) {
-		return nil, &admission.Rejection{Reason: admission.ReasonRetryBudget, RetryAfter: max(tb.RetryAfter(now), time.Millisecond)}
+		return nil, refusal(tb, tb.RetryAfter(now))
 	}
 	if !b.global.TryWithdraw(now) {
 		tb.Refund(now) // this retry is not sent: its tenant keeps the token
-		return nil, &admission.Rejection{Reason: admission.ReasonRetryBudget, RetryAfter: max(b.global.RetryAfter(now), time.Millisecond)}
+		return nil, refusal(b.global, b.global.RetryAfter(now))
 	}
 	return nil, nil
+}
+
+// refusal is a retry refused by budget rb, which has a token again after
+// retryAfter. Callers refused together are spread one token of the
+// budget's floor apart: the refill it is certain of (deposits only come
+// sooner).
+func refusal(rb *retrybudget.Budget, retryAfter time.Duration) *admission.Rejection {
+	return &admission.Rejection{Reason: admission.ReasonRetryBudget, RetryAfter: max(retryAfter, time.Millisecond),
+		Interval: time.Duration(float64(time.Second) / rb.Config().MinPerSecond)}
 }

@@ -23,11 +23,22 @@ func (s *spendStage) Admit(now time.Time, r *Request) (Hold, error) {
 	if r.Unpriced {
 		return nil, nil
 	}
-	rank, err := s.gate.Rank(r.admission())
+	d, err := s.decide(now, r, s.l.Admit)
 	if err != nil {
 		return nil, err
 	}
-	d, err := s.l.Admit(now, spend.Request{
+	return &spendHold{s: s, res: d.Reservation, tenant: r.Tenant, model: r.Model, estimate: d.EstimatedUSD}, nil
+}
+
+// decide asks the limiter about the call — ask is its Admit, or its Peek
+// for an estimate — and applies its answer to r: over quota, degraded,
+// the estimated cost. A refusal is returned as the error.
+func (s *spendStage) decide(now time.Time, r *Request, ask func(time.Time, spend.Request) (spend.Decision, error)) (spend.Decision, error) {
+	rank, err := s.gate.Rank(r.admission())
+	if err != nil {
+		return spend.Decision{}, err
+	}
+	d, err := ask(now, spend.Request{
 		Tenant:               r.Tenant,
 		Model:                r.Model,
 		Rank:                 rank,
@@ -37,9 +48,9 @@ func (s *spendStage) Admit(now time.Time, r *Request) (Hold, error) {
 	})
 	switch {
 	case err != nil:
-		return nil, err
+		return d, err
 	case !d.Allow:
-		return nil, d.Rejection
+		return d, d.Rejection
 	}
 	if d.OverQuota {
 		r.OverQuota = true
@@ -48,7 +59,7 @@ func (s *spendStage) Admit(now time.Time, r *Request) (Hold, error) {
 		r.AskedModel, r.Model, r.Degraded = r.Model, d.Model, true
 	}
 	r.EstimatedUSD = d.EstimatedUSD
-	return &spendHold{s: s, res: d.Reservation, tenant: r.Tenant, model: r.Model, estimate: d.EstimatedUSD}, nil
+	return d, nil
 }
 
 // spendHold is one call's reservation.

@@ -40,6 +40,28 @@ type Estimate struct {
 	QueueDepth int
 	// Mode is the queue's current order: "fifo", or "lifo" under overload.
 	Mode string
+	// ModelCalled is the cheaper model the request would be degraded to by
+	// the gateway's spend ladder; empty when it would not be.
+	ModelCalled string
+}
+
+// EstimateQuery describes the request an estimate is asked about. Every
+// field is optional.
+type EstimateQuery struct {
+	// Priority is the class; empty means the gateway's default.
+	Priority string
+	// Timeout is the time budget; zero means the class's default timeout.
+	Timeout time.Duration
+	// Attempt is 0 for a first attempt, N for the Nth retry: a retry is
+	// ranked as one and must be paid for from the retry budgets.
+	Attempt int
+	// Model is the model to call: the gateway prices the call with it and
+	// says whether its ladder would degrade it. Empty asks about the
+	// budgets without pricing.
+	Model string
+	// InputTokens estimates the prompt's size and MaxTokens is its
+	// max_tokens; zero means unknown.
+	InputTokens, MaxTokens int64
 }
 
 // maxEstimateBody bounds the estimate response read; the real one is ~200 bytes.
@@ -52,21 +74,43 @@ const maxEstimateBody = 1 << 20
 // without retries, throttling or the retry budget: it is cheap, and a caller
 // asking is deciding whether to send at all.
 func (c *Client) Estimate(ctx context.Context, priority string, timeout time.Duration) (Estimate, error) {
+	return c.EstimateFor(ctx, EstimateQuery{Priority: priority, Timeout: timeout})
+}
+
+// EstimateFor asks the gateway what a request described by q would get if
+// it were sent now: the gateway asks every rule — the tenant's classes,
+// the retry budgets, the spend ceiling and the tenant's budget, the model
+// ladder, the queue — and takes nothing. It is sent like Estimate.
+func (c *Client) EstimateFor(ctx context.Context, eq EstimateQuery) (Estimate, error) {
 	if c.cfg.BaseURL == "" {
 		return Estimate{}, fmt.Errorf("client: Estimate needs Config.BaseURL, which is empty")
 	}
 	q := url.Values{}
-	if priority != "" {
-		if err := checkPriority(priority); err != nil {
+	if eq.Priority != "" {
+		if err := checkPriority(eq.Priority); err != nil {
 			return Estimate{}, fmt.Errorf("client: Estimate priority: %w", err)
 		}
-		q.Set("priority", priority)
+		q.Set("priority", eq.Priority)
 	}
 	switch {
-	case timeout < 0:
-		return Estimate{}, fmt.Errorf("client: Estimate timeout must not be negative, got %v", timeout)
-	case timeout > 0:
-		q.Set("timeout_ms", strconv.FormatInt(timeoutMs(timeout), 10))
+	case eq.Timeout < 0:
+		return Estimate{}, fmt.Errorf("client: Estimate timeout must not be negative, got %v", eq.Timeout)
+	case eq.Timeout > 0:
+		q.Set("timeout_ms", strconv.FormatInt(timeoutMs(eq.Timeout), 10))
+	}
+	for _, f := range []struct {
+		name string
+		v    int64
+	}{{"attempt", int64(eq.Attempt)}, {"input_tokens", eq.InputTokens}, {"max_tokens", eq.MaxTokens}} {
+		switch {
+		case f.v < 0:
+			return Estimate{}, fmt.Errorf("client: Estimate %s must not be negative, got %d", f.name, f.v)
+		case f.v > 0:
+			q.Set(f.name, strconv.FormatInt(f.v, 10))
+		}
+	}
+	if eq.Model != "" {
+		q.Set("model", eq.Model)
 	}
 	u, err := url.JoinPath(c.cfg.BaseURL, contract.EstimatePath)
 	if err != nil {
@@ -123,6 +167,7 @@ func (c *Client) Estimate(ctx context.Context, priority string, timeout time.Dur
 		RetryAfter:    time.Duration(w.RetryAfterMs) * time.Millisecond,
 		QueueDepth:    depth(w.QueueDepth),
 		Mode:          w.Mode,
+		ModelCalled:   w.ModelCalled,
 	}, nil
 }
 

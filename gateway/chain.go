@@ -19,7 +19,10 @@ func (c Config) chainConfig(l *spend.Limiter) (chain.Config, error) {
 	if err != nil {
 		return chain.Config{}, err
 	}
-	cc := chain.Config{Admission: acfg, Retries: retries, Spend: l}
+	cc := chain.Config{Admission: acfg, Retries: retries, Spend: l, RefusalSpread: c.Admission.refusalSpread().D()}
+	if cc.RefusalSpread == 0 {
+		cc.RefusalSpread = -1 // configured off
+	}
 	for _, t := range c.Tenants {
 		cc.Tenants = append(cc.Tenants, chain.TenantConfig{Name: t.Name, Tier: t.Tier, KeysSHA256: t.APIKeysSHA256,
 			Classes: t.Classes, RefuseOtherClasses: t.DisallowedClass == "refuse"})

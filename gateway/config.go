@@ -122,6 +122,13 @@ type AdmissionConfig struct {
 	ServiceWindow int `yaml:"service_window"`
 	// FIFOOnly disables adaptive LIFO.
 	FIFOOnly bool `yaml:"fifo_only"`
+	// RefusalSpread is how far past the time the gate or a budget needs
+	// to recover the Retry-After of callers refused together is spread,
+	// one admission apart, so that their retries do not come back as one
+	// wave (see chain.Config.RefusalSpread). Nil (absent) means 30s; zero
+	// turns the spread off; at most 60s, the longest the official SDKs
+	// honour.
+	RefusalSpread *Duration `yaml:"refusal_spread"`
 }
 
 // ClassConfig is one priority class.
@@ -445,6 +452,19 @@ func (c Config) Validate() error {
 }
 
 // admissionConfig translates the gate's part of the config.
+// maxRefusalSpread bounds admission.refusal_spread: the Python SDK
+// ignores a retry-after past 60 seconds.
+const maxRefusalSpread = time.Minute
+
+// refusalSpread is the spread configured: chain.DefaultRefusalSpread when
+// absent.
+func (a AdmissionConfig) refusalSpread() Duration {
+	if a.RefusalSpread == nil {
+		return Duration(chain.DefaultRefusalSpread)
+	}
+	return *a.RefusalSpread
+}
+
 func (c Config) admissionConfig() (admission.Config, error) {
 	a := c.Admission
 	for _, err := range []error{
@@ -453,6 +473,7 @@ func (c Config) admissionConfig() (admission.Config, error) {
 		intIn("admission.max_queue_per_tenant", a.MaxQueuePerTenant, 0, maxQueue),
 		intIn("admission.service_window", a.ServiceWindow, 0, maxServiceWindow),
 		durationIn("admission.initial_service_time", a.InitialServiceTime, 0, maxInitialServiceTime),
+		durationIn("admission.refusal_spread", a.refusalSpread(), 0, maxRefusalSpread),
 	} {
 		if err != nil {
 			return admission.Config{}, err

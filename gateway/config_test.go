@@ -104,6 +104,7 @@ func TestConfigNumbersHaveLimits(t *testing.T) {
 		{"admission.max_queue_per_tenant", "upstream: {url: http://x}\nadmission: {concurrency: 1, max_queue_per_tenant: %s}\n", "0", "1000000", "1000001", "-1", "0..1000000"},
 		{"admission.service_window", "upstream: {url: http://x}\nadmission: {concurrency: 1, service_window: %s}\n", "0", "65536", "65537", "-1", "0..65536"},
 		{"admission.initial_service_time", "upstream: {url: http://x}\nadmission: {concurrency: 1, initial_service_time: %s}\n", "0s", "1h", "1h0m1s", "-1s", "0s..1h0m0s"},
+		{"admission.refusal_spread", "upstream: {url: http://x}\nadmission: {concurrency: 1, refusal_spread: %s}\n", "0s", "1m", "61s", "-1s", "0s..1m0s"},
 		{"limits.max_body_bytes", base + "limits: {max_body_bytes: %s}\n", "0", "1073741824", "9223372036854775807", "-1", "0..1073741824"},
 		{"limits.max_timeout", base + "limits: {max_timeout: %s}\n", "0s", "24h", "25h", "-1s", "0s..24h0m0s"},
 		{"shutdown_grace", base + "shutdown_grace: %s\n", "0s", "1h", "2h", "-1s", "0s..1h0m0s"},

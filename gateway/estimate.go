@@ -2,17 +2,37 @@ package gateway
 
 import (
 	"encoding/json"
+	"errors"
+	"fmt"
 	"net/http"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/sluicehq/sluice/admission"
+	"github.com/sluicehq/sluice/chain"
 	"github.com/sluicehq/sluice/contract"
+	"github.com/sluicehq/sluice/spend"
 )
 
+// estimateHeaders are the estimate's query parameters that stand for
+// request headers, and the headers.
+var estimateHeaders = map[string]string{"priority": contract.HeaderPriority, "timeout_ms": contract.HeaderTimeoutMs, "attempt": contract.HeaderAttempt}
+
+// digits says s is plain decimal digits.
+func digits(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] < '0' || s[i] > '9' {
+			return false
+		}
+	}
+	return s != ""
+}
+
 // serveEstimate answers contract.EstimatePath: what would happen to such a
-// request now, so that a producer can decide whether to submit at all. On
+// request now, so that a producer can decide whether to submit at all —
+// asked of the whole chain, so that a call the spend ceiling, the tenant's
+// budget or the retry budget would refuse is not told it would be admitted. On
 // the API listener it answers a tenant about its own admission; the
 // gateway's global figures (queue depth, in flight, slots, mode), which
 // show every other tenant's load, are sent only with global set: on the
@@ -46,7 +66,7 @@ func (g *Gateway) serveEstimate(w http.ResponseWriter, r *http.Request, global b
 	// The query parameters mirror the request headers, and are checked by
 	// the same code.
 	h := http.Header{}
-	for param, header := range map[string]string{"priority": contract.HeaderPriority, "timeout_ms": contract.HeaderTimeoutMs, "attempt": contract.HeaderAttempt} {
+	for param, header := range estimateHeaders {
 		if v := q.Get(param); v != "" {
 			h.Set(header, v)
 		}
@@ -55,23 +75,53 @@ func (g *Gateway) serveEstimate(w http.ResponseWriter, r *http.Request, global b
 	if err != nil {
 		// Name the query parameter, not the header it stands for.
 		msg := err.Error()
-		for param, header := range map[string]string{"priority": contract.HeaderPriority, "timeout_ms": contract.HeaderTimeoutMs, "attempt": contract.HeaderAttempt} {
+		for param, header := range estimateHeaders {
 			msg = strings.Replace(msg, header, param, 1)
 		}
 		g.badInput(w, &badRequest{status: http.StatusBadRequest, code: "invalid_parameter", msg: msg})
 		return
 	}
+	// The call asked about, as serveCall would present it to the chain: the
+	// estimate runs every stage (tenant, retry budgets, spend, the ladder)
+	// and the gate, taking nothing.
 	model := q.Get("model")
-	req := admission.Request{Class: hdr.class, Tenant: tenant, Tier: tier, Attempt: hdr.attempt,
-		Deadline: time.Now().Add(hdr.timeout), Key: model}
-	d, err := g.gate.Estimate(req)
+	req := chain.Request{Tenant: tenant, Tier: tier, Class: hdr.class, Attempt: hdr.attempt,
+		Deadline: time.Now().Add(hdr.timeout), Model: model}
+	for _, f := range []struct {
+		param string
+		dst   *int64
+	}{{"input_tokens", &req.InputTokens}, {"max_tokens", &req.MaxOutputTokens}} {
+		v := q.Get(f.param)
+		if v == "" {
+			continue
+		}
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || n < 0 || !digits(v) {
+			g.badInput(w, &badRequest{status: http.StatusBadRequest, code: "invalid_parameter",
+				msg: f.param + ": " + echo(v) + " is not a count of tokens (digits only)"})
+			return
+		}
+		*f.dst = n
+	}
+	e, err := g.chain.Estimate(req)
 	if err != nil {
-		g.badInput(w, &badRequest{status: http.StatusBadRequest, code: "invalid_parameter", msg: err.Error()})
+		var classErr *chain.ClassError
+		switch {
+		case errors.As(err, &classErr):
+			g.badInput(w, &badRequest{status: http.StatusForbidden, code: "class_not_allowed",
+				msg: fmt.Sprintf("priority: tenant %s may not use class %s (allowed: %s)", tenant, echo(classErr.Class), strings.Join(classErr.Allowed, ", "))})
+		case errors.Is(err, spend.ErrUnknownModel):
+			g.badInput(w, &badRequest{status: http.StatusBadRequest, code: "model_not_priced",
+				msg: fmt.Sprintf("model: %q has no price in spend.prices (and spend.unknown_model is reject)", model)})
+		default:
+			g.badInput(w, &badRequest{status: http.StatusBadRequest, code: "invalid_parameter", msg: err.Error()})
+		}
 		return
 	}
+	d := e.Decision
 	st := g.gate.Stats()
 	est := contract.Estimate{
-		Priority:        hdr.class,
+		Priority:        e.Request.Class,
 		Rank:            d.Rank,
 		EstimatedWaitMs: d.EstimatedWait.Milliseconds(),
 		ServiceP50Ms:    d.ServiceP50.Milliseconds(),
@@ -79,6 +129,9 @@ func (g *Gateway) serveEstimate(w http.ResponseWriter, r *http.Request, global b
 		Admit:           d.Verdict != admission.Rejected,
 		TimeoutMs:       hdr.timeout.Milliseconds(),
 		Model:           model,
+	}
+	if e.Request.Degraded {
+		est.ModelCalled = e.Request.Model
 	}
 	if global {
 		est.QueueDepth, est.InFlight, est.Concurrency, est.Mode = &st.Queued, &st.InFlight, &st.Concurrency, st.Mode.String()

@@ -199,9 +199,14 @@ func (b *Budget) RetryAfter(now time.Time) time.Duration {
 	if need <= 0 {
 		return 0
 	}
+	return b.waitFor(need, b.mu.frac)
+}
+
+// waitFor is how long the floor takes to accrue need units on top of frac.
+func (b *Budget) waitFor(need int64, frac float64) time.Duration {
 	// Rounding up makes the promise hold: after d nanoseconds the accrual
 	// d×perNano + frac is at least need, and need is a whole number of units.
-	d := math.Ceil((float64(need) - b.mu.frac) / b.perNano)
+	d := math.Ceil((float64(need) - frac) / b.perNano)
 	if d >= math.MaxInt64 {
 		return time.Duration(math.MaxInt64)
 	}
@@ -224,6 +229,23 @@ func (b *Budget) Stats() Stats {
 	return b.mu.stats
 }
 
+// Peek answers what TryWithdraw and RetryAfter would at now — whether a
+// retry could be sent, and if not how long until one could — without
+// spending, counting or moving the budget's clock: an estimate asked any
+// number of times leaves the budget as it was.
+func (b *Budget) Peek(now time.Time) (ok bool, retryAfter time.Duration) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	tokens, frac := b.mu.tokens, b.mu.frac
+	if b.mu.started && now.After(b.mu.last) {
+		tokens, frac = b.accrued(now.Sub(b.mu.last))
+	}
+	if tokens >= unit {
+		return true, 0
+	}
+	return false, b.waitFor(unit-tokens, frac)
+}
+
 // advanceLocked credits the floor's accrual from the latest time seen to now.
 // The caller holds b.mu.
 func (b *Budget) advanceLocked(now time.Time) {
@@ -237,21 +259,23 @@ func (b *Budget) advanceLocked(now time.Time) {
 	}
 	elapsed := now.Sub(b.mu.last) // saturates rather than overflows
 	b.mu.last = now
+	b.mu.tokens, b.mu.frac = b.accrued(elapsed)
+}
+
+// accrued is the balance and fraction the floor's accrual over elapsed
+// brings the current ones to, without storing them. The caller holds b.mu.
+func (b *Budget) accrued(elapsed time.Duration) (tokens int64, frac float64) {
 	room := b.capUnits - b.mu.tokens
 	if room <= 0 {
-		b.mu.frac = 0
-		return
+		return b.mu.tokens, 0
 	}
 	// The fraction of a unit is carried over so that a budget consulted very
 	// often (more often than once per unit of accrual) still earns the floor
 	// in full instead of losing a rounding error on every call.
 	earned := float64(elapsed)*b.perNano + b.mu.frac
 	if earned >= float64(room) {
-		b.mu.tokens = b.capUnits
-		b.mu.frac = 0
-		return
+		return b.capUnits, 0
 	}
 	whole := math.Floor(earned)
-	b.mu.tokens += int64(whole)
-	b.mu.frac = earned - whole
+	return b.mu.tokens + int64(whole), earned - whole
 }

@@ -347,3 +347,42 @@ func TestRefundReturnsTheToken(t *testing.T) {
 		t.Fatalf("stats %+v", st)
 	}
 }
+
+// TestPeekAnswersAsTryWithdrawWithoutTouching: Peek says what TryWithdraw
+// and RetryAfter would at the same time — on a budget never used, an empty
+// one, one refilled by the floor, one with a token — and a thousand Peeks
+// change neither the balance, the counters nor the clock the floor accrues
+// from.
+func TestPeekAnswersAsTryWithdrawWithoutTouching(t *testing.T) {
+	cfg := Config{Ratio: 0.1, MinPerSecond: 2, MaxTokens: 3}
+	peeked, _ := New(cfg)
+	used, _ := New(cfg)
+	at := func(d time.Duration) time.Time { return t0.Add(d) }
+	for i, now := range []time.Time{at(0), at(100 * time.Millisecond), at(600 * time.Millisecond), at(time.Second), at(2 * time.Second)} {
+		for range 1000 {
+			peeked.Peek(now)
+		}
+		ok, ra := peeked.Peek(now)
+		wantRA := used.RetryAfter(now)
+		wantOK := used.TryWithdraw(now)
+		if ok != wantOK || ra != wantRA {
+			t.Fatalf("step %d: Peek = %v, %v; TryWithdraw = %v, RetryAfter = %v", i, ok, ra, wantOK, wantRA)
+		}
+		// Keep the two budgets alike: the peeked one takes what the
+		// other took.
+		if wantOK && !peeked.TryWithdraw(now) {
+			t.Fatalf("step %d: Peek said yes, TryWithdraw no", i)
+		} else if !wantOK {
+			peeked.RetryAfter(now)
+			peeked.TryWithdraw(now)
+		}
+		if peeked.Balance(now) != used.Balance(now) || peeked.Stats() != used.Stats() {
+			t.Fatalf("step %d: peeked budget %v %+v, used %v %+v", i, peeked.Balance(now), peeked.Stats(), used.Balance(now), used.Stats())
+		}
+	}
+	fresh, _ := New(cfg)
+	fresh.Peek(at(time.Hour)) // must not start the floor's clock
+	if fresh.TryWithdraw(at(time.Hour + time.Second)) {
+		t.Fatal("a Peek started the floor's clock: a token a second after it, want none (the first use starts it)")
+	}
+}

@@ -148,15 +148,16 @@ func TestNaiveRetriesTimeoutsAndPaysForBoth(t *testing.T) {
 }
 
 // TestPoliteHonoursRetryAfterAndItsDeadline: #1 is refused at 100ms with a
-// Retry-After of 600ms (1s wait + 1s service − 1.4s left); it retries at
-// 700ms, is refused again with 1.1s, and gives up since 1.8s is past its
-// deadline. A naive caller makes all three attempts at 100ms.
+// Retry-After of 1.5s — the one completion (1s) its wait needs, and half a
+// slot not to race it (chain/spread.go) — and gives up at once, since 1.6s
+// is its deadline: the retry could not have finished in time anyway. A
+// naive caller makes all three attempts at 100ms.
 func TestPoliteHonoursRetryAfterAndItsDeadline(t *testing.T) {
 	sc := exact(1500 * time.Millisecond)
 	sc.Traffic[0].MaxAttempts = 3
 	sc.Traffic[0].Client = "polite"
-	check(t, runScripted(t, sc, "priority", []int{0, 100}), want{onTime: 1, billed: 1, attempts: 3,
-		refusals: map[string]int{"queue_wait": 2}})
+	check(t, runScripted(t, sc, "priority", []int{0, 100}), want{onTime: 1, billed: 1, attempts: 2,
+		refusals: map[string]int{"queue_wait": 1}})
 	sc.Traffic[0].Client = "naive"
 	check(t, runScripted(t, sc, "priority", []int{0, 100}), want{onTime: 1, billed: 1, attempts: 4,
 		refusals: map[string]int{"queue_wait": 3}})

@@ -266,13 +266,33 @@ func (c *compiled) priceOf(model string) (price, error) {
 // degrading (after both checks: a refused request is not re-priced), then
 // the reservation.
 func (l *Limiter) Admit(now time.Time, req Request) (Decision, error) {
+	return l.admit(now, req, false)
+}
+
+// Peek answers what Admit would at now — allowed, over quota, degraded (to
+// which model), or refused with which reason and Retry-After — without
+// reserving, counting or remembering anything: an estimate asked any
+// number of times leaves the books and the counters as they were. The
+// Decision has no Reservation. An empty Model asks about the budgets
+// alone: nothing is priced and nothing degraded.
+func (l *Limiter) Peek(now time.Time, req Request) (Decision, error) {
+	return l.admit(now, req, true)
+}
+
+// admit is Admit, or Peek when dry: a dry run reads what Admit reads and
+// writes nothing.
+func (l *Limiter) admit(now time.Time, req Request, dry bool) (Decision, error) {
 	if err := req.validate(); err != nil {
 		return Decision{}, err
 	}
 	c := l.cfg()
-	p, err := c.priceOf(req.Model)
-	if err != nil {
-		return Decision{}, err
+	priced := !dry || req.Model != ""
+	var p price
+	if priced {
+		var err error
+		if p, err = c.priceOf(req.Model); err != nil {
+			return Decision{}, err
+		}
 	}
 	if req.Tenant == "" {
 		req.Tenant = contract.AnonymousTenant
@@ -284,7 +304,12 @@ func (l *Limiter) Admit(now time.Time, req Request) (Decision, error) {
 
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	t := l.mu.tenants.get(req.Tenant)
+	var t *scopeStats
+	if dry {
+		t = l.mu.tenants.peek(req.Tenant)
+	} else {
+		t = l.mu.tenants.get(req.Tenant)
+	}
 	d := Decision{Model: req.Model}
 
 	// Where the scopes stand, before this request.
@@ -305,17 +330,27 @@ func (l *Limiter) Admit(now time.Time, req Request) (Decision, error) {
 	// other tenant's lower ranks are refused, and is itself refused last.
 	if !d.OverQuota && d.Stage >= StageShedSpeculative && l.overShareLocked(t, now) {
 		d.OverQuota, d.OverShare = true, true
-		t.overShare++
-		l.mu.global.overShare++
+		if !dry {
+			t.overShare++
+			l.mu.global.overShare++
+		}
+	}
+
+	// The cost of the call as asked, before any degrading: what a refusal's
+	// spacing is worked out from.
+	var est int64
+	if priced {
+		est = p.estimate(req.EstimatedInputTokens, l.outputEstimate(l.mu.models.peek(req.Model), req.MaxOutputTokens))
 	}
 
 	// Refusals, tenant first.
 	var reason admission.Reason
-	var wait time.Duration
+	var wait, interval time.Duration
 	if t.budget != nil {
 		if th := c.threshold(rank); tenantFrac >= th {
 			reason = admission.ReasonTenantBudget
 			wait = l.tenantFreeLocked(t, now, th)
+			interval = max(spacing(est, t.limitHour*th), spacing(est, t.limitDay*th/24))
 		}
 	}
 	globalRank := rank
@@ -335,44 +370,71 @@ func (l *Limiter) Admit(now time.Time, req Request) (Decision, error) {
 			// clears: its share moves with everyone's spend, the stage
 			// does not.
 			wait = max(wait, l.rateFreeLocked(GlobalScope, now, c.ceiling*th))
+			interval = max(interval, spacing(est, c.ceiling*th))
 		}
 	}
 	if reason != 0 {
-		if reason == admission.ReasonTenantBudget {
-			t.refusedBudget++
-			l.mu.global.refusedBudget++
-		} else {
-			t.refusedCeiling++
-			l.mu.global.refusedCeiling++
+		if !dry {
+			if reason == admission.ReasonTenantBudget {
+				t.refusedBudget++
+				l.mu.global.refusedBudget++
+			} else {
+				t.refusedCeiling++
+				l.mu.global.refusedCeiling++
+			}
 		}
 		ra := retryAfter(wait)
-		d.Rejection = &admission.Rejection{Reason: reason, RetryAfter: ra, EstimatedWait: ra, Rank: rank}
+		d.Rejection = &admission.Rejection{Reason: reason, RetryAfter: ra, EstimatedWait: ra, Rank: rank, Interval: interval}
+		return d, nil
+	}
+	d.Allow = true
+	if !priced {
 		return d, nil
 	}
 
-	m := l.mu.models.get(req.Model)
+	m := l.mu.models.peek(req.Model)
+	if !dry {
+		m = l.mu.models.get(req.Model)
+	}
 	if max(d.Stage, d.TenantStage) >= StageDegrade {
 		if rung, ok := c.ladder[req.Model]; ok {
 			d.Model, d.Degraded = rung, true
 			p = c.prices[rung]
-			m = l.mu.models.get(rung)
-			t.degraded++
-			l.mu.global.degraded++
-			if t.degradedFrom == nil {
-				t.degradedFrom = make(map[string]int64)
+			if dry {
+				m = l.mu.models.peek(rung)
+			} else {
+				m = l.mu.models.get(rung)
+				t.degraded++
+				l.mu.global.degraded++
+				if t.degradedFrom == nil {
+					t.degradedFrom = make(map[string]int64)
+				}
+				t.degradedFrom[req.Model]++
 			}
-			t.degradedFrom[req.Model]++
+			est = p.estimate(req.EstimatedInputTokens, l.outputEstimate(m, req.MaxOutputTokens))
 		}
 	}
-	est := p.estimate(req.EstimatedInputTokens, l.outputEstimate(m, req.MaxOutputTokens))
+	d.EstimatedUSD = toUSD(est)
+	if dry {
+		return d, nil
+	}
 	r := &Reservation{l: l, tenant: t, model: m, price: p, at: now, nano: est}
 	l.bookLocked(now, r, est)
 	l.mu.outstanding++
 	l.mu.reserved += est
-	d.Allow = true
-	d.EstimatedUSD = toUSD(est)
 	d.Reservation = r
 	return d, nil
+}
+
+// spacing is the time between two calls of nano nano-dollars that a spend
+// rate of perHour USD an hour affords: how far apart callers refused
+// together should come back so that the rate, once it has freed, is not
+// overrun at once. Zero when either is unknown.
+func spacing(nano int64, perHour float64) time.Duration {
+	if nano <= 0 || perHour <= 0 {
+		return 0
+	}
+	return time.Duration(toUSD(nano) / perHour * float64(time.Hour))
 }
 
 // outputEstimate is the output size to reserve for: max_tokens when the
@@ -381,7 +443,7 @@ func (l *Limiter) outputEstimate(m *scopeStats, maxOut int64) int64 {
 	switch {
 	case maxOut > 0:
 		return maxOut
-	case m.outN > 0:
+	case m != nil && m.outN > 0:
 		return int64(math.Ceil(m.outMean))
 	}
 	return l.cfg().defaultOut

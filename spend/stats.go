@@ -86,3 +86,16 @@ func (s *statsSet) get(name string) *scopeStats {
 	}
 	return s.other
 }
+
+// peek returns what get would, without creating anything, for a dry run:
+// the stats of name, the shared OtherLabel stats once unconfigured names
+// share them, or else the empty stats a new name would start with.
+func (s *statsSet) peek(name string) *scopeStats {
+	if st, ok := s.byName[name]; ok {
+		return st
+	}
+	if s.extra >= maxExtra && s.other != nil {
+		return s.other
+	}
+	return &scopeStats{name: name, scope: s.prefix(name)}
+}
