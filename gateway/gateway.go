@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/sluicehq/sluice/admission"
 	"github.com/sluicehq/sluice/chain"
@@ -44,8 +45,9 @@ type Gateway struct {
 	limit    *aimd
 	spend    *spend.Limiter // the chain's; nil without a spend section
 	alerter  *spend.Alerter
-	books    books      // where the spend books live (store.go)
-	idem     *idemStore // Idempotency-Key (idempotency.go)
+	books    books        // where the spend books live (store.go)
+	idem     *idemStore   // Idempotency-Key (idempotency.go)
+	tracer   trace.Tracer // nil when tracing is off (trace.go)
 }
 
 var _ http.Handler = (*Gateway)(nil)
@@ -59,6 +61,10 @@ type Options struct {
 	Transport http.RoundTripper
 	// Getenv reads the provider key's variable. Nil means os.Getenv.
 	Getenv func(string) string
+	// TracerProvider receives a span per request, with child spans for
+	// the admission wait and each upstream attempt (trace.go). Nil, or a
+	// noop provider, means no tracing, at no cost.
+	TracerProvider trace.TracerProvider
 }
 
 // New builds a gateway from a validated config.
@@ -68,7 +74,7 @@ func New(cfg Config, opts Options) (*Gateway, error) {
 	}
 	cfg = cfg.withDefaults()
 	up, _ := url.Parse(cfg.Upstream.URL) // validated
-	g := &Gateway{cfg: cfg, upstream: up, log: opts.Logger, routes: newRoutes(cfg.Passthrough)}
+	g := &Gateway{cfg: cfg, upstream: up, log: opts.Logger, routes: newRoutes(cfg.Passthrough), tracer: newTracer(opts.TracerProvider)}
 	if g.log == nil {
 		g.log = slog.Default()
 	}
@@ -172,6 +178,13 @@ type call struct {
 	finished atomic.Bool
 	meter    *usageMeter // set when the response arrives
 	idem     *idemFlight // the Idempotency-Key's capture; nil without a key
+	// For the access log and the span (accesslog.go): the request's
+	// exchange, how the call ended, the upstream attempts made and the
+	// provider's own request id.
+	x          *exchange
+	outcome    chain.Outcome
+	attempts   int
+	upstreamID string
 	// headersWritten counts the upstream attempts whose request headers
 	// were written (trace.WroteHeaders): once they may have reached the
 	// provider, a failed attempt is not retried.
@@ -198,6 +211,8 @@ func (c *call) finish(result admission.Result) {
 			o.Usage, o.UsageKnown = u, true
 		}
 	}
+	c.outcome = o
+	c.outcome.Result = result
 	if err := c.permit.Done(o); err != nil {
 		c.g.log.Warn("settling a call failed", "model", c.model, "err", err)
 	}
@@ -215,15 +230,22 @@ func (c *call) finish(result admission.Result) {
 // passes through, and refuses every other path (see routes.go): nothing is
 // forwarded that the chain did not admit.
 func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	x, r := g.begin(w, r) // X-Request-Id, the access log and the span (accesslog.go)
+	defer g.end(x)
+	w = x
 	if headerBytes(r) > g.cfg.Limits.MaxHeaderBytes {
 		g.headersTooLarge(w)
 		return
 	}
 	if r.URL.Path == contract.EstimatePath {
+		x.route = contract.EstimatePath
 		g.serveEstimate(w, r, false)
 		return
 	}
 	rt := g.routes.match(r.URL.Path)
+	if rt != nil {
+		x.route = rt.path
+	}
 	if neverForwarded(r.Method) {
 		g.methodNotAllowed(w, rt)
 		return
@@ -233,6 +255,7 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		g.unauthorized(w)
 		return
 	}
+	x.tenant = tenant
 	switch {
 	case rt == nil:
 		g.notFound(w, r)
@@ -255,6 +278,8 @@ func (g *Gateway) serveCall(w http.ResponseWriter, r *http.Request, rt *route, t
 		g.badInput(w, err)
 		return
 	}
+	x := exchangeOf(w)
+	x.asked(hdr.class, hdr.attempt)
 	if rt.class != "" {
 		hdr.class = rt.class
 	}
@@ -263,6 +288,7 @@ func (g *Gateway) serveCall(w http.ResponseWriter, r *http.Request, rt *route, t
 		g.badInput(w, err)
 		return
 	}
+	x.askedModel(body.model)
 	g.metrics.attempt(hdr.attempt).Inc()
 	ctx, cancel := context.WithTimeout(r.Context(), hdr.timeout)
 	defer cancel()
@@ -289,8 +315,8 @@ func (g *Gateway) serveCall(w http.ResponseWriter, r *http.Request, rt *route, t
 	if g.spend != nil && rt.billed {
 		req.InputTokens = spend.EstimateInputTokens(body.raw)
 	}
-	g.limit.refresh(time.Now(), g) // the climb back up that accrued while idle
-	permit, err := g.chain.Acquire(ctx, req)
+	g.limit.refresh(time.Now(), g)     // the climb back up that accrued while idle
+	permit, err := g.acquire(ctx, req) // chain.Acquire, in a span when tracing (trace.go)
 	if err != nil {
 		var rej *admission.Rejection
 		var classErr *chain.ClassError
@@ -327,7 +353,10 @@ func (g *Gateway) serveCall(w http.ResponseWriter, r *http.Request, rt *route, t
 	}
 	c := &call{g: g, permit: permit, class: hdr.class, tenant: tenant, model: body.model, body: body.raw,
 		unbilled: !rt.billed, deadline: deadline, start: time.Now(), queue: permit.QueueTime(), caller: r.Context(),
-		idem: idem}
+		idem: idem, x: x}
+	if x != nil {
+		x.call = c
+	}
 	g.metrics.admission(hdr.class, tenant, hdr.attempt).Inc()
 	g.metrics.queueTime(hdr.class).Observe(c.queue.Seconds())
 
@@ -380,6 +409,9 @@ func (g *Gateway) rewrite(pr *httputil.ProxyRequest) {
 	pr.SetURL(g.upstream)
 	pr.Out.Host = g.upstream.Host
 	h := pr.Out.Header
+	if c, ok := pr.In.Context().Value(callKey{}).(*call); ok {
+		c.x.forwardRequestID(h)
+	}
 	for _, name := range []string{contract.HeaderPriority, contract.HeaderTimeoutMs, contract.HeaderAttempt} {
 		h.Del(name)
 	}
@@ -403,6 +435,7 @@ func (g *Gateway) modifyResponse(resp *http.Response) error {
 		resp.Header.Set(contract.HeaderModel, c.model)
 	}
 	resp.Header.Set(contract.HeaderClass, c.class)
+	c.stampUpstreamID(resp.Header) // the provider's X-Request-Id (accesslog.go)
 	g.metrics.response(c.class, resp.StatusCode).Inc()
 	c.idem.respond(resp.StatusCode, resp.Header) // Idempotency-Key: after the stamps, so replays carry them
 	result := admission.Success
@@ -445,6 +478,7 @@ func (g *Gateway) proxyError(w http.ResponseWriter, r *http.Request, err error) 
 }
 
 func (g *Gateway) refuse(w http.ResponseWriter, rej *admission.Rejection, class, tenant string) {
+	exchangeOf(w).refused(rej.Reason, class)
 	g.metrics.rejections.WithLabelValues(reasonLabel(rej.Reason), class, tenant).Inc()
 	writeRejection(w, rej)
 }
