@@ -8,6 +8,8 @@ import (
 	"net/http/httptest"
 	"net/http/httputil"
 	"net/url"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -95,13 +97,23 @@ func (discardSpans) Shutdown(context.Context) error                             
 
 // BenchmarkAccessLine is the work of one access-log line on its own: the
 // fields of an admitted, priced call written by the text and JSON handlers
-// to io.Discard.
+// to io.Discard, and by the text handler to a file, as `sluice serve`
+// writes its standard error: one write(2) a line.
 func BenchmarkAccessLine(b *testing.B) {
-	for _, format := range []string{LogFormatText, LogFormatJSON} {
+	for _, format := range []string{LogFormatText, LogFormatJSON, "text-file"} {
 		b.Run(format, func(b *testing.B) {
 			cfg := baseConfig("http://127.0.0.1:1")
 			cfg.Spend = testSpend()
-			g, err := New(cfg, Options{Logger: LogConfig{Format: format}.Logger(io.Discard)})
+			var out io.Writer = io.Discard
+			if format == "text-file" {
+				f, err := os.Create(filepath.Join(b.TempDir(), "access.log"))
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer f.Close()
+				format, out = LogFormatText, f
+			}
+			g, err := New(cfg, Options{Logger: LogConfig{Format: format}.Logger(out)})
 			if err != nil {
 				b.Fatal(err)
 			}

@@ -109,7 +109,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	var f serveFlags
 	f.register(fs)
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: sluice serve --upstream URL --concurrency N [flags]")
+		fmt.Fprintln(stderr, "usage: sluice serve (--upstream URL --concurrency N | --config FILE) [flags]")
 		fmt.Fprintln(stderr)
 		fs.PrintDefaults()
 		fmt.Fprintln(stderr)
