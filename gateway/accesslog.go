@@ -236,10 +236,20 @@ func (g *Gateway) end(x *exchange) {
 	g.log.LogAttrs(ctx, slog.LevelInfo, "request", a...)
 }
 
+// maxLoggedPath bounds the path in a line: a caller chooses it, and a
+// 404 for a 100 KiB path need not write 100 KiB.
+const maxLoggedPath = 512
+
 // method and path are the request's (never its query, which may carry a
-// key).
+// key). The handlers quote or escape whatever bytes they hold.
 func (x *exchange) method() string { return x.r.Method }
-func (x *exchange) path() string   { return x.r.URL.Path }
+
+func (x *exchange) path() string {
+	if p := x.r.URL.Path; len(p) > maxLoggedPath {
+		return p[:maxLoggedPath] + "…"
+	}
+	return x.r.URL.Path
+}
 
 // class is the class applied: the admitted call's, or the one a refusal
 // was made at.

@@ -313,3 +313,18 @@ func TestAccessLogOfAStream(t *testing.T) {
 		t.Errorf("stream line %v: want its usage, cost and outcome", l)
 	}
 }
+
+// TestAccessLogBoundsThePath: a caller's long path is cut in its line.
+func TestAccessLogBoundsThePath(t *testing.T) {
+	_, up := startMock(t, mockllm.Config{})
+	_, gw, logs := startLoggedGateway(t, baseConfig(up.URL), Options{})
+	resp, err := http.Get(gw.URL + "/v1/" + strings.Repeat("a", 4000))
+	if err != nil {
+		t.Fatal(err)
+	}
+	readAll(t, resp)
+	l := logs.line(t, resp.Header.Get(contract.HeaderRequestID))
+	if p, _ := l["path"].(string); resp.StatusCode != 404 || len(p) > maxLoggedPath+len("…") || !strings.HasPrefix(p, "/v1/aaa") {
+		t.Errorf("status %d, path of %d bytes logged, want at most %d", resp.StatusCode, len(p), maxLoggedPath+len("…"))
+	}
+}

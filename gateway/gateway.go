@@ -45,16 +45,19 @@ type Gateway struct {
 	limit    *aimd
 	spend    *spend.Limiter // the chain's; nil without a spend section
 	alerter  *spend.Alerter
-	books    books        // where the spend books live (store.go)
-	idem     *idemStore   // Idempotency-Key (idempotency.go)
-	tracer   trace.Tracer // nil when tracing is off (trace.go)
+	books    books      // where the spend books live (store.go)
+	idem     *idemStore // Idempotency-Key (idempotency.go)
+
+	tracer trace.Tracer // nil when tracing is off (trace.go)
 }
 
 var _ http.Handler = (*Gateway)(nil)
 
 // Options are the parts of a gateway that are not configuration.
 type Options struct {
-	// Logger receives the gateway's logs. Nil means slog.Default().
+	// Logger receives the gateway's logs, the access log's line per
+	// request among them (accesslog.go), at Info: a handler at Warn keeps
+	// the warnings without the lines. Nil means slog.Default().
 	Logger *slog.Logger
 	// Transport carries upstream calls. Nil means a transport tuned for one
 	// busy upstream (upstream.max_idle_conns idle connections to it).
@@ -315,8 +318,9 @@ func (g *Gateway) serveCall(w http.ResponseWriter, r *http.Request, rt *route, t
 	if g.spend != nil && rt.billed {
 		req.InputTokens = spend.EstimateInputTokens(body.raw)
 	}
-	g.limit.refresh(time.Now(), g)     // the climb back up that accrued while idle
-	permit, err := g.acquire(ctx, req) // chain.Acquire, in a span when tracing (trace.go)
+	g.limit.refresh(time.Now(), g) // the climb back up that accrued while idle
+	// chain.Acquire, in a span of its own when tracing (trace.go).
+	permit, err := g.acquire(ctx, req)
 	if err != nil {
 		var rej *admission.Rejection
 		var classErr *chain.ClassError

@@ -79,17 +79,35 @@ const (
 // traceparent, and returns the request carrying it.
 func (g *Gateway) startServerSpan(x *exchange, r *http.Request) *http.Request {
 	ctx := traceContext.Extract(r.Context(), propagation.HeaderCarrier(r.Header))
-	ctx, x.span = g.tracer.Start(ctx, r.Method, trace.WithSpanKind(trace.SpanKindServer),
-		trace.WithAttributes(attrMethod.String(r.Method), attrPath.String(r.URL.Path), attrRequestID.String(x.id)))
+	m := spanMethod(r.Method)
+	name := m
+	if m == methodOther {
+		name = "HTTP"
+	}
+	ctx, x.span = g.tracer.Start(ctx, name, trace.WithSpanKind(trace.SpanKindServer),
+		trace.WithAttributes(attrMethod.String(m), attrPath.String(x.path()), attrRequestID.String(x.id)))
 	return r.WithContext(ctx)
+}
+
+// methodOther stands for a method outside HTTP's own, which a caller may
+// make up: the conventions' value, which keeps span names few.
+const methodOther = "_OTHER"
+
+func spanMethod(m string) string {
+	switch m {
+	case http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodPatch,
+		http.MethodDelete, http.MethodOptions, http.MethodConnect, http.MethodTrace:
+		return m
+	}
+	return methodOther
 }
 
 // endServerSpan names the span after its route (never a raw path, which
 // the caller chooses), sets what the request came to, and ends it.
 func (g *Gateway) endServerSpan(x *exchange) {
 	sp := x.span
-	if x.route != "" {
-		sp.SetName(x.r.Method + " " + x.route)
+	if m := spanMethod(x.r.Method); x.route != "" && m != methodOther {
+		sp.SetName(m + " " + x.route)
 	}
 	if !sp.IsRecording() {
 		sp.End()
