@@ -88,7 +88,7 @@ func startLoggedGateway(t *testing.T, cfg Config, opts Options) (*Gateway, *http
 var hexID = regexp.MustCompile(`^[0-9a-f]{32}$`)
 
 // TestAccessLog: every request the public listener handles — a call, a
-// refusal, a 401, a 404, bad input — writes one line with its fields, the
+// refusal, a 401, a 404, bad input, a pass-through call — writes one line with its fields, the
 // request id the caller was given among them; no line holds a key or a
 // body.
 func TestAccessLog(t *testing.T) {
@@ -105,6 +105,7 @@ func TestAccessLog(t *testing.T) {
 	// time: a 50 ms budget is refused at once (queue_wait).
 	cfg.Admission.InitialServiceTime = Duration(time.Second)
 	cfg.Retries.Disabled = true // the retry below is admitted without a budget
+	cfg.Passthrough = []PassthroughConfig{{Path: "/v1/models", Methods: []string{http.MethodGet}, Class: "batch"}}
 	_, gw, logs := startLoggedGateway(t, cfg, Options{})
 	body := `{"model":"gpt-4o","messages":[{"role":"user","content":"` + marker + `"}],"max_tokens":16}`
 	auth := "Bearer " + tenantKey
@@ -176,14 +177,27 @@ func TestAccessLog(t *testing.T) {
 	resp = post(t, t.Context(), gw.URL, body, map[string]string{"Authorization": auth, contract.HeaderPriority: "urgent"})
 	check("bad header", resp, want{400, map[string]any{"tenant": "acme", "error": "invalid_header"}})
 
+	// A pass-through call, admitted at the route's class.
+	req, _ := http.NewRequestWithContext(t.Context(), http.MethodGet, gw.URL+"/v1/models", nil)
+	req.Header.Set("Authorization", auth)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l = check("pass-through", resp, want{200, map[string]any{"tenant": "acme", "method": "GET", "path": "/v1/models",
+		"class": "batch", "class_asked": "interactive", "outcome": "success", "reason": ""}})
+	if _, priced := l["cost_usd"]; priced {
+		t.Errorf("pass-through: an unbilled call has a cost: %v", l)
+	}
+
 	out := logs.String()
 	for _, secret := range []string{tenantKey, "sk-provider-secret", marker} {
 		if strings.Contains(out, secret) {
 			t.Errorf("the log holds %q:\n%s", secret, out)
 		}
 	}
-	if n := len(logs.accessLines(t)); n != 5 {
-		t.Errorf("%d access-log lines for 5 requests:\n%s", n, out)
+	if n := len(logs.accessLines(t)); n != 6 {
+		t.Errorf("%d access-log lines for 6 requests:\n%s", n, out)
 	}
 }
 
