@@ -156,6 +156,14 @@ func (g *Gateway) begin(w http.ResponseWriter, r *http.Request) (*exchange, *htt
 	return x, r
 }
 
+// requestID is the request's id, for the gateway's other lines about it.
+func (x *exchange) requestID() string {
+	if x == nil {
+		return ""
+	}
+	return x.id
+}
+
 // asked records the class and attempt the caller's headers asked for.
 func (x *exchange) asked(class string, attempt int) {
 	if x != nil {

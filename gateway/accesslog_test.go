@@ -3,6 +3,7 @@ package gateway
 import (
 	"bytes"
 	"encoding/json"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"regexp"
@@ -340,5 +341,34 @@ func TestAccessLogBoundsThePath(t *testing.T) {
 	l := logs.line(t, resp.Header.Get(contract.HeaderRequestID))
 	if p, _ := l["path"].(string); resp.StatusCode != 404 || len(p) > maxLoggedPath+len("…") || !strings.HasPrefix(p, "/v1/aaa") {
 		t.Errorf("status %d, path of %d bytes logged, want at most %d", resp.StatusCode, len(p), maxLoggedPath+len("…"))
+	}
+}
+
+// TestAccessLogOfAnUnreachableProvider: a call the provider never answered
+// is logged with its error code and outcome, and the warning about it
+// names the same request id.
+func TestAccessLogOfAnUnreachableProvider(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close() // nothing listens there now
+	cfg := baseConfig("http://" + addr)
+	cfg.Retries.UpstreamAttempts = 1
+	_, gw, logs := startLoggedGateway(t, cfg, Options{})
+	resp := post(t, t.Context(), gw.URL, chatBody, nil)
+	readAll(t, resp)
+	id := resp.Header.Get(contract.HeaderRequestID)
+	line := logs.line(t, id)
+	if resp.StatusCode != http.StatusBadGateway || line["error"] != "upstream_unreachable" || line["outcome"] != "failure" || line["status"] != float64(502) {
+		t.Errorf("status %d, line %v", resp.StatusCode, line)
+	}
+	warned := false
+	for l := range strings.Lines(logs.String()) {
+		warned = warned || strings.Contains(l, `"msg":"upstream call failed"`) && strings.Contains(l, `"request_id":"`+id+`"`)
+	}
+	if !warned {
+		t.Errorf("no warning naming request %s:\n%s", id, logs.String())
 	}
 }

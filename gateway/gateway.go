@@ -217,7 +217,7 @@ func (c *call) finish(result admission.Result) {
 	c.outcome = o
 	c.outcome.Result = result
 	if err := c.permit.Done(o); err != nil {
-		c.g.log.Warn("settling a call failed", "model", c.model, "err", err)
+		c.g.log.Warn("settling a call failed", "model", c.model, "request_id", c.x.requestID(), "err", err)
 	}
 	model := c.g.metrics.models.label(c.model)
 	c.g.metrics.serviceTime(model).Observe(d.Seconds())
@@ -477,7 +477,7 @@ func (g *Gateway) proxyError(w http.ResponseWriter, r *http.Request, err error) 
 	g.metrics.responses.WithLabelValues(c.class, "0").Inc()
 	kind := upstreamFailure(err)
 	g.metrics.upstreamFailures.WithLabelValues(kind.code).Inc()
-	g.log.Warn("upstream call failed", "path", r.URL.Path, "kind", kind.code, "err", err)
+	g.log.Warn("upstream call failed", "path", r.URL.Path, "kind", kind.code, "request_id", c.x.requestID(), "err", err)
 	writeError(w, kind.status, "upstream_error", kind.code, kind.msg)
 }
 
