@@ -30,6 +30,12 @@ const (
 	// OpenAI SDKs send on their own; it is the caller's budget when
 	// HeaderTimeoutMs is absent.
 	HeaderStainlessTimeout = "X-Stainless-Timeout"
+	// HeaderRequestID names the request in logs, at every hop: the
+	// caller's own id when it is one token of 1 to 128 visible ASCII
+	// characters, else one the gateway makes up (32 hex digits). It is
+	// sent on every response, refusals included, and forwarded to the
+	// provider.
+	HeaderRequestID = "X-Request-Id"
 )
 
 // DegradeAllow is the HeaderDegrade value that accepts a cheaper model.
@@ -48,6 +54,10 @@ const (
 	HeaderClass = "X-Sluice-Class"
 	// HeaderUpstream names the deployment that answered.
 	HeaderUpstream = "X-Sluice-Upstream"
+	// HeaderUpstreamRequestID is the provider's own X-Request-Id, moved
+	// aside so that HeaderRequestID stays the request's one id; the
+	// provider's support asks for it.
+	HeaderUpstreamRequestID = "X-Sluice-Upstream-Request-Id"
 )
 
 // Response headers of every rejection.

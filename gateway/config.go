@@ -72,6 +72,9 @@ type Config struct {
 	// Idempotency bounds the answers kept for Idempotency-Key (see
 	// idempotency.go). Zero means a 10m window, 10000 answers, 64 MiB.
 	Idempotency IdempotencyConfig `yaml:"idempotency"`
+	// Log is how `sluice serve` writes its logs, the access log's line per
+	// request among them (see accesslog.go). Zero means text.
+	Log LogConfig `yaml:"log"`
 	// ShutdownGrace is how long in-flight requests may take to finish after
 	// SIGTERM/SIGINT. Zero means 30s; at most 1h (an orchestrator kills a
 	// process long before).
@@ -368,6 +371,9 @@ func (c Config) Validate() error {
 		return err
 	}
 	if err := c.Retries.validate(); err != nil {
+		return err
+	}
+	if err := c.Log.validate(); err != nil {
 		return err
 	}
 	if err := validatePassthrough(c.Passthrough, c.Classes, len(c.Tenants) > 0); err != nil {

@@ -19,6 +19,7 @@ func writeError(w http.ResponseWriter, status int, typ, code, msg string) {
 }
 
 func writeJSONError(w http.ResponseWriter, status int, body contract.ErrorBody) {
+	noteError(w, body.Error.Code) // for the access log (accesslog.go)
 	h := w.Header()
 	h.Set("Content-Type", "application/json")
 	h.Set("X-Content-Type-Options", "nosniff")
@@ -124,6 +125,7 @@ func itoa(n int64) string { return strconv.FormatInt(n, 10) }
 // writeAnthropicError writes an error in Anthropic's shape, for callers of
 // its API: {"type":"error","error":{"type","message"}}.
 func writeAnthropicError(w http.ResponseWriter, status int, typ, msg string) {
+	noteError(w, typ) // for the access log (accesslog.go)
 	h := w.Header()
 	h.Set("Content-Type", "application/json")
 	h.Set("X-Content-Type-Options", "nosniff")

@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/sluicehq/sluice/admission"
 	"github.com/sluicehq/sluice/chain"
@@ -47,13 +48,17 @@ type Gateway struct {
 	books    books      // where the spend books live (store.go)
 	idem     *idemStore // Idempotency-Key (idempotency.go)
 	reload   *reloader  // policies changed without a restart (reload.go)
+
+	tracer trace.Tracer // nil when tracing is off (trace.go)
 }
 
 var _ http.Handler = (*Gateway)(nil)
 
 // Options are the parts of a gateway that are not configuration.
 type Options struct {
-	// Logger receives the gateway's logs. Nil means slog.Default().
+	// Logger receives the gateway's logs, the access log's line per
+	// request among them (accesslog.go), at Info: a handler at Warn keeps
+	// the warnings without the lines. Nil means slog.Default().
 	Logger *slog.Logger
 	// Transport carries upstream calls. Nil means a transport tuned for one
 	// busy upstream (upstream.max_idle_conns idle connections to it).
@@ -64,6 +69,10 @@ type Options struct {
 	// /admin/v1/reload, and SIGHUP in sluice serve). Nil means there is
 	// nothing to re-read: a reload is refused.
 	ConfigSource func() (Config, error)
+	// TracerProvider receives a span per request, with child spans for
+	// the admission wait and each upstream attempt (trace.go). Nil, or a
+	// noop provider, means no tracing, at no cost.
+	TracerProvider trace.TracerProvider
 }
 
 // New builds a gateway from a validated config.
@@ -74,7 +83,7 @@ func New(cfg Config, opts Options) (*Gateway, error) {
 	written := cfg // as written, for reloads to name what they change
 	cfg = cfg.withDefaults()
 	up, _ := url.Parse(cfg.Upstream.URL) // validated
-	g := &Gateway{cfg: cfg, upstream: up, log: opts.Logger, routes: newRoutes(cfg.Passthrough)}
+	g := &Gateway{cfg: cfg, upstream: up, log: opts.Logger, routes: newRoutes(cfg.Passthrough), tracer: newTracer(opts.TracerProvider)}
 	if g.log == nil {
 		g.log = slog.Default()
 	}
@@ -179,6 +188,13 @@ type call struct {
 	finished atomic.Bool
 	meter    *usageMeter // set when the response arrives
 	idem     *idemFlight // the Idempotency-Key's capture; nil without a key
+	// For the access log and the span (accesslog.go): the request's
+	// exchange, how the call ended, the upstream attempts made and the
+	// provider's own request id.
+	x          *exchange
+	outcome    chain.Outcome
+	attempts   int
+	upstreamID string
 	// headersWritten counts the upstream attempts whose request headers
 	// were written (trace.WroteHeaders): once they may have reached the
 	// provider, a failed attempt is not retried.
@@ -205,8 +221,10 @@ func (c *call) finish(result admission.Result) {
 			o.Usage, o.UsageKnown = u, true
 		}
 	}
+	c.outcome = o
+	c.outcome.Result = result
 	if err := c.permit.Done(o); err != nil {
-		c.g.log.Warn("settling a call failed", "model", c.model, "err", err)
+		c.g.log.Warn("settling a call failed", "model", c.model, "request_id", c.x.requestID(), "err", err)
 	}
 	model := c.g.metrics.models.label(c.model)
 	c.g.metrics.serviceTime(model).Observe(d.Seconds())
@@ -222,15 +240,22 @@ func (c *call) finish(result admission.Result) {
 // passes through, and refuses every other path (see routes.go): nothing is
 // forwarded that the chain did not admit.
 func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	x, r := g.begin(w, r) // X-Request-Id, the access log and the span (accesslog.go)
+	defer g.end(x)
+	w = x
 	if headerBytes(r) > g.cfg.Limits.MaxHeaderBytes {
 		g.headersTooLarge(w)
 		return
 	}
 	if r.URL.Path == contract.EstimatePath {
+		x.route = contract.EstimatePath
 		g.serveEstimate(w, r, false)
 		return
 	}
 	rt := g.routes.match(r.URL.Path)
+	if rt != nil {
+		x.route = rt.path
+	}
 	if neverForwarded(r.Method) {
 		g.methodNotAllowed(w, rt)
 		return
@@ -240,6 +265,7 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		g.unauthorized(w)
 		return
 	}
+	x.tenant = tenant
 	switch {
 	case rt == nil:
 		g.notFound(w, r)
@@ -262,6 +288,8 @@ func (g *Gateway) serveCall(w http.ResponseWriter, r *http.Request, rt *route, t
 		g.badInput(w, err)
 		return
 	}
+	x := exchangeOf(w)
+	x.asked(hdr.class, hdr.attempt)
 	if rt.class != "" {
 		hdr.class = rt.class
 	}
@@ -270,6 +298,7 @@ func (g *Gateway) serveCall(w http.ResponseWriter, r *http.Request, rt *route, t
 		g.badInput(w, err)
 		return
 	}
+	x.askedModel(body.model)
 	g.metrics.attempt(hdr.attempt).Inc()
 	ctx, cancel := context.WithTimeout(r.Context(), hdr.timeout)
 	defer cancel()
@@ -297,7 +326,8 @@ func (g *Gateway) serveCall(w http.ResponseWriter, r *http.Request, rt *route, t
 		req.InputTokens = spend.EstimateInputTokens(body.raw)
 	}
 	g.limit.refresh(time.Now(), g) // the climb back up that accrued while idle
-	permit, err := g.chain.Acquire(ctx, req)
+	// chain.Acquire, in a span of its own when tracing (trace.go).
+	permit, err := g.acquire(ctx, req)
 	if err != nil {
 		var rej *admission.Rejection
 		var classErr *chain.ClassError
@@ -334,7 +364,10 @@ func (g *Gateway) serveCall(w http.ResponseWriter, r *http.Request, rt *route, t
 	}
 	c := &call{g: g, permit: permit, class: hdr.class, tenant: tenant, model: body.model, body: body.raw,
 		unbilled: !rt.billed, deadline: deadline, start: time.Now(), queue: permit.QueueTime(), caller: r.Context(),
-		idem: idem}
+		idem: idem, x: x}
+	if x != nil {
+		x.call = c
+	}
 	g.metrics.admission(hdr.class, tenant, hdr.attempt).Inc()
 	g.metrics.queueTime(hdr.class).Observe(c.queue.Seconds())
 
@@ -387,6 +420,9 @@ func (g *Gateway) rewrite(pr *httputil.ProxyRequest) {
 	pr.SetURL(g.upstream)
 	pr.Out.Host = g.upstream.Host
 	h := pr.Out.Header
+	if c, ok := pr.In.Context().Value(callKey{}).(*call); ok {
+		c.x.forwardRequestID(h)
+	}
 	for _, name := range []string{contract.HeaderPriority, contract.HeaderTimeoutMs, contract.HeaderAttempt} {
 		h.Del(name)
 	}
@@ -410,6 +446,7 @@ func (g *Gateway) modifyResponse(resp *http.Response) error {
 		resp.Header.Set(contract.HeaderModel, c.model)
 	}
 	resp.Header.Set(contract.HeaderClass, c.class)
+	c.stampUpstreamID(resp.Header) // the provider's X-Request-Id (accesslog.go)
 	g.metrics.response(c.class, resp.StatusCode).Inc()
 	c.idem.respond(resp.StatusCode, resp.Header) // Idempotency-Key: after the stamps, so replays carry them
 	result := admission.Success
@@ -447,11 +484,12 @@ func (g *Gateway) proxyError(w http.ResponseWriter, r *http.Request, err error) 
 	g.metrics.responses.WithLabelValues(c.class, "0").Inc()
 	kind := upstreamFailure(err)
 	g.metrics.upstreamFailures.WithLabelValues(kind.code).Inc()
-	g.log.Warn("upstream call failed", "path", r.URL.Path, "kind", kind.code, "err", err)
+	g.log.Warn("upstream call failed", "path", r.URL.Path, "kind", kind.code, "request_id", c.x.requestID(), "err", err)
 	writeError(w, kind.status, "upstream_error", kind.code, kind.msg)
 }
 
 func (g *Gateway) refuse(w http.ResponseWriter, rej *admission.Rejection, class, tenant string) {
+	exchangeOf(w).refused(rej.Reason, class)
 	g.metrics.rejections.WithLabelValues(reasonLabel(rej.Reason), class, tenant).Inc()
 	writeRejection(w, rej)
 }

@@ -118,7 +118,7 @@ func (u *upstream) RoundTrip(req *http.Request) (*http.Response, error) {
 			// own.
 			out.Body = io.NopCloser(bytes.NewReader(c.body))
 		}
-		resp, err := u.base.RoundTrip(out)
+		resp, err := u.g.attempt(u.base, out, c, attempt) // in a span when tracing (trace.go)
 		now := time.Now()
 		u.g.limit.observe(now, resp, u.g)
 		if c == nil || attempt >= u.maxAttempts {

@@ -6,9 +6,9 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"log/slog"
 	"net/http"
 	"net/http/pprof"
+	"os"
 	"time"
 
 	"github.com/sluicehq/sluice/gateway"
@@ -31,6 +31,7 @@ type serveFlags struct {
 	apiKeyEnv   string
 	initial     time.Duration
 	pprof       bool
+	logFormat   string
 }
 
 func (f *serveFlags) register(fs *flag.FlagSet) {
@@ -43,6 +44,7 @@ func (f *serveFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.apiKeyEnv, "api-key-env", "", "environment `variable` holding the provider's API key")
 	fs.DurationVar(&f.initial, "initial-service-time", 0, "service time assumed before the first call completes")
 	fs.BoolVar(&f.pprof, "admin-pprof", false, "serve the Go runtime's profiles at /debug/pprof/ on the admin listener (admin_pprof)")
+	fs.StringVar(&f.logFormat, "log-format", "", "logs on standard error, one access-log line per request among them: `text` or json (log.format; default text)")
 }
 
 // load reads the config file, if any, and applies the flags that were set.
@@ -82,6 +84,11 @@ func (f *serveFlags) load(fs *flag.FlagSet) (gateway.Config, error) {
 			cfg.Admission.InitialServiceTime = gateway.Duration(f.initial)
 		case "admin-pprof":
 			cfg.AdminPprof = f.pprof
+		case "log-format":
+			if f.logFormat != gateway.LogFormatText && f.logFormat != gateway.LogFormatJSON {
+				bad = fmt.Errorf("--log-format: %q, want text or json", f.logFormat)
+			}
+			cfg.Log.Format = f.logFormat
 		}
 	})
 	if bad != nil {
@@ -101,6 +108,13 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.SetOutput(stderr)
 	var f serveFlags
 	f.register(fs)
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "usage: sluice serve (--upstream URL --concurrency N | --config FILE) [flags]")
+		fmt.Fprintln(stderr)
+		fs.PrintDefaults()
+		fmt.Fprintln(stderr)
+		fmt.Fprint(stderr, tracingHelp)
+	}
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -111,8 +125,24 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return err
 	}
-	logger := slog.New(slog.NewTextHandler(stderr, nil))
-	g, err := gateway.New(cfg, gateway.Options{Logger: logger, ConfigSource: f.configSource(fs)})
+	logger := cfg.Log.Logger(stderr)
+	tp, shutdownTracing, err := tracerProvider(ctx, os.Getenv, logger)
+	if err != nil {
+		return err
+	}
+	if tp != nil {
+		defer func() {
+			// The spans still queued, within a bounded wait: a collector
+			// that is down must not hold the exit.
+			sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			if err := shutdownTracing(sctx); err != nil {
+				logger.Warn("tracing: flushing the last spans failed", "err", err)
+			}
+		}()
+		logger.Info("tracing on: spans go over OTLP/HTTP as the OTEL_* environment says")
+	}
+	g, err := gateway.New(cfg, gateway.Options{Logger: logger, TracerProvider: tp, ConfigSource: f.configSource(fs)})
 	if err != nil {
 		return err
 	}

@@ -1,0 +1,68 @@
+package gateway
+
+import (
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
+
+	"github.com/sluicehq/sluice/mockllm"
+)
+
+// handlerTransport serves upstream calls with a handler in memory.
+type handlerTransport struct{ h http.Handler }
+
+func (t handlerTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	rec := httptest.NewRecorder()
+	t.h.ServeHTTP(rec, r)
+	resp := rec.Result()
+	resp.Request = r
+	return resp, nil
+}
+
+// BenchmarkServeHTTP is the gateway's handler alone: one chat completion
+// through ServeHTTP to the mock provider called in memory, no sockets, so
+// that what is measured is the handler's own work (and the mock's, the
+// same in every case) and not the loopback's or the scheduler's, which
+// BenchmarkRoundTrip's figures on a shared machine are mostly made of.
+// "noop-tracer" and "traced" are as in BenchmarkRoundTrip.
+func BenchmarkServeHTTP(b *testing.B) {
+	mock, err := mockllm.New(mockllm.Config{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(discardSpans{}))
+	defer tp.Shutdown(b.Context())
+	for _, tc := range []struct {
+		name string
+		tp   trace.TracerProvider
+	}{{"gateway", nil}, {"noop-tracer", noop.NewTracerProvider()}, {"traced", tp}} {
+		b.Run(tc.name, func(b *testing.B) {
+			g, err := New(Config{Upstream: UpstreamConfig{URL: "http://provider.invalid"}, Admission: AdmissionConfig{Concurrency: 64, MaxQueue: new(64)}},
+				Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Transport: handlerTransport{mock}, TracerProvider: tc.tp})
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.ReportAllocs()
+			cpu := cpuNanos()
+			for b.Loop() {
+				r := httptest.NewRequest(http.MethodPost, "/v1/chat/completions", strings.NewReader(chatBody))
+				r.Header.Set("Content-Type", "application/json")
+				w := httptest.NewRecorder()
+				g.ServeHTTP(w, r)
+				if w.Code != 200 {
+					b.Fatalf("status %d: %s", w.Code, w.Body)
+				}
+			}
+			if cpu > 0 {
+				b.ReportMetric(float64(cpuNanos()-cpu)/float64(b.N), "cpu-ns/op")
+			}
+		})
+	}
+}
