@@ -21,14 +21,14 @@ const (
 )
 
 // RecogniseConfig configures the stage that recognises retries sent
-// without a retry header: a call identical to one its tenant sent lately
-// (same model, same body) whose last copy to end failed is a retry.
+// without a retry header: a copy of a request its tenant sent lately (same
+// class, model and body) that failed is a retry of it.
 type RecogniseConfig struct {
 	// Disabled leaves the stage out: only the attempt the shell read from
 	// the caller (a header) marks a retry.
 	Disabled bool
-	// Window is how long after a copy of a request failed an identical
-	// copy counts as its retry. Zero means DefaultRecogniseWindow (30s);
+	// Window is how long after a copy of a request failed another copy
+	// counts as its retry. Zero means DefaultRecogniseWindow (30s);
 	// negative is an error.
 	Window time.Duration
 	// MaxEntries bounds the requests remembered, each in constant memory
@@ -60,27 +60,34 @@ func (c RecogniseConfig) withDefaults() (RecogniseConfig, error) {
 // retries would be first attempts: deposited into the retry budgets
 // instead of paid from them, and ranked as new work.
 //
-// The rule: a call with a Fingerprint is identical to an earlier one when
-// its tenant, model and fingerprint are the same. It is a retry when the
-// last identical copy to end, within Window of now, failed: refused by a
-// stage or the gate, withdrawn from the queue (its caller left or its
-// deadline passed), or settled with any result but Success — the
-// provider's error or 429, or a caller that hung up. An identical call
-// whose last copy succeeded is not a retry: sampling one prompt several
-// times is legitimate work. Nor is one that arrives while the only earlier
-// copies are still in flight: parallel samples (best-of-n, evaluation
-// harnesses) look exactly like that, and a caller that gave up on a copy
-// has, in the gateway, cancelled it by hanging up before it can send the
-// next. The stage only raises Attempt (to one more than the copy it
-// retries), never lowers it: a header's word that a call is a retry
-// stands, and a header's "0" does not exempt an identical copy of a failed
+// The rule: calls with a Fingerprint are copies of one request when their
+// tenant, class, model and fingerprint are the same. Every copy that
+// fails — refused by a stage or the gate, withdrawn from the queue (its
+// caller left or its deadline passed), or settled with any result but
+// Success: the provider's error or 429, a caller that hung up — leaves a
+// failure to be retried, for Window after it failed. A copy that arrives
+// while one is left is its retry: it takes that failure, and its Attempt
+// is raised to one more than the highest of the copies before it (ranks
+// ask only whether it is ≥ 1). A copy that arrives
+// with none left is not a retry, whether the earlier copies succeeded
+// (sampling one prompt several times is legitimate work) or are still in
+// flight: parallel samples (best-of-n, evaluation harnesses) look exactly
+// like that, and a caller that gave up on a copy has, in the gateway,
+// cancelled it by hanging up before it can send the next. Counting
+// failures, rather than asking whether the last copy failed, matches
+// retries to failures one for one: when one of many copies of a popular
+// prompt fails, one later copy is a retry, not all of them, and a retry
+// that arrives after a parallel copy succeeded is still seen. A retry its
+// caller declared (Attempt ≥ 1 from a header) also takes a failure, so
+// that the failure is not left for an innocent copy; the stage only ever
+// raises Attempt, and a header's "0" does not exempt a copy of a failed
 // call, since the point is callers whose word cannot be trusted.
 //
 // Memory is bounded: at most MaxEntries requests are remembered, in a ring
 // that forgets the oldest first (by when the request was first seen), and
 // each is a fixed-size entry plus its index slot — no body, no strings.
-// The key is a 64-bit hash of tenant, model and fingerprint, seeded per
-// process so that no caller can make its request collide with another
+// The key is a 64-bit hash of tenant, class, model and fingerprint, seeded
+// per process so that no caller can make its request collide with another
 // tenant's; a collision between honest requests (one in 2^64 per pair)
 // would at worst charge one call as a retry. One mutex guards the ring: the
 // work under it is a map lookup and a few stores, and the retry budgets
@@ -102,20 +109,15 @@ type seen struct {
 // for its slot in the index (see TestSeenMemoryPerEntry).
 type seenEntry struct {
 	key uint64
-	at  int64 // unix ns of the last news: the first copy's arrival, then the last copy's end
+	// failedAt is when its last failure was (unix ns): the failures left
+	// to retry expire together, Window after the last one.
+	failedAt int64
+	// failed counts the failures not yet retried.
+	failed uint32
 	// attempt is the highest attempt of a copy so far: a recognised retry
 	// is one more.
 	attempt uint32
-	state   seenState
 }
-
-type seenState uint8
-
-const (
-	seenPending   seenState = iota // no copy has ended yet
-	seenFailed                     // the last copy to end failed
-	seenSucceeded                  // the last copy to end succeeded
-)
 
 func newSeen(cfg RecogniseConfig) (*seen, error) {
 	if cfg.Disabled {
@@ -130,11 +132,13 @@ func newSeen(cfg RecogniseConfig) (*seen, error) {
 	return s, nil
 }
 
-// key hashes what makes two calls identical.
+// key hashes what makes two calls copies of one request.
 func (s *seen) key(r *Request) uint64 {
 	var h maphash.Hash
 	h.SetSeed(s.seed)
 	h.WriteString(r.Tenant)
+	h.WriteByte(0)
+	h.WriteString(r.Class)
 	h.WriteByte(0)
 	h.WriteString(r.Model)
 	h.WriteByte(0)
@@ -151,10 +155,16 @@ func (s *seen) Admit(now time.Time, r *Request) (Hold, error) {
 	}
 	key, t := s.key(r), now.UnixNano()
 	s.mu.Lock()
-	e := s.entryLocked(key, t)
-	if e.state == seenFailed && t-e.at <= int64(s.window) && r.Attempt == 0 {
-		r.Attempt = int(min(e.attempt, maxAttempt-1)) + 1
-		r.RetrySeen = true
+	e := s.entryLocked(key)
+	if e.failed > 0 && t-e.failedAt > int64(s.window) {
+		e.failed = 0 // too long ago: the caller has moved on
+	}
+	if e.failed > 0 {
+		e.failed--
+		if r.Attempt == 0 {
+			r.Attempt = int(min(e.attempt, maxAttempt-1)) + 1
+			r.RetrySeen = true
+		}
 	}
 	e.attempt = max(e.attempt, uint32(min(r.Attempt, maxAttempt)))
 	s.mu.Unlock()
@@ -168,8 +178,8 @@ func (s *seen) Admit(now time.Time, r *Request) (Hold, error) {
 // million times.
 const maxAttempt = 1_000_000
 
-// entryLocked returns the entry of key, made at t if it is new.
-func (s *seen) entryLocked(key uint64, t int64) *seenEntry {
+// entryLocked returns the entry of key, new if it was not remembered.
+func (s *seen) entryLocked(key uint64) *seenEntry {
 	if i, ok := s.mu.index[key]; ok {
 		return &s.mu.ring[i]
 	}
@@ -182,18 +192,22 @@ func (s *seen) entryLocked(key uint64, t int64) *seenEntry {
 		delete(s.mu.index, s.mu.ring[i].key)
 		s.mu.next = (i + 1) % s.max
 	}
-	s.mu.ring[i] = seenEntry{key: key, at: t}
+	s.mu.ring[i] = seenEntry{key: key}
 	s.mu.index[key] = uint32(i)
 	return &s.mu.ring[i]
 }
 
-// end books how a copy ended. A request forgotten meanwhile is not
+// fail books a copy's failure. A request forgotten meanwhile is not
 // remembered again: its next copy will be a first attempt.
-func (s *seen) end(now time.Time, key uint64, st seenState) {
+func (s *seen) fail(now time.Time, key uint64) {
 	s.mu.Lock()
 	if i, ok := s.mu.index[key]; ok {
 		e := &s.mu.ring[i]
-		e.state, e.at = st, now.UnixNano()
+		if t := now.UnixNano(); e.failed > 0 && t-e.failedAt > int64(s.window) {
+			e.failed = 0
+		}
+		e.failed = min(e.failed+1, maxAttempt)
+		e.failedAt = now.UnixNano()
 	}
 	s.mu.Unlock()
 }
@@ -212,16 +226,14 @@ type seenHold struct {
 }
 
 // Cancel: the copy never reached the provider — refused, or withdrawn
-// because its caller left or its deadline passed.
-func (h *seenHold) Cancel(now time.Time) { h.s.end(now, h.key, seenFailed) }
+// because its caller left or its deadline passed. A failure.
+func (h *seenHold) Cancel(now time.Time) { h.s.fail(now, h.key) }
 
-// Settle: a success (or a slot given back unused) ends the request's
-// failures; anything else is one.
+// Settle: anything but a success (or a slot given back unused) is a
+// failure.
 func (h *seenHold) Settle(now time.Time, o Outcome) error {
-	st := seenFailed
-	if o.Result == admission.Success || o.Result == admission.Unused {
-		st = seenSucceeded
+	if o.Result != admission.Success && o.Result != admission.Unused {
+		h.s.fail(now, h.key)
 	}
-	h.s.end(now, h.key, st)
 	return nil
 }

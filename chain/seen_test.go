@@ -31,11 +31,12 @@ func copyOf(prompt uint64) Request {
 	return Request{Tenant: "a", Class: admission.ClassInteractive, Model: "m", Fingerprint: prompt, Deadline: t0.Add(time.Hour)}
 }
 
-// The rule, step by step: a copy of a request whose last copy failed —
+// The rule, step by step: a copy of a request one of whose copies failed —
 // refused, withdrawn, settled with a failure or cut short — is a retry
-// within the window, one more attempt than the copy it retries; a copy of
-// one that succeeded, or of one still in flight, is not; another tenant,
-// model or fingerprint is another request; a header's attempt stands.
+// within the window, one more attempt than the copies before it, one retry
+// per failure; a copy of one that succeeded, or of one still in flight, is
+// not; another tenant, class, model or fingerprint is another request; a
+// header's attempt stands, and takes the failure.
 func TestSeenRecognisesRetries(t *testing.T) {
 	type step struct {
 		at   time.Duration
@@ -51,6 +52,8 @@ func TestSeenRecognisesRetries(t *testing.T) {
 	declared := copyOf(1)
 	declared.Attempt = 2
 	none := copyOf(0)
+	batch := copyOf(1)
+	batch.Class = admission.ClassBatch
 	for _, tc := range []struct {
 		name  string
 		steps []step
@@ -68,7 +71,9 @@ func TestSeenRecognisesRetries(t *testing.T) {
 		{"another prompt", []step{{0, copyOf(1), "refused", 0, false}, {time.Second, copyOf(2), "", 0, false}}},
 		{"another tenant", []step{{0, copyOf(1), "refused", 0, false}, {time.Second, other, "", 0, false}}},
 		{"another model", []step{{0, copyOf(1), "refused", 0, false}, {time.Second, otherModel, "", 0, false}}},
-		{"a declared attempt stands", []step{{0, copyOf(1), "refused", 0, false}, {time.Second, declared, "", 2, false}}},
+		{"a declared attempt stands, and takes the failure", []step{{0, copyOf(1), "refused", 0, false}, {time.Second, declared, "", 2, false}, {2 * time.Second, copyOf(1), "", 0, false}}},
+		{"one failure, one retry", []step{{0, copyOf(1), "refused", 0, false}, {time.Second, copyOf(1), "", 1, true}, {2 * time.Second, copyOf(1), "", 0, false}}},
+		{"another class", []step{{0, copyOf(1), "refused", 0, false}, {time.Second, batch, "", 0, false}}},
 		{"no fingerprint, no comparison", []step{{0, none, "refused", 0, false}, {time.Second, none, "", 0, false}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -117,6 +122,32 @@ func TestSeenRecognisesRetries(t *testing.T) {
 				t.Fatalf("RetriesRecognised %d, want %d", got, recognised)
 			}
 		})
+	}
+}
+
+// Copies in parallel: two fail while a third is in flight, which then
+// succeeds; the callers' retries of the two failed copies, arriving after
+// that success, are retries — two, one per failure, and no third.
+func TestSeenRetryAfterAParallelSuccess(t *testing.T) {
+	c, err := NewCore(Config{Admission: admission.Config{Concurrency: 100, MaxQueue: 8, InitialServiceTime: time.Second}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	copies := []*Ticket{new(Ticket), new(Ticket), new(Ticket)}
+	for _, tk := range copies {
+		if d, err := c.Arrive(t0, copyOf(1), tk, true); err != nil || d.Verdict != admission.Granted {
+			t.Fatalf("%+v, %v", d, err)
+		}
+	}
+	c.Release(t0.Add(time.Second), copies[0], Outcome{Result: admission.Failure, ServiceTime: time.Second})
+	c.Release(t0.Add(time.Second), copies[1], Outcome{Result: admission.Canceled, ServiceTime: time.Second})
+	c.Release(t0.Add(2*time.Second), copies[2], Outcome{Result: admission.Success, ServiceTime: 2 * time.Second})
+	for i, want := range []bool{true, true, false} {
+		tk := new(Ticket)
+		c.Arrive(t0.Add(3*time.Second), copyOf(1), tk, true)
+		if r := tk.Request(); r.RetrySeen != want || (r.Attempt >= 1) != want {
+			t.Fatalf("copy %d after the failures: attempt %d, seen %v; want a retry: %v", i, r.Attempt, r.RetrySeen, want)
+		}
 	}
 }
 
