@@ -8,7 +8,7 @@ import (
 )
 
 // chainConfig is the admission chain the config describes: the gate, the
-// tenants, the retry budgets, and the spend limiter l (nil without a spend
+// tenants, the recognition of retries, the retry budgets, and the spend limiter l (nil without a spend
 // section).
 func (c Config) chainConfig(l *spend.Limiter) (chain.Config, error) {
 	acfg, err := c.admissionConfig()
@@ -19,7 +19,7 @@ func (c Config) chainConfig(l *spend.Limiter) (chain.Config, error) {
 	if err != nil {
 		return chain.Config{}, err
 	}
-	cc := chain.Config{Admission: acfg, Retries: retries, Spend: l}
+	cc := chain.Config{Admission: acfg, Retries: retries, Recognise: c.Retries.Recognise.chain(), Spend: l}
 	for _, t := range c.Tenants {
 		cc.Tenants = append(cc.Tenants, chain.TenantConfig{Name: t.Name, Tier: t.Tier, KeysSHA256: t.APIKeysSHA256,
 			Classes: t.Classes, RefuseOtherClasses: t.DisallowedClass == "refuse"})

@@ -264,6 +264,7 @@ func (g *Gateway) serveCall(w http.ResponseWriter, r *http.Request, rt *route, t
 		return
 	}
 	g.metrics.attempt(hdr.attempt).Inc()
+	g.metrics.recognised.declared(hdr.attemptBy)
 	ctx, cancel := context.WithTimeout(r.Context(), hdr.timeout)
 	defer cancel()
 	deadline, _ := ctx.Deadline()
@@ -281,6 +282,7 @@ func (g *Gateway) serveCall(w http.ResponseWriter, r *http.Request, rt *route, t
 		Tier:            tier,
 		Class:           hdr.class,
 		Attempt:         hdr.attempt,
+		Fingerprint:     fingerprint(r.URL.Path, rt.billed, body.raw), // a retry sent without a header (seen.go)
 		Deadline:        deadline,
 		Model:           body.model,
 		MaxOutputTokens: body.maxTokens,
@@ -328,7 +330,7 @@ func (g *Gateway) serveCall(w http.ResponseWriter, r *http.Request, rt *route, t
 	c := &call{g: g, permit: permit, class: hdr.class, tenant: tenant, model: body.model, body: body.raw,
 		unbilled: !rt.billed, deadline: deadline, start: time.Now(), queue: permit.QueueTime(), caller: r.Context(),
 		idem: idem}
-	g.metrics.admission(hdr.class, tenant, hdr.attempt).Inc()
+	g.metrics.admission(hdr.class, tenant, admitted.Attempt).Inc() // a retry the chain recognised counts as one
 	g.metrics.queueTime(hdr.class).Observe(c.queue.Seconds())
 
 	// One trace for the call's upstream attempts, installed before the

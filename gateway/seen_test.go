@@ -1,0 +1,206 @@
+package gateway
+
+import (
+	"context"
+	"net/http"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/sluicehq/sluice/admission"
+	"github.com/sluicehq/sluice/contract"
+	"github.com/sluicehq/sluice/mockllm"
+)
+
+// promptBody is a chat completion of its own prompt: distinct requests,
+// where copies of one (chatBody) that failed would be retries.
+func promptBody(i int) string {
+	return `{"model":"gpt-4o-mini","messages":[{"role":"user","content":"request ` + strconv.Itoa(i) + `"}],"max_tokens":16}`
+}
+
+// recognised reads sluice_retries_recognised_total{how} from the
+// gateway's registry, as a scrape would.
+func recognised(t *testing.T, g *Gateway, how string) float64 {
+	t.Helper()
+	mfs, err := g.metrics.reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != "sluice_retries_recognised_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "how" && l.GetValue() == how {
+					return m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	t.Fatalf("sluice_retries_recognised_total{how=%q} not exported", how)
+	return 0
+}
+
+// TestHeaderlessRetryIsRecognised: over loopback against the mock
+// provider, with the default configuration, a plain HTTP client that sends
+// no retry header and repeats a request the gateway refused is counted as
+// a retry — in sluice_retries_recognised_total{how="fingerprint"} and in
+// admissions — and waits at the retry rank; the same request repeated
+// after it succeeded is a first attempt again.
+func TestHeaderlessRetryIsRecognised(t *testing.T) {
+	_, up := startMock(t, mockllm.Config{AbortOnDisconnect: true})
+	cfg := baseConfig(up.URL)
+	cfg.Admission.Concurrency, cfg.Admission.MaxQueue = 1, new(1)
+	// Budgets that refill in a microsecond: the retry must reach the gate.
+	cfg.Retries.Budget = BudgetConfig{MinPerSecond: 1e6, MaxTokens: 10}
+	cfg.Retries.PerTenant = cfg.Retries.Budget
+	g, gw := startGateway(t, cfg)
+	anon := contract.AnonymousTenant
+	stats := func() admission.Stats { return g.gate.Stats() }
+	depth := func() (n int) {
+		for _, d := range stats().Depth {
+			n += d
+		}
+		return n
+	}
+	// background sends body until its context is cancelled; the result
+	// comes back on the channel.
+	background := func(ctx context.Context, body string, headers map[string]string) <-chan int {
+		ch := make(chan int, 1)
+		go func() {
+			req, _ := http.NewRequestWithContext(ctx, http.MethodPost, gw.URL+"/v1/chat/completions", strings.NewReader(body))
+			for k, v := range headers {
+				req.Header.Set(k, v)
+			}
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				ch <- 0
+				return
+			}
+			readAll(t, resp)
+			ch <- resp.StatusCode
+		}()
+		return ch
+	}
+	plain := func() int { // the caller under test: no header of any kind
+		resp, err := http.Post(gw.URL+"/v1/chat/completions", "application/json", strings.NewReader(chatBody))
+		if err != nil {
+			t.Fatal(err)
+		}
+		readAll(t, resp)
+		return resp.StatusCode
+	}
+
+	// The slot is held by a long call, the queue by another request.
+	blockCtx, unblock := context.WithCancel(t.Context())
+	defer unblock()
+	background(blockCtx, `{"model":"gpt-4o-mini","messages":[{"role":"user","content":"block"}]}`, map[string]string{mockllm.HeaderLatencyMs: "60000"})
+	eventually(t, "the slot taken", func() bool { return stats().InFlight == 1 })
+	fillCtx, unfill := context.WithCancel(t.Context())
+	filled := background(fillCtx, `{"model":"gpt-4o-mini","messages":[{"role":"user","content":"fill"}]}`, nil)
+	eventually(t, "the queue filled", func() bool { return depth() == 1 })
+
+	// Refused: the queue is full.
+	if code := plain(); code != http.StatusTooManyRequests && code != http.StatusServiceUnavailable {
+		t.Fatalf("a request with the queue full: %d, want a refusal", code)
+	}
+	if n := recognised(t, g, "fingerprint"); n != 0 {
+		t.Fatalf("recognised %v retries before any retry", n)
+	}
+	unfill()
+	<-filled
+	eventually(t, "the queue emptied", func() bool { return depth() == 0 })
+
+	// The same request again: a retry, waiting at the retry rank.
+	retried := make(chan int, 1)
+	go func() { retried <- plain() }()
+	retryRank, _ := g.gate.Rank(admission.Request{Class: admission.ClassInteractive, Attempt: 1})
+	firstRank, _ := g.gate.Rank(admission.Request{Class: admission.ClassInteractive})
+	if retryRank == firstRank {
+		t.Fatalf("the retry rank %d is the first attempts' rank", retryRank)
+	}
+	eventually(t, "the retry queued at the retry rank", func() bool { return stats().Depth[retryRank] == 1 })
+	if n := recognised(t, g, "fingerprint"); n != 1 {
+		t.Fatalf("sluice_retries_recognised_total{how=fingerprint} %v, want 1", n)
+	}
+	unblock()
+	if code := <-retried; code != http.StatusOK {
+		t.Fatalf("the retry: %d, want 200", code)
+	}
+	if n := counter(t, g, "admissions", admission.ClassInteractive, anon, "retry"); n != 1 {
+		t.Fatalf("admissions{attempt=retry} %v, want 1", n)
+	}
+
+	// It succeeded: the same request once more is new work.
+	firsts := counter(t, g, "admissions", admission.ClassInteractive, anon, "first")
+	if code := plain(); code != http.StatusOK {
+		t.Fatalf("the request after its success: %d", code)
+	}
+	if n := recognised(t, g, "fingerprint"); n != 1 {
+		t.Fatalf("a repeat after a success counted as a retry: recognised %v, want 1", n)
+	}
+	if n := counter(t, g, "admissions", admission.ClassInteractive, anon, "first"); n != firsts+1 {
+		t.Fatalf("admissions{attempt=first} %v, want %v", n, firsts+1)
+	}
+
+	// Declared retries are counted by their header.
+	for _, h := range []string{contract.HeaderAttempt, contract.HeaderStainlessRetryCount} {
+		readAll(t, post(t, t.Context(), gw.URL, `{"model":"gpt-4o-mini","messages":[{"role":"user","content":"`+h+`"}]}`, map[string]string{h: "1"}))
+	}
+	if h, s, f := recognised(t, g, "header"), recognised(t, g, "stainless"), recognised(t, g, "fingerprint"); h != 1 || s != 1 || f != 1 {
+		t.Fatalf("recognised: header %v, stainless %v, fingerprint %v; want 1 each", h, s, f)
+	}
+}
+
+// A request the provider failed (500), repeated without a header, is a
+// retry; with retries.recognise.disabled, it is a first attempt again.
+func TestHeaderlessRetryOfAProviderFailure(t *testing.T) {
+	for _, disabled := range []bool{false, true} {
+		_, up := startMock(t, mockllm.Config{})
+		cfg := baseConfig(up.URL)
+		cfg.Retries.Recognise.Disabled = disabled
+		g, gw := startGateway(t, cfg)
+		for range 3 {
+			resp := post(t, t.Context(), gw.URL, chatBody, map[string]string{mockllm.HeaderFault: "error"})
+			// The provider's 500, or — a retry recognised, soon after the
+			// first attempts' deposits — 429 retry_budget.
+			if readAll(t, resp); resp.StatusCode != http.StatusInternalServerError &&
+				resp.Header.Get(contract.HeaderReason) != contract.ReasonRetryBudget {
+				t.Fatalf("a request the mock fails: %d %s, want 500 or 429 retry_budget", resp.StatusCode, resp.Header.Get(contract.HeaderReason))
+			}
+		}
+		want := 2.0 // the second and third copies
+		if disabled {
+			want = 0
+		}
+		if n := recognised(t, g, "fingerprint"); n != want {
+			t.Fatalf("disabled %v: recognised %v, want %v", disabled, n, want)
+		}
+	}
+}
+
+func TestRecogniseConfigErrorsNameTheField(t *testing.T) {
+	const base = "upstream: {url: http://x}\nadmission: {concurrency: 1}\n"
+	for _, tc := range []struct{ yaml, field string }{
+		{"retries: {recognise: {window: -1s}}", "retries.recognise.window"},
+		{"retries: {recognise: {window: 2h}}", "retries.recognise.window"},
+		{"retries: {recognise: {max_entries: 0}}", "retries.recognise.max_entries"},
+		{"retries: {recognise: {max_entries: -5}}", "retries.recognise.max_entries"},
+		{"retries: {recognise: {max_entries: 1e9}}", "max_entries"},
+		{"retries: {recognise: {colour: red}}", "colour"},
+	} {
+		_, err := ParseConfig([]byte(base + tc.yaml + "\n"))
+		if err == nil || !strings.Contains(err.Error(), tc.field) {
+			t.Errorf("%s → %v, want an error naming %s", tc.yaml, err, tc.field)
+		}
+	}
+	for _, ok := range []string{
+		"retries: {recognise: {disabled: true, max_entries: 0}}",
+		"retries: {recognise: {window: 5s, max_entries: 1}}",
+	} {
+		if _, err := ParseConfig([]byte(base + ok + "\n")); err != nil {
+			t.Errorf("%s: %v", ok, err)
+		}
+	}
+}
