@@ -241,6 +241,48 @@ func TestSeenForgetsTheOldestFirst(t *testing.T) {
 	}
 }
 
+// Requests that can no longer matter — no copy open, no failure left
+// within the window — are forgotten as new ones come, so the ring holds
+// about a window's requests, not max's; one that may still matter stays,
+// and one open for longer than a window (renewed) does not hold the others
+// back.
+func TestSeenForgetsWhatCannotMatter(t *testing.T) {
+	s, _ := newSeen(RecogniseConfig{MaxEntries: 1000})
+	admit := func(prompt uint64, at time.Duration) Hold {
+		r := copyOf(prompt)
+		h, _ := s.Admit(t0.Add(at), &r)
+		return h
+	}
+	long := admit(1, 0)    // open throughout
+	admit(2, 0).Cancel(t0) // a failure, within the window until 30s
+	for p := uint64(10); p < 110; p++ {
+		admit(p, 0).Settle(t0, Outcome{Result: admission.Success})
+	}
+	if n := s.len(); n != 102 {
+		t.Fatalf("%d remembered, want 102", n)
+	}
+	r := copyOf(2)
+	h, _ := s.Admit(t0.Add(time.Second), &r)
+	if !r.RetrySeen {
+		t.Fatal("the failed request was forgotten within its window")
+	}
+	h.Settle(t0.Add(2*time.Second), Outcome{Result: admission.Success})
+	// A minute on: the long-lived request is renewed, not a wall, and the
+	// requests of a minute ago are forgotten: what is left is the last
+	// window's (the long-lived one, renewed, and the hundred new ones).
+	for p := uint64(2000); p < 2100; p++ {
+		admit(p, time.Minute).Settle(t0.Add(time.Minute), Outcome{Result: admission.Success})
+	}
+	if n := s.len(); n != 101 {
+		t.Fatalf("%d remembered a minute on, want 101: the open request held the dead back", n)
+	}
+	long.Settle(t0.Add(time.Minute), Outcome{Result: admission.Failure})
+	r = copyOf(1)
+	if s.Admit(t0.Add(time.Minute), &r); !r.RetrySeen {
+		t.Fatal("the long-lived request's failure was lost")
+	}
+}
+
 func TestSeenConfig(t *testing.T) {
 	for _, tc := range []struct {
 		cfg   RecogniseConfig
