@@ -233,7 +233,12 @@ func sendScript(t *testing.T, gw func(upstream string) gateway.Config, script []
 	}
 	warm.Wait()
 
-	const body = `{"model":"` + equivModel + `","messages":[{"role":"user","content":"hello"}],"max_tokens":16}`
+	// Each attempt its own prompt, as each is its own request in the
+	// simulator (its fingerprint): the same bytes after a refusal would be
+	// a retry to the chain's recognise stage.
+	body := func(i int) string {
+		return fmt.Sprintf(`{"model":"%s","messages":[{"role":"user","content":"hello %02d"}],"max_tokens":16}`, equivModel, i)
+	}
 	got := make([]heard, len(script))
 	start := time.Now()
 	var wg sync.WaitGroup
@@ -242,7 +247,7 @@ func sendScript(t *testing.T, gw func(upstream string) gateway.Config, script []
 			// The offset is the test's input: each attempt is sent at its
 			// time, as a trace would be replayed.
 			time.Sleep(time.Until(start.Add(a.At)))
-			req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, gwURL+"/v1/chat/completions", strings.NewReader(body))
+			req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, gwURL+"/v1/chat/completions", strings.NewReader(body(i)))
 			if err != nil {
 				got[i] = heard{err.Error(), time.Since(start)}
 				return
