@@ -78,8 +78,11 @@ func (g *gateServer) request(a *attempt) chain.Request {
 		attempt = 0
 	}
 	fp := 1<<63 | a.c.seq
-	if src.samePrompt {
+	switch {
+	case src.samePrompt:
 		fp = 1<<63 | uint64(src.idx)<<40
+	case a.c.prompt != 0: // a replayed script's
+		fp = 1<<62 | a.c.prompt
 	}
 	return chain.Request{
 		Tenant:          tenantName(src.req.Tenant),
