@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/sluicehq/sluice/admission"
 	"github.com/sluicehq/sluice/contract"
@@ -202,5 +203,56 @@ func TestRecogniseConfigErrorsNameTheField(t *testing.T) {
 		if _, err := ParseConfig([]byte(base + ok + "\n")); err != nil {
 			t.Errorf("%s: %v", ok, err)
 		}
+	}
+}
+
+// TestHeaderlessRetryAfterTheCallerGaveUp: a plain client whose own timeout
+// ends its wait in the queue hangs up; the gateway withdraws the call, and
+// the client's next send of the same request is a retry.
+func TestHeaderlessRetryAfterTheCallerGaveUp(t *testing.T) {
+	_, up := startMock(t, mockllm.Config{AbortOnDisconnect: true})
+	cfg := baseConfig(up.URL)
+	cfg.Admission.Concurrency = 1
+	cfg.Retries.Budget = BudgetConfig{MinPerSecond: 1e6, MaxTokens: 10}
+	cfg.Retries.PerTenant = cfg.Retries.Budget
+	g, gw := startGateway(t, cfg)
+	queued := func() (n int) {
+		for _, d := range g.gate.Stats().Depth {
+			n += d
+		}
+		return n
+	}
+	blockCtx, unblock := context.WithCancel(t.Context())
+	defer unblock()
+	go func() {
+		req, _ := http.NewRequestWithContext(blockCtx, http.MethodPost, gw.URL+"/v1/chat/completions",
+			strings.NewReader(promptBody(-1)))
+		req.Header.Set(mockllm.HeaderLatencyMs, "60000")
+		if resp, err := http.DefaultClient.Do(req); err == nil {
+			readAll(t, resp)
+		}
+	}()
+	eventually(t, "the slot taken", func() bool { return g.gate.Stats().InFlight == 1 })
+
+	impatient := &http.Client{Timeout: 300 * time.Millisecond}
+	if _, err := impatient.Post(gw.URL+"/v1/chat/completions", "application/json", strings.NewReader(chatBody)); err == nil {
+		t.Fatal("the queued request answered before the client's timeout")
+	}
+	eventually(t, "the abandoned request withdrawn", func() bool { return queued() == 0 })
+	unblock()
+	eventually(t, "the slot free", func() bool { return g.gate.Stats().InFlight == 0 })
+
+	resp, err := http.Post(gw.URL+"/v1/chat/completions", "application/json", strings.NewReader(chatBody))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if readAll(t, resp); resp.StatusCode != http.StatusOK {
+		t.Fatalf("the retry: %d", resp.StatusCode)
+	}
+	if n := recognised(t, g, "fingerprint"); n != 1 {
+		t.Fatalf("sluice_retries_recognised_total{how=fingerprint} %v, want 1", n)
+	}
+	if n := counter(t, g, "admissions", admission.ClassInteractive, contract.AnonymousTenant, "retry"); n != 1 {
+		t.Fatalf("admissions{attempt=retry} %v, want 1", n)
 	}
 }
