@@ -32,7 +32,7 @@ type RecogniseConfig struct {
 	// negative is an error.
 	Window time.Duration
 	// MaxEntries bounds the requests remembered, each in constant memory
-	// (about 64 bytes, see the seen type); past it the oldest is
+	// (about 67 bytes, see the seen type); past it the oldest is
 	// forgotten first. Zero means
 	// DefaultRecogniseMaxEntries (65536); negative or above
 	// MaxRecogniseEntries is an error.

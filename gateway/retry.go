@@ -53,7 +53,7 @@ type RecogniseConfig struct {
 	// Window is how long after a copy failed an identical request counts
 	// as its retry. Zero means 30s; at most 1h.
 	Window Duration `yaml:"window"`
-	// MaxEntries bounds the requests remembered (about 64 bytes each: 4
+	// MaxEntries bounds the requests remembered (about 67 bytes each: 4.2
 	// MiB at the default); the oldest is forgotten first. Nil (absent)
 	// means 65536; 1 to 67108864 otherwise. Zero is an error: say
 	// disabled: true to turn recognition off.
