@@ -15,8 +15,8 @@ import (
 const (
 	DefaultRecogniseWindow     = 30 * time.Second
 	DefaultRecogniseMaxEntries = 1 << 16
-	// MaxRecogniseEntries bounds MaxEntries: about 3.5 GiB of entries is
-	// no longer a bounded memory anyone meant to configure.
+	// MaxRecogniseEntries bounds MaxEntries: about 4 GiB of entries is no
+	// longer a bounded memory anyone meant to configure.
 	MaxRecogniseEntries = 1 << 26
 )
 
@@ -32,10 +32,9 @@ type RecogniseConfig struct {
 	// negative is an error.
 	Window time.Duration
 	// MaxEntries bounds the requests remembered, each in constant memory
-	// (about 67 bytes, see the seen type); past it the oldest is
-	// forgotten first. Zero means
-	// DefaultRecogniseMaxEntries (65536); negative or above
-	// MaxRecogniseEntries is an error.
+	// (about 67 bytes, see the seen type); past it the oldest is forgotten
+	// first. Zero means DefaultRecogniseMaxEntries (65536); negative or
+	// above MaxRecogniseEntries is an error.
 	MaxEntries int
 }
 

@@ -8,8 +8,8 @@ import (
 )
 
 // chainConfig is the admission chain the config describes: the gate, the
-// tenants, the recognition of retries, the retry budgets, and the spend limiter l (nil without a spend
-// section).
+// tenants, the recognition of retries, the retry budgets, and the spend
+// limiter l (nil without a spend section).
 func (c Config) chainConfig(l *spend.Limiter) (chain.Config, error) {
 	acfg, err := c.admissionConfig()
 	if err != nil {
