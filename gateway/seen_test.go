@@ -2,11 +2,15 @@ package gateway
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/openai/openai-go/v3"
+	"github.com/openai/openai-go/v3/option"
 
 	"github.com/sluicehq/sluice/admission"
 	"github.com/sluicehq/sluice/contract"
@@ -248,6 +252,53 @@ func TestHeaderlessRetryAfterTheCallerGaveUp(t *testing.T) {
 	}
 	if readAll(t, resp); resp.StatusCode != http.StatusOK {
 		t.Fatalf("the retry: %d", resp.StatusCode)
+	}
+	if n := recognised(t, g, "fingerprint"); n != 1 {
+		t.Fatalf("sluice_retries_recognised_total{how=fingerprint} %v, want 1", n)
+	}
+	if n := counter(t, g, "admissions", admission.ClassInteractive, contract.AnonymousTenant, "retry"); n != 1 {
+		t.Fatalf("admissions{attempt=retry} %v, want 1", n)
+	}
+}
+
+// TestFrameworkRetriesAroundTheSDKAreRecognised: an application that
+// retries around the official SDK (the SDK's own retries off, as
+// frameworks with a retry loop of their own do) sends every attempt as the
+// SDK's first — X-Stainless-Retry-Count: 0. The gateway counts the
+// repeat of a refused call as a retry all the same.
+func TestFrameworkRetriesAroundTheSDKAreRecognised(t *testing.T) {
+	_, up := startMock(t, mockllm.Config{})
+	cfg := baseConfig(up.URL)
+	cfg.Admission.Concurrency, cfg.Admission.MaxQueue = 1, new(0)
+	cfg.Retries.Budget = BudgetConfig{MinPerSecond: 1e6, MaxTokens: 10}
+	cfg.Retries.PerTenant = cfg.Retries.Budget
+	g, gw := startGateway(t, cfg)
+	var sent []string // X-Stainless-Retry-Count of each attempt, as sent
+	client := openai.NewClient(option.WithBaseURL(gw.URL+"/v1/"), option.WithAPIKey("sk-test"), option.WithMaxRetries(0),
+		option.WithMiddleware(func(r *http.Request, next option.MiddlewareNext) (*http.Response, error) {
+			sent = append(sent, r.Header.Get(contract.HeaderStainlessRetryCount))
+			return next(r)
+		}))
+	params := openai.ChatCompletionNewParams{
+		Model:    "gpt-4o-mini",
+		Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("Summarise the incident")},
+	}
+	hold, err := g.gate.TryAcquire(admission.Request{}) // the one slot, taken
+	if err != nil {
+		t.Fatal(err)
+	}
+	var apiErr *openai.Error
+	if _, err := client.Chat.Completions.New(t.Context(), params); !errors.As(err, &apiErr) || apiErr.StatusCode != http.StatusServiceUnavailable {
+		t.Fatalf("with the slot taken and no queue: %v, want a 503", err)
+	}
+	hold.Drop()
+	// The application's retry loop: the same call again.
+	if _, err := client.Chat.Completions.New(t.Context(), params); err != nil {
+		t.Fatalf("the application's retry: %v", err)
+	}
+	t.Logf("X-Stainless-Retry-Count sent: %q", sent)
+	if len(sent) != 2 || sent[0] != sent[1] || (sent[1] != "" && sent[1] != "0") {
+		t.Fatalf("the SDK sent X-Stainless-Retry-Count %q: the test means two first attempts by the SDK's count", sent)
 	}
 	if n := recognised(t, g, "fingerprint"); n != 1 {
 		t.Fatalf("sluice_retries_recognised_total{how=fingerprint} %v, want 1", n)
