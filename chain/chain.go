@@ -137,6 +137,11 @@ func (c *Chain) RetryBalance(now time.Time) (float64, bool) {
 	return c.stages.retries.global.Balance(now), true
 }
 
+// RetriesRecognised counts the calls the recognise stage found to be
+// retries their callers did not declare (see RecogniseConfig), refused or
+// not. Zero with recognition disabled.
+func (c *Chain) RetriesRecognised() uint64 { return c.stages.retriesRecognised() }
+
 // TenantInfo describes a configured tenant, without its keys.
 type TenantInfo struct {
 	Name string

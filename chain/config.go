@@ -18,6 +18,9 @@ type Config struct {
 	Tenants []TenantConfig
 	// Retries configures the retry budgets stage.
 	Retries RetryConfig
+	// Recognise configures the stage that recognises retries sent
+	// without a header, before the retry budgets charge them.
+	Recognise RecogniseConfig
 	// Spend is the spend limiter. Nil leaves the spend stage out: no
 	// books, no budgets. The shell builds it, since where its books live
 	// (spend.Options.Ledger) is the shell's choice, and keeps it to read
@@ -34,6 +37,7 @@ type Config struct {
 // stages are a chain's stages before the gate.
 type stages struct {
 	identify *identify
+	seen     *seen
 	retries  *retries
 	spend    *spendStage
 	all      []Stage // list(), computed once
@@ -46,6 +50,9 @@ func newStages(cfg Config, gate GateView) (*stages, error) {
 		return nil, err
 	}
 	s := &stages{identify: id, spread: newSpread(cfg.RefusalSpread)}
+	if s.seen, err = newSeen(cfg.Recognise); err != nil {
+		return nil, fmt.Errorf("recognise: %w", err)
+	}
 	if s.retries, err = newRetries(cfg.Retries); err != nil {
 		return nil, fmt.Errorf("retries: %w", err)
 	}
@@ -72,4 +79,11 @@ func (s *stages) admit(now time.Time, r *Request, hs *holds) (Decision, error) {
 		return Decision{Verdict: admission.Rejected, Rejection: rej}, nil
 	}
 	return Decision{}, err
+}
+
+func (s *stages) retriesRecognised() uint64 {
+	if s.seen == nil {
+		return 0
+	}
+	return s.seen.recognised.Load()
 }

@@ -149,6 +149,10 @@ func (c *Core) Release(now time.Time, t *Ticket, o Outcome) error {
 	return err
 }
 
+// RetriesRecognised counts the calls the recognise stage found to be
+// retries their callers did not declare (see [Chain.RetriesRecognised]).
+func (c *Core) RetriesRecognised() uint64 { return c.stages.retriesRecognised() }
+
 // SetConcurrency changes the number of slots (see admission.Core).
 func (c *Core) SetConcurrency(now time.Time, n int) error {
 	c.now = now

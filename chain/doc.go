@@ -11,13 +11,16 @@
 //  1. identify: whose call it is — a tenant named by a trusted shell, or
 //     found by its API key (stored as SHA-256 digests, compared in
 //     constant time) — and so its tier;
-//  2. retry budgets: a first attempt earns retries, a retry must be paid
+//  2. recognise: a call identical to one its tenant sent lately (same
+//     model and body fingerprint) whose last copy failed — refused, timed
+//     out, abandoned — is a retry, whatever its headers say (seen.go);
+//  3. retry budgets: a first attempt earns retries, a retry must be paid
 //     for from its tenant's budget and then the global one (the tenant is
 //     refunded when the global budget refuses);
-//  3. spend: the call's cost is estimated and reserved; past the spend
+//  4. spend: the call's cost is estimated and reserved; past the spend
 //     ceiling's or the tenant's budget's stages it is refused, marked over
 //     quota, or degraded to a cheaper model;
-//  4. the gate: the admission.Core decides by estimated wait against the
+//  5. the gate: the admission.Core decides by estimated wait against the
 //     deadline, queues, evicts or refuses.
 //
 // When the call ends it is settled (outcome, usage, service time: the spend

@@ -28,8 +28,17 @@ type Request struct {
 	// AskedClass then keeps the caller's.
 	Class      string
 	AskedClass string
-	// Attempt is 0 for a first attempt and N for the Nth retry.
+	// Attempt is 0 for a first attempt and N for the Nth retry, as the
+	// caller said (a header). The recognise stage may raise it (see
+	// RetrySeen).
 	Attempt int
+	// Fingerprint identifies what the call asks, beside its tenant and
+	// model: the gateway's hash of the request body, the simulator's
+	// request identity. Two calls of one tenant and model with the same
+	// fingerprint are copies of one request, and a copy sent after one
+	// failed is a retry (see RecogniseConfig). Zero means none: the call
+	// is not compared.
+	Fingerprint uint64
 	// Deadline is when the caller stops waiting. Zero means none (in
 	// [Chain.Acquire], the context's).
 	Deadline time.Time
@@ -49,6 +58,9 @@ type Request struct {
 
 	// Set by the stages.
 
+	// RetrySeen says the recognise stage found the call to be a retry
+	// its caller did not declare, and raised Attempt.
+	RetrySeen bool
 	// OverQuota says the tenant is past its own quota: the gate ranks the
 	// call at the over-quota rank.
 	OverQuota bool

@@ -40,10 +40,15 @@ type GateView interface {
 // list returns the chain's stages before the gate, in the order they are
 // asked. This list is the chain's order: a call refused by one stage costs
 // nothing of the stages after it. Stages a configuration leaves out (no
-// retry budgets, no spend section) are not in it.
+// retry budgets, recognition disabled, no spend section) are not in it.
 func (s *stages) list() []Stage {
 	var l []Stage
 	l = append(l, s.identify)
+	if s.seen != nil {
+		// Before the retry budgets: a retry it recognises is charged as
+		// one, and ranked as one by the gate.
+		l = append(l, s.seen)
+	}
 	if s.retries != nil {
 		l = append(l, s.retries)
 	}

@@ -8,8 +8,8 @@ import (
 )
 
 // chainConfig is the admission chain the config describes: the gate, the
-// tenants, the retry budgets, and the spend limiter l (nil without a spend
-// section).
+// tenants, the recognition of retries, the retry budgets, and the spend
+// limiter l (nil without a spend section).
 func (c Config) chainConfig(l *spend.Limiter) (chain.Config, error) {
 	acfg, err := c.admissionConfig()
 	if err != nil {
@@ -19,7 +19,7 @@ func (c Config) chainConfig(l *spend.Limiter) (chain.Config, error) {
 	if err != nil {
 		return chain.Config{}, err
 	}
-	cc := chain.Config{Admission: acfg, Retries: retries, Spend: l, RefusalSpread: c.Admission.refusalSpread().D()}
+	cc := chain.Config{Admission: acfg, Retries: retries, Recognise: c.Retries.Recognise.chain(), Spend: l, RefusalSpread: c.Admission.refusalSpread().D()}
 	if cc.RefusalSpread == 0 {
 		cc.RefusalSpread = -1 // configured off
 	}

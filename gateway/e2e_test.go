@@ -147,7 +147,8 @@ func TestOverloadRefusesEarlyAndHonestly(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			start := time.Now()
-			resp := post(t, t.Context(), gw.URL, chatBody, map[string]string{contract.HeaderTimeoutMs: strconv.Itoa(int(budget.Milliseconds()))})
+			// Each its own prompt: copies of one refused a moment ago would be retries (seen.go).
+			resp := post(t, t.Context(), gw.URL, promptBody(i), map[string]string{contract.HeaderTimeoutMs: strconv.Itoa(int(budget.Milliseconds()))})
 			b := readAll(t, resp)
 			results[i] = result{resp.StatusCode, resp.Header, b, time.Since(start)}
 		}()
@@ -419,6 +420,9 @@ func TestSDKTimeoutIsTheDeadline(t *testing.T) {
 		t.Fatalf("the refusal took %v: the call was held", waited)
 	}
 	// Without the SDK's timeout the class default (30 s) applies: queued.
+	// Another prompt: the same one, refused a moment ago, would be its
+	// retry (seen.go), and the retry budget has nothing yet.
+	params.Messages = []openai.ChatCompletionMessageParamUnion{openai.UserMessage("Say hello")}
 	ctx, cancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
 	defer cancel()
 	_, err = client.Chat.Completions.New(ctx, params)

@@ -300,6 +300,7 @@ func (g *Gateway) serveCall(w http.ResponseWriter, r *http.Request, rt *route, t
 	}
 	x.askedModel(body.model)
 	g.metrics.attempt(hdr.attempt).Inc()
+	g.metrics.recognised.declared(hdr.attemptBy)
 	ctx, cancel := context.WithTimeout(r.Context(), hdr.timeout)
 	defer cancel()
 	deadline, _ := ctx.Deadline()
@@ -317,6 +318,7 @@ func (g *Gateway) serveCall(w http.ResponseWriter, r *http.Request, rt *route, t
 		Tier:            tier,
 		Class:           hdr.class,
 		Attempt:         hdr.attempt,
+		Fingerprint:     fingerprint(r.URL.Path, rt.billed, body.raw), // a retry sent without a header (seen.go)
 		Deadline:        deadline,
 		Model:           body.model,
 		MaxOutputTokens: body.maxTokens,
@@ -368,7 +370,7 @@ func (g *Gateway) serveCall(w http.ResponseWriter, r *http.Request, rt *route, t
 	if x != nil {
 		x.call = c
 	}
-	g.metrics.admission(hdr.class, tenant, hdr.attempt).Inc()
+	g.metrics.admission(hdr.class, tenant, admitted.Attempt).Inc() // a retry the chain recognised counts as one
 	g.metrics.queueTime(hdr.class).Observe(c.queue.Seconds())
 
 	// One trace for the call's upstream attempts, installed before the

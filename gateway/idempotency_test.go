@@ -216,6 +216,10 @@ func TestIdempotencyProviderErrorIsNotStored(t *testing.T) {
 	mock, up := startMock(t, mockllm.Config{})
 	cfg := baseConfig(up.URL)
 	cfg.Retries.UpstreamAttempts = 1
+	// The second request is a retry of the failed one (seen.go): a budget
+	// that refills in a microsecond lets it through.
+	cfg.Retries.Budget = BudgetConfig{MinPerSecond: 1e6, MaxTokens: 10}
+	cfg.Retries.PerTenant = cfg.Retries.Budget
 	_, gw := startGateway(t, cfg)
 	client := idemClient(t)
 	r, _ := idemPost(t, client, gw.URL, chatBody, map[string]string{contract.HeaderIdempotencyKey: "k-1", mockllm.HeaderFault: "error"})

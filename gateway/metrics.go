@@ -28,6 +28,7 @@ type metrics struct {
 	limitDecreases   prometheus.Counter
 	tokens           *prometheus.CounterVec // model, kind
 	degraded         prometheus.Counter
+	recognised       *recognisedRetries // how: header, stainless, fingerprint (seen.go)
 	models           *labelLimiter
 	// dash is the admin dashboard's sampler: it reads these metrics and the
 	// gate once a second while RunDashboard runs.
@@ -159,9 +160,10 @@ func newMetrics(g *Gateway) *metrics {
 		degraded: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "sluice_degraded_requests_total", Help: "Requests rewritten to a cheaper model by the spend policy.",
 		}),
-		models: newLabelLimiter(32),
+		recognised: &recognisedRetries{chain: g.chain},
+		models:     newLabelLimiter(32),
 	}
-	m.reg.MustRegister(m.tokens, m.degraded, m.attempts, m.upstreamRetries, m.upstreamFailures, m.limitDecreases, m.admissions, m.rejections, m.responses, m.service, m.queue, m.badInput,
+	m.reg.MustRegister(m.recognised, m.tokens, m.degraded, m.attempts, m.upstreamRetries, m.upstreamFailures, m.limitDecreases, m.admissions, m.rejections, m.responses, m.service, m.queue, m.badInput,
 		&gateCollector{g: g, classes: classRanks(g)},
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m.dash = newSampler(g)

@@ -22,6 +22,10 @@ type callHeaders struct {
 	class   string
 	timeout time.Duration
 	attempt int
+	// attemptBy names the header a retry (attempt ≥ 1) was declared by,
+	// as sluice_retries_recognised_total's how: header
+	// (X-Sluice-Attempt) or stainless (X-Stainless-Retry-Count).
+	attemptBy string
 }
 
 // parseHeaders reads X-Sluice-Priority, the time budget (X-Sluice-Timeout-Ms,
@@ -73,6 +77,12 @@ func (g *Gateway) parseHeaders(h http.Header) (callHeaders, error) {
 			return c, badHeader(name, "%s: an attempt number is at most %d", echo(v), maxAttempt)
 		}
 		c.attempt = int(n)
+		if c.attempt > 0 {
+			c.attemptBy = retryByHeader
+			if name == contract.HeaderStainlessRetryCount {
+				c.attemptBy = retryByStainless
+			}
+		}
 	}
 	return c, nil
 }

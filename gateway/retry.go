@@ -36,6 +36,59 @@ type RetryConfig struct {
 	// UpstreamBackoff is the wait before the gateway's own retry when the
 	// provider gave no Retry-After. Zero means 100ms.
 	UpstreamBackoff Duration `yaml:"upstream_backoff"`
+	// Recognise finds the retries callers send without a retry header (see
+	// RecogniseConfig). On unless disabled.
+	Recognise RecogniseConfig `yaml:"recognise"`
+}
+
+// RecogniseConfig configures the recognition of retries sent without
+// X-Sluice-Attempt or X-Stainless-Retry-Count: a request identical to one
+// its tenant sent within the window (same model, same body bytes) whose
+// last copy was refused, timed out, was abandoned by its caller or failed
+// upstream is a retry — ranked as one and charged to the retry budgets.
+// One whose last copy succeeded is not (see docs/retries.md).
+type RecogniseConfig struct {
+	// Disabled turns recognition off: only the headers mark a retry.
+	Disabled bool `yaml:"disabled"`
+	// Window is how long after a copy failed an identical request counts
+	// as its retry. Zero means 30s; at most 1h.
+	Window Duration `yaml:"window"`
+	// MaxEntries bounds the requests remembered (about 67 bytes each: 4.2
+	// MiB at the default); the oldest is forgotten first. Nil (absent)
+	// means 65536; 1 to 67108864 otherwise. Zero is an error: say
+	// disabled: true to turn recognition off.
+	MaxEntries *int `yaml:"max_entries"`
+}
+
+// maxRecogniseWindow bounds retries.recognise.window: a copy an hour old
+// is a new request.
+const maxRecogniseWindow = time.Hour
+
+func (r RecogniseConfig) validate() error {
+	if r.Disabled {
+		return nil
+	}
+	if err := durationIn("retries.recognise.window", r.Window, 0, maxRecogniseWindow); err != nil {
+		return err
+	}
+	if r.MaxEntries != nil {
+		if *r.MaxEntries == 0 {
+			return errorf("retries.recognise.max_entries: 0 remembers nothing; want 1..%d (or disabled: true)", chain.MaxRecogniseEntries)
+		}
+		if err := intIn("retries.recognise.max_entries", *r.MaxEntries, 1, chain.MaxRecogniseEntries); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// chain is the recognise stage's configuration.
+func (r RecogniseConfig) chain() chain.RecogniseConfig {
+	c := chain.RecogniseConfig{Disabled: r.Disabled, Window: r.Window.D()}
+	if r.MaxEntries != nil {
+		c.MaxEntries = *r.MaxEntries
+	}
+	return c
 }
 
 // BudgetConfig is a retry budget (see package retrybudget).
@@ -71,7 +124,7 @@ func (r RetryConfig) validate() error {
 	if r.UpstreamBackoff < 0 {
 		return fmt.Errorf("config: retries.upstream_backoff: %v, want ≥ 0", r.UpstreamBackoff.D())
 	}
-	return nil
+	return r.Recognise.validate()
 }
 
 // chainRetries is the retry budgets stage's configuration.

@@ -62,8 +62,9 @@ func TestRetryBudgetRefusesRetriesWith429(t *testing.T) {
 	if n := counter(t, g, "rejections", "retry_budget", "interactive", contract.AnonymousTenant); n != 1 {
 		t.Fatalf("retry_budget rejections %v", n)
 	}
-	// A first attempt still goes through.
-	resp = post(t, t.Context(), gw.URL, chatBody, nil)
+	// A first attempt still goes through (another prompt: chatBody again
+	// would be a retry of the refused one, seen.go).
+	resp = post(t, t.Context(), gw.URL, promptBody(1), nil)
 	if readAll(t, resp); resp.StatusCode != 200 {
 		t.Fatalf("first attempt after the refusal: %d", resp.StatusCode)
 	}
@@ -77,8 +78,8 @@ func TestGatewayRetriesTheProvider(t *testing.T) {
 		mock, up := startMock(t, mockllm.Config{ErrorRate: 0.5, Seed: 7})
 		g, gw := startGateway(t, baseConfig(up.URL))
 		ok := 0
-		for range 40 {
-			resp := post(t, t.Context(), gw.URL, chatBody, nil)
+		for i := range 40 {
+			resp := post(t, t.Context(), gw.URL, promptBody(i), nil) // distinct: a copy of a failed one would be a retry
 			readAll(t, resp)
 			if resp.StatusCode == 200 {
 				ok++

@@ -100,7 +100,8 @@ type Config struct {
 	MaxTokens int
 
 	// Prompt is the content of the single user message. Empty means
-	// DefaultPrompt.
+	// DefaultPrompt. Every logical request also sends "seed": its sequence
+	// number, so that no two send the same bytes (see requestBody).
 	Prompt string
 
 	// Stream asks for a server-sent-event stream ("stream": true). The body

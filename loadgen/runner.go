@@ -5,6 +5,7 @@ import (
 	"context"
 	"io"
 	"net/http"
+	"strconv"
 	"sync"
 	"time"
 
@@ -187,7 +188,7 @@ func (rn *runner) dispatch(start time.Time, a Arrival) {
 // its last byte.
 func (rn *runner) serve(c *call) {
 	ctx := context.WithValue(rn.runCtx, callKey{}, c)
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, rn.cfg.endpoint, bytes.NewReader(rn.cfg.body))
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, rn.cfg.endpoint, bytes.NewReader(requestBody(rn.cfg.body, c.r.Seq)))
 	if err != nil {
 		// The endpoint was validated; should this still fail, the request
 		// is reported as never sent rather than crashing a long run.
@@ -236,4 +237,18 @@ func (rn *runner) release() {
 	rn.inFlight.Lock()
 	rn.inFlight.n--
 	rn.inFlight.Unlock()
+}
+
+// requestBody is the body of logical request seq: the configured one with
+// "seed": seq added, so that no two logical requests send the same bytes
+// while the attempts of one do. Real traffic is mostly distinct prompts; a
+// gateway that recognises a retry by its bytes (sluice's recognise stage)
+// would otherwise take every request after a refusal for the refused
+// one's retry.
+func requestBody(body []byte, seq int) []byte {
+	b := make([]byte, 0, len(body)+24)
+	b = append(b, body[:len(body)-1]...) // without its closing brace
+	b = append(b, `,"seed":`...)
+	b = strconv.AppendInt(b, int64(seq), 10)
+	return append(b, '}')
 }

@@ -274,7 +274,12 @@ func TestRequestShapeAndHeaders(t *testing.T) {
 	}
 	wantTimeout := map[string]string{"interactive": "1000", "batch": "4000"} // half the deadline
 	perClass := map[string]int{}
+	bodies := map[string]bool{} // each logical request its own bytes (requestBody)
 	for _, s := range srv.seen() {
+		if bodies[s.body] {
+			t.Errorf("two requests sent the same body %s", s.body)
+		}
+		bodies[s.body] = true
 		perClass[s.priority]++
 		if s.timeoutMs != wantTimeout[s.priority] {
 			t.Errorf("class %q sent X-Sluice-Timeout-Ms %q, want %q", s.priority, s.timeoutMs, wantTimeout[s.priority])
@@ -298,11 +303,12 @@ func TestRequestShapeAndHeaders(t *testing.T) {
 			} `json:"messages"`
 			MaxTokens int   `json:"max_tokens"`
 			Stream    *bool `json:"stream"`
+			Seed      *int  `json:"seed"`
 		}
 		if err := json.Unmarshal([]byte(s.body), &body); err != nil {
 			t.Fatalf("body %q: %v", s.body, err)
 		}
-		if body.Model != "tiny-model" || body.MaxTokens != 7 || len(body.Messages) != 1 || body.Messages[0].Role != "user" || body.Stream != nil {
+		if body.Model != "tiny-model" || body.MaxTokens != 7 || len(body.Messages) != 1 || body.Messages[0].Role != "user" || body.Stream != nil || body.Seed == nil {
 			t.Errorf("body = %s", s.body)
 		}
 	}

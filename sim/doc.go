@@ -17,8 +17,11 @@
 //   - traffic sources: Poisson arrivals of one class from one tenant, at a
 //     share of the swept load or at a fixed load, with rate steps and bursts,
 //     sent by naive, polite or client callers (the vocabulary of package
-//     loadgen; see caller.go) that time out and retry; each asks for a model
-//     and reports a fixed usage in tokens;
+//     loadgen; see caller.go) that time out and retry, saying so in a
+//     header or not (headers: none: then only the chain's recognise stage
+//     can tell a retry, by its copy of the request); each logical request
+//     is its own prompt, or all are one (same_prompt); each asks for a
+//     model and reports a fixed usage in tokens;
 //   - optionally the upstream's models (a service-time factor each) and a
 //     spend section: the gateway's spend.Config — prices, ladder, ceiling,
 //     tenants' budgets, stages, rate window, alerts — decoded by its own
@@ -40,11 +43,13 @@
 // admission.Core, configured to add one feature at a time (wait-based
 // admission by the p50 or by the mean, expiry at dequeue, adaptive LIFO,
 // priority shedding); sluice adds the gateway's retry budgets, the real
-// retrybudget.Budget; and, for scenarios with a spend section, the last
+// retrybudget.Budget, and its recognition of retries sent without a
+// header (the rungs before it take a caller's word for its attempt); and, for scenarios with a spend section, the last
 // rung adds the real spend.Limiter (policy "spend", full sluice as the
 // gateway runs with a spend section). Every sluice rung runs package
 // chain's Core: the admission chain the gateway runs — tenant, retry
-// budgets, spend, gate, settlement — with the same stages in the same
+// budgets (with the recognition of retries sent without a header), spend,
+// gate, settlement — with the same stages in the same
 // order, by construction, in virtual time. The client callers run package
 // client's own retry discipline (client.Retrier: backoff, retry budget,
 // adaptive throttle) on the virtual clock. Nothing of either is modelled a

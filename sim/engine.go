@@ -9,6 +9,7 @@ import (
 // deadline and may send several attempts for it.
 type call struct {
 	seq      uint64 // identifies the request across policies (source, count)
+	prompt   uint64 // what it asks, when a replay script says (see gateServer.request); zero: its own
 	src      *source
 	arrival  time.Duration
 	deadline time.Duration

@@ -44,17 +44,19 @@ var equivScript = []struct {
 	arrival
 	why string // what it exercises
 }{
-	{arrival{0, "acme", 0, equivLong}, "a free slot: granted at once"},
-	{arrival{50 * time.Millisecond, "acme", 0, equivLong}, "queued behind the first, granted when it ends"},
-	{arrival{100 * time.Millisecond, "acme", 0, 200 * time.Millisecond}, "a timeout shorter than the service time: queue_wait"},
-	{arrival{150 * time.Millisecond, "cheap", 0, equivLong}, "a low-tier tenant queued: the queue is full"},
-	{arrival{200 * time.Millisecond, "acme", 0, equivLong}, "full queue: evicts the low-tier call, then is served"},
-	{arrival{250 * time.Millisecond, "acme-speculative", 0, equivLong}, "full queue, lowest rank: queue_full"},
-	{arrival{300 * time.Millisecond, "acme", 1, equivLong}, "a retry with an empty budget: retry_budget"},
-	{arrival{350 * time.Millisecond, "cheap", 2, equivLong}, "a retry of the other tenant: retry_budget"},
+	{arrival{0, "acme", 0, equivLong, 1}, "a free slot: granted at once"},
+	{arrival{50 * time.Millisecond, "acme", 0, equivLong, 0}, "queued behind the first, granted when it ends"},
+	{arrival{100 * time.Millisecond, "acme", 0, 200 * time.Millisecond, 2}, "a timeout shorter than the service time: queue_wait"},
+	{arrival{150 * time.Millisecond, "cheap", 0, equivLong, 0}, "a low-tier tenant queued: the queue is full"},
+	{arrival{200 * time.Millisecond, "acme", 0, equivLong, 0}, "full queue: evicts the low-tier call, then is served"},
+	{arrival{250 * time.Millisecond, "acme-speculative", 0, equivLong, 0}, "full queue, lowest rank: queue_full"},
+	{arrival{300 * time.Millisecond, "acme", 1, equivLong, 0}, "a retry with an empty budget: retry_budget"},
+	{arrival{350 * time.Millisecond, "cheap", 2, equivLong, 0}, "a retry of the other tenant: retry_budget"},
 	// The queue has drained by 1000ms; the slot is busy until 1500ms.
-	{arrival{1100 * time.Millisecond, "meter", 0, equivLong}, "a tenant's first call: its cost reserved, served"},
-	{arrival{1200 * time.Millisecond, "meter", 0, equivLong}, "its spend rate is now past its budget: tenant_budget"},
+	{arrival{1100 * time.Millisecond, "meter", 0, equivLong, 0}, "a tenant's first call: its cost reserved, served"},
+	{arrival{1200 * time.Millisecond, "meter", 0, equivLong, 0}, "its spend rate is now past its budget: tenant_budget"},
+	{arrival{1300 * time.Millisecond, "acme-plain", 0, equivLong, 2}, "no header, a copy of #2 that was refused: a retry, retry_budget"},
+	{arrival{1350 * time.Millisecond, "acme-plain", 0, equivLong, 1}, "no header, a copy of #0 that was served: a first attempt, served"},
 }
 
 // equivScenario is the simulator's side: the gateway's configuration as a
@@ -68,6 +70,7 @@ func equivScenario() *Scenario {
 		Traffic: []Source{
 			{Name: "acme", Tenant: "acme", Class: "interactive", Model: equivModel},
 			{Name: "acme-speculative", Tenant: "acme", Class: "speculative", Model: equivModel},
+			{Name: "acme-plain", Tenant: "acme", Class: "interactive", Model: equivModel, Headers: "none"},
 			{Name: "cheap", Tenant: "cheap", Tier: "low", Class: "interactive", Model: equivModel},
 			{Name: "meter", Tenant: "meter", Class: "interactive", Model: equivModel},
 		},
@@ -115,10 +118,15 @@ func equivGateway(upstream string) gateway.Config {
 	}
 }
 
+// equivPlain are the sources whose callers send no attempt header
+// (headers: none).
+var equivPlain = map[string]bool{"acme-plain": true}
+
 // equivHeaders are the headers a caller of each source sends.
 var equivHeaders = map[string]map[string]string{
 	"acme":             {"Authorization": "Bearer key-acme", "X-Sluice-Priority": "interactive"},
 	"acme-speculative": {"Authorization": "Bearer key-acme", "X-Sluice-Priority": "speculative"},
+	"acme-plain":       {"Authorization": "Bearer key-acme", "X-Sluice-Priority": "interactive"},
 	"cheap":            {"Authorization": "Bearer key-cheap", "X-Sluice-Priority": "interactive"},
 	"meter":            {"Authorization": "Bearer key-meter", "X-Sluice-Priority": "interactive"},
 }
@@ -162,7 +170,7 @@ func TestGatewayAndSimulatorDecideAlike(t *testing.T) {
 	// The script means to exercise every verdict below; a change that made
 	// both shells agree on something else would hollow the test out.
 	want := []string{"served", "served", "queue_wait", "evicted", "served", "queue_full", "retry_budget", "retry_budget",
-		"served", "tenant_budget"}
+		"served", "tenant_budget", "retry_budget", "served"}
 	if got := verdicts(simulated); !slices.Equal(got, want) {
 		t.Errorf("both decided %v, the script is meant to exercise %v", got, want)
 	}
@@ -233,7 +241,17 @@ func sendScript(t *testing.T, gw func(upstream string) gateway.Config, script []
 	}
 	warm.Wait()
 
-	const body = `{"model":"` + equivModel + `","messages":[{"role":"user","content":"hello"}],"max_tokens":16}`
+	// Each attempt its own prompt, as each is its own request in the
+	// simulator (its fingerprint), unless the script says it asks what
+	// another asked (Prompt): the same bytes after a refusal are a retry to
+	// the chain's recognise stage.
+	body := func(i int) string {
+		prompt := 100 + i
+		if p := script[i].Prompt; p != 0 {
+			prompt = p
+		}
+		return fmt.Sprintf(`{"model":"%s","messages":[{"role":"user","content":"hello %03d"}],"max_tokens":16}`, equivModel, prompt)
+	}
 	got := make([]heard, len(script))
 	start := time.Now()
 	var wg sync.WaitGroup
@@ -242,7 +260,7 @@ func sendScript(t *testing.T, gw func(upstream string) gateway.Config, script []
 			// The offset is the test's input: each attempt is sent at its
 			// time, as a trace would be replayed.
 			time.Sleep(time.Until(start.Add(a.At)))
-			req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, gwURL+"/v1/chat/completions", strings.NewReader(body))
+			req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, gwURL+"/v1/chat/completions", strings.NewReader(body(i)))
 			if err != nil {
 				got[i] = heard{err.Error(), time.Since(start)}
 				return
@@ -252,7 +270,9 @@ func sendScript(t *testing.T, gw func(upstream string) gateway.Config, script []
 				req.Header.Set(k, v)
 			}
 			req.Header.Set("X-Sluice-Timeout-Ms", strconv.FormatInt(a.Timeout.Milliseconds(), 10))
-			req.Header.Set("X-Sluice-Attempt", strconv.Itoa(a.Attempt))
+			if !equivPlain[a.Source] {
+				req.Header.Set("X-Sluice-Attempt", strconv.Itoa(a.Attempt))
+			}
 			resp, err := client.Do(req)
 			if err != nil {
 				got[i] = heard{"error: " + err.Error(), time.Since(start)}

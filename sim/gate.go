@@ -43,6 +43,11 @@ func newGateServer(e *engine) (*gateServer, error) {
 			return nil, fmt.Errorf("sluice.retry_budget: %w", err)
 		}
 		cfg.Retries = chain.RetryConfig{Global: rb, PerTenant: rb}
+		cfg.Recognise = s.sc.Sluice.Recognise.config()
+	} else {
+		// The rungs before retry budgets predate recognition too: they
+		// take a caller's word for its attempt, as the gateway once did.
+		cfg.Recognise.Disabled = true
 	}
 	g := &gateServer{e: e, probe: s.sources[0].req}
 	g.probe.Tenant = tenantName(g.probe.Tenant)
@@ -61,14 +66,30 @@ func newGateServer(e *engine) (*gateServer, error) {
 	return g, nil
 }
 
-// request is attempt a as the gateway would present it to the chain.
+// request is attempt a as the gateway would present it to the chain: its
+// attempt number as the caller's header says it (none for callers that
+// send no header), and a fingerprint that is the request's identity — its
+// logical request's, or its source's when every request is the same
+// prompt — as the gateway's hash of the body would be.
 func (g *gateServer) request(a *attempt) chain.Request {
 	src := a.c.src
+	attempt := int(a.n)
+	if src.undeclared {
+		attempt = 0
+	}
+	fp := 1<<63 | a.c.seq
+	switch {
+	case src.samePrompt:
+		fp = 1<<63 | uint64(src.idx)<<40
+	case a.c.prompt != 0: // a replayed script's
+		fp = 1<<62 | a.c.prompt
+	}
 	return chain.Request{
 		Tenant:          tenantName(src.req.Tenant),
 		Tier:            src.req.Tier,
 		Class:           src.req.Class,
-		Attempt:         int(a.n),
+		Attempt:         attempt,
+		Fingerprint:     fp,
 		Deadline:        g.e.s.at(a.leaveAt),
 		Model:           src.req.Key,
 		InputTokens:     src.usage.Input,
@@ -87,6 +108,7 @@ func (g *gateServer) arrive(now time.Duration, a *attempt) {
 		e.fail(fmt.Errorf("policy %s: %w", e.s.policy.Name, err))
 		return
 	}
+	e.m.recognised(a, tk.Request().RetrySeen)
 	switch d.Verdict {
 	case admission.Granted:
 		g.start(a, tk)

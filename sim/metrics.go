@@ -112,6 +112,17 @@ type Result struct {
 	Withdrawn    int `json:"withdrawn"`
 	Throttled    int `json:"client_throttled"`
 	ClientBudget int `json:"client_retry_budget"`
+	// Retries counts the attempts after a request's first, and
+	// UndeclaredRetries those sent without a retry header (headers: none);
+	// RetriesRecognised counts the undeclared ones the chain's recognise
+	// stage took for retries, and FirstsRecognised the first attempts it
+	// took for retries (copies of a failed request of the same prompt).
+	// BilledRetries counts the upstream calls that were retries.
+	Retries           int `json:"retries"`
+	UndeclaredRetries int `json:"undeclared_retries"`
+	RetriesRecognised int `json:"retries_recognised"`
+	FirstsRecognised  int `json:"firsts_recognised"`
+	BilledRetries     int `json:"billed_retries"`
 	// MaxDepth is the longest queue seen.
 	MaxDepth int `json:"max_depth"`
 	// Recovery is set when the upstream steps: see [Recovery].
@@ -194,6 +205,9 @@ type metrics struct {
 	refusals                    [numRefusals]int
 	withdrawn, timedOut         int
 	throttled, clientBudget     int
+	retries, undeclared         int
+	retriesSeen, firstsSeen     int
+	billedRetries               int
 	maxDepth                    int
 	lat                         hist
 	classes, sources            []classMetrics
@@ -253,12 +267,33 @@ func (m *metrics) arrival(c *call) {
 
 func (m *metrics) attempt(c *call) {
 	m.attempts++
+	if c.sent > 1 {
+		m.retries++
+		if c.src.undeclared {
+			m.undeclared++
+		}
+	}
 	m.classes[c.src.class].attempts++
 	m.sources[c.src.idx].attempts++
 }
 
+// recognised records whether the chain took attempt a for a retry its
+// caller did not declare.
+func (m *metrics) recognised(a *attempt, seen bool) {
+	switch {
+	case !seen:
+	case a.n > 0:
+		m.retriesSeen++
+	default:
+		m.firstsSeen++
+	}
+}
+
 func (m *metrics) billed(a *attempt) {
 	m.billedN++
+	if a.n > 0 {
+		m.billedRetries++
+	}
 	m.billedCost += a.cost
 	if m.spent != nil {
 		sec, nano := int(a.start/time.Second), nanoDollars(a.cost)
@@ -344,6 +379,12 @@ func (m *metrics) result(e *engine) *Result {
 		ClientBudget:  m.clientBudget,
 		MaxDepth:      m.maxDepth,
 		Events:        m.events,
+
+		Retries:           m.retries,
+		UndeclaredRetries: m.undeclared,
+		RetriesRecognised: m.retriesSeen,
+		FirstsRecognised:  m.firstsSeen,
+		BilledRetries:     m.billedRetries,
 	}
 	// Calls still running when the run stops are billed, and nobody is
 	// listening for them any more.

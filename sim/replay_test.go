@@ -9,12 +9,15 @@ import (
 // arrival is one scripted attempt: sent At from the start of the run by a
 // caller of the traffic source named Source (which gives its tenant, tier,
 // class, model and tokens), as attempt number Attempt, by a caller that
-// waits Timeout for it.
+// waits Timeout for it. Attempts with the same non-zero Prompt ask the same
+// thing (copies of one request, to the recognise stage); zero is a prompt
+// of the attempt's own.
 type arrival struct {
 	At      time.Duration
 	Source  string
 	Attempt int
 	Timeout time.Duration
+	Prompt  int
 }
 
 // heard is what the caller of an attempt heard, and when (from the start
@@ -83,6 +86,7 @@ func replay(ctx context.Context, sc *Scenario, policy string, script []arrival) 
 		c.arrival = a.At
 		c.deadline = a.At + a.Timeout
 		c.sent = int32(a.Attempt) // so the attempt sent is number Attempt
+		c.prompt = uint64(a.Prompt)
 		e.q.push(event{at: a.At, kind: evSend, c: c})
 	}
 	if _, err := e.loop(ctx); err != nil {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/admission"
+	"github.com/sluicehq/sluice/chain"
 	"github.com/sluicehq/sluice/spend"
 )
 
@@ -278,6 +279,18 @@ type Source struct {
 	// model's observed mean output). OutputTokens must not exceed a
 	// non-zero MaxTokens. Ignored without a spend section.
 	InputTokens, OutputTokens, MaxTokens int64
+	// Headers says whether the callers declare their retries (headers):
+	// "attempt" sends the attempt number, as X-Sluice-Attempt or the
+	// official SDKs' X-Stainless-Retry-Count do; "none" sends nothing, as
+	// a shell loop or a homemade client does, and only the chain's
+	// recognise stage can tell a retry by its copy of the request. Empty
+	// means attempt.
+	Headers string
+	// SamePrompt makes every request of the source the same request
+	// (same_prompt): one prompt sampled again and again, where otherwise
+	// each logical request asks something of its own. Its attempts are
+	// copies of it either way.
+	SamePrompt bool
 }
 
 // Baselines parameterise the comparison queues that are not sluice.
@@ -315,6 +328,31 @@ type SluiceConfig struct {
 	// one global, as in the gateway (retry_budget). Zero fields take
 	// package retrybudget's defaults.
 	RetryBudget BudgetConfig
+	// Recognise configures the recognition of retries sent without a
+	// header, as the gateway's retries.recognise (recognise), in the
+	// policies with retry budgets. Zero fields take the defaults.
+	Recognise RecogniseConfig
+}
+
+// RecogniseConfig is the gateway's retries.recognise (sluice.recognise).
+type RecogniseConfig struct {
+	// Disabled leaves the recognise stage out (disabled).
+	Disabled bool
+	// Window is how long after a copy failed another counts as its retry
+	// (window). Zero means 30s; at most 1h.
+	Window time.Duration
+	// MaxEntries bounds the requests remembered (max_entries). Nil means
+	// 65536; zero is an error (say disabled: true).
+	MaxEntries *int
+}
+
+// config is the chain's configuration.
+func (r RecogniseConfig) config() chain.RecogniseConfig {
+	c := chain.RecogniseConfig{Disabled: r.Disabled, Window: r.Window}
+	if r.MaxEntries != nil {
+		c.MaxEntries = *r.MaxEntries
+	}
+	return c
 }
 
 // SimTenant is one tenant's share of the gate (sluice.tenants.<name>).
@@ -496,6 +534,14 @@ func (s *Scenario) Validate() error {
 	if _, err := sl.RetryBudget.config(); err != nil {
 		return ferr("sluice.retry_budget", "%v", err)
 	}
+	if rc := sl.Recognise; !rc.Disabled {
+		if rc.Window < 0 || rc.Window > time.Hour {
+			return ferr("sluice.recognise.window", "want 0 (for 30s) to 1h, got %v", rc.Window)
+		}
+		if n := rc.MaxEntries; n != nil && (*n < 1 || *n > chain.MaxRecogniseEntries) {
+			return ferr("sluice.recognise.max_entries", "want 1 to %d (or disabled: true), got %d", chain.MaxRecogniseEntries, *n)
+		}
+	}
 	if ts := s.Timeseries; ts != nil {
 		if ts.Load < 0 || ts.Load > maxLoad || math.IsNaN(ts.Load) {
 			return ferr("timeseries.load", "want 0 (for 1) to %g, got %v", maxLoad, ts.Load)
@@ -608,6 +654,9 @@ func (src *Source) validate(f string, classes map[string]bool, models map[string
 	}
 	if src.MaxAttempts < 0 || src.MaxAttempts > maxAttempts {
 		return ferr(f+".max_attempts", "want 0 (for 3) to %d, got %d", maxAttempts, src.MaxAttempts)
+	}
+	if src.Headers != "" && src.Headers != "attempt" && src.Headers != "none" {
+		return ferr(f+".headers", "want attempt or none, got %q", src.Headers)
 	}
 	if src.AttemptTimeout < 0 || src.AttemptTimeout > maxDuration {
 		return ferr(f+".attempt_timeout", "want 0 (half the deadline) to %v, got %v", maxDuration, src.AttemptTimeout)

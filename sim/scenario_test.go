@@ -62,6 +62,10 @@ func TestScenarioErrorsNameTheField(t *testing.T) {
 		{"negative tenant cap", strings.Replace(minimalYAML, "{class: interactive}", "{class: interactive, tenant: a}", 1) + "sluice: {tenants: {a: {max_concurrency: -1}}}\n", "sluice.tenants.a.max_concurrency"},
 		{"tenant not in the traffic", minimalYAML + "sluice: {tenants: {b: {weight: 2}}}\n", "sluice.tenants.b"},
 		{"bad timeseries policy", minimalYAML + "timeseries: {policies: [nope]}\n", "timeseries.policies[0]"},
+		{"unknown headers", strings.Replace(minimalYAML, "{class: interactive}", "{class: interactive, headers: some}", 1), "traffic[0].headers"},
+		{"same_prompt not a bool", strings.Replace(minimalYAML, "{class: interactive}", "{class: interactive, same_prompt: 2}", 1), "traffic[0].same_prompt"},
+		{"negative recognise window", minimalYAML + "sluice: {recognise: {window: -1s}}\n", "sluice.recognise.window"},
+		{"zero recognise entries", minimalYAML + "sluice: {recognise: {max_entries: 0}}\n", "sluice.recognise.max_entries"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			_, err := ParseScenario([]byte(c.yaml))

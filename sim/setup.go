@@ -59,6 +59,8 @@ type source struct {
 	rungCost       float64    // of one call degraded to rung
 	usage          contract.Usage
 	maxTokens      int64
+	undeclared     bool              // its callers send no retry header (Source.Headers none)
+	samePrompt     bool              // every request the same (Source.SamePrompt)
 	req            admission.Request // Class, Tenant, Tier, Key; the rest per attempt
 	base           float64           // first attempts per second before steps and bursts
 	segs           []segment
@@ -190,6 +192,7 @@ func newSetup(sc *Scenario, policy string, load float64, opt Options) (*setup, e
 		if opt.Client != "" {
 			r.client = override
 		}
+		r.undeclared, r.samePrompt = src.Headers == "none", src.SamePrompt
 		r.maxAttempts = src.MaxAttempts
 		if r.maxAttempts == 0 {
 			r.maxAttempts = 3

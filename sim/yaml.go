@@ -153,6 +153,8 @@ func decodeScenario(n *yaml.Node, s *Scenario) error {
 				"input_tokens":  int64Field(&src.InputTokens),
 				"output_tokens": int64Field(&src.OutputTokens),
 				"max_tokens":    int64Field(&src.MaxTokens),
+				"headers":       str(&src.Headers),
+				"same_prompt":   boolField(&src.SamePrompt),
 			})
 			s.Traffic = append(s.Traffic, src)
 			return err
@@ -192,6 +194,17 @@ func decodeScenario(n *yaml.Node, s *Scenario) error {
 						"ratio":          float(&rb.Ratio),
 						"min_per_second": float(&rb.MinPerSecond),
 						"max_tokens":     float(&rb.MaxTokens),
+					})
+				},
+				"recognise": func(v *yaml.Node, p string) error {
+					rc := &sl.Recognise
+					return mapping(v, p, map[string]fieldFunc{
+						"disabled": boolField(&rc.Disabled),
+						"window":   duration(&rc.Window),
+						"max_entries": func(v *yaml.Node, p string) error {
+							rc.MaxEntries = new(int)
+							return intField(rc.MaxEntries)(v, p)
+						},
 					})
 				},
 			})
@@ -394,6 +407,24 @@ func str(dst *string) fieldFunc {
 		s, err := scalar(v, p)
 		*dst = s
 		return err
+	}
+}
+
+func boolField(dst *bool) fieldFunc {
+	return func(v *yaml.Node, p string) error {
+		s, err := scalar(v, p)
+		if err != nil {
+			return err
+		}
+		switch s {
+		case "true":
+			*dst = true
+		case "false":
+			*dst = false
+		default:
+			return ferr(p, "%q is not true or false (line %d)", s, v.Line)
+		}
+		return nil
 	}
 }
 

@@ -3,6 +3,7 @@ package simreport
 import (
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -15,8 +16,10 @@ import (
 // class), wasted upstream work as a percentage of billed calls, p50/p99
 // latency of successes, attempts per logical request; then the bill per hour
 // of the arrival window when calls are priced, its peak over the spend
-// section's rate window when there is one, and time to recover when the
-// upstream steps.
+// section's rate window when there is one, time to recover when the
+// upstream steps, and, when callers retry without a header, the share of
+// their retries recognised and the share of upstream calls that were
+// retries.
 
 func header(sw *sim.Sweep, withLoad bool) []string {
 	var h []string
@@ -37,7 +40,17 @@ func header(sw *sim.Sweep, withLoad bool) []string {
 	if hasRecovery(sw) {
 		h = append(h, "recovery")
 	}
+	if headerless(sw) {
+		h = append(h, "retries recognised %", "retries % billed")
+	}
 	return h
+}
+
+// headerless says whether some of the scenario's callers retry without a
+// header: the table then shows how many of their retries the chain
+// recognised, and what share of upstream calls retries were.
+func headerless(sw *sim.Sweep) bool {
+	return slices.ContainsFunc(sw.Scenario.Traffic, func(s sim.Source) bool { return s.Headers == "none" })
 }
 
 func sourceNames(sw *sim.Sweep) []string {
@@ -97,6 +110,17 @@ func row(sw *sim.Sweep, r *sim.Result, withLoad bool) []string {
 	}
 	if hasRecovery(sw) {
 		c = append(c, recoveryText(r.Recovery))
+	}
+	if headerless(sw) {
+		seen := "–"
+		if r.UndeclaredRetries > 0 {
+			seen = fmt.Sprintf("%.1f", 100*float64(r.RetriesRecognised)/float64(r.UndeclaredRetries))
+		}
+		billed := "–"
+		if r.Billed > 0 {
+			billed = fmt.Sprintf("%.1f", 100*float64(r.BilledRetries)/float64(r.Billed))
+		}
+		c = append(c, seen, billed)
 	}
 	return c
 }
