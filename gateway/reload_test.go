@@ -405,8 +405,11 @@ func TestReloadDuringAStorm(t *testing.T) {
 	for i := range callers {
 		key := []string{"key-acme", "key-beta"}[i%2]
 		wg.Go(func() {
-			for sent.Add(1) <= requests && ctx.Err() == nil {
-				req, _ := http.NewRequestWithContext(ctx, http.MethodPost, r.api+"/v1/chat/completions", strings.NewReader(chatBody))
+			for n := sent.Add(1); n <= requests && ctx.Err() == nil; n = sent.Add(1) {
+				// A prompt of its own per request: the storm is of first
+				// attempts, which a copy of a refused prompt would not be.
+				body := fmt.Sprintf(`{"model":"gpt-4o-mini","messages":[{"role":"user","content":"storm %d"}],"max_tokens":16}`, n)
+				req, _ := http.NewRequestWithContext(ctx, http.MethodPost, r.api+"/v1/chat/completions", strings.NewReader(body))
 				req.Header.Set("Authorization", "Bearer "+key)
 				req.Header.Set(contract.HeaderTimeoutMs, "5000")
 				resp, err := client.Do(req)
