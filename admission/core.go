@@ -544,19 +544,16 @@ func (c *Core) service(key string) (p50, p95 time.Duration) {
 }
 
 // startMargin is the service time a queued request must still have before
-// its deadline to be started: the p99. Admission at arrival uses the p95 with
-// the wait estimate's own slack; at dequeue the wait is over and only the
-// service time is uncertain, and a start that will be late one time in
-// twenty is money spent on a probable waste — so the bar to start is
-// higher than the bar to wait.
+// its deadline to be started: the p95, the same bar it was admitted under.
+// Admission at arrival promised that the estimated wait plus the p95 fits
+// the deadline; at dequeue the wait is over and known, and the same
+// predicate is asked again with it. A bar higher than the arrival's (the
+// p99) would drop admitted work whose promise still holds — at a deadline
+// twice the median service time, every request that waited a fifth of it —
+// turning a one-in-twenty chance of a late answer into a certain failure.
 func (c *Core) startMargin(key string) time.Duration {
-	if w := c.keys[key]; w != nil && w.count() >= minKeySamples {
-		return w.tail()
-	}
-	if c.all.count() > 0 {
-		return c.all.tail()
-	}
-	return c.cfg.InitialServiceTime
+	_, p95 := c.service(key)
+	return p95
 }
 
 // minKeySamples is how many samples a key needs before its own statistics are
