@@ -63,22 +63,10 @@ func standingOf(t *testing.T, g *Gateway) standing {
 	return b
 }
 
+// sumCounter sums the counter name over all its series.
 func sumCounter(t *testing.T, g *Gateway, name string) float64 {
 	t.Helper()
-	mfs, err := g.metrics.reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var sum float64
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			sum += m.GetCounter().GetValue()
-		}
-	}
-	return sum
+	return sumCounterWhere(t, g, name, "", "")
 }
 
 // estimateGateway is a gateway with three keyed tenants in front of the

@@ -115,7 +115,7 @@ func retryWave(t *testing.T, service time.Duration, spread *Duration) (arrived, 
 }
 
 // sumCounterWhere sums the counter name over its series whose label has
-// the value.
+// the value; an empty label sums every series.
 func sumCounterWhere(t *testing.T, g *Gateway, name, label, value string) float64 {
 	t.Helper()
 	mfs, err := g.metrics.reg.Gather()
@@ -128,6 +128,10 @@ func sumCounterWhere(t *testing.T, g *Gateway, name, label, value string) float6
 			continue
 		}
 		for _, m := range mf.GetMetric() {
+			if label == "" {
+				sum += m.GetCounter().GetValue()
+				continue
+			}
 			for _, lp := range m.GetLabel() {
 				if lp.GetName() == label && lp.GetValue() == value {
 					sum += m.GetCounter().GetValue()

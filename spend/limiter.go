@@ -82,15 +82,7 @@ func New(cfg Config, opts Options) (*Limiter, error) {
 	l.mu.global = scopeStats{name: GlobalScope, scope: GlobalScope, alertPerHour: c.alertGlobal, limitHour: c.ceiling}
 	l.mu.tenants = newStatsSet(TenantScope)
 	l.mu.models = newStatsSet(ModelScope)
-	for _, name := range sortedKeys(c.tenants) {
-		b := c.tenants[name]
-		st := l.mu.tenants.add(name)
-		st.budget = &b
-		st.limitHour, st.limitDay, st.alertPerHour = b.PerHour, b.PerDay, b.AlertPerHour
-	}
-	for _, name := range sortedKeys(c.prices) {
-		l.mu.models.add(name)
-	}
+	l.addBudgetsLocked(c)
 	l.mu.buf = make([]int64, 24*60+1)
 	return l, nil
 }

@@ -35,6 +35,14 @@ func (l *Limiter) Reconfigure(cfg Config) error {
 			st.alert = alertState{}
 		}
 	}
+	l.addBudgetsLocked(c)
+	l.mu.fair.valid = false // the first stage's room may have moved
+	return nil
+}
+
+// addBudgetsLocked gives every tenant of c its budget and every priced
+// model its books, keeping what they have booked. l.mu is held.
+func (l *Limiter) addBudgetsLocked(c *compiled) {
 	for _, name := range sortedKeys(c.tenants) {
 		b := c.tenants[name]
 		st := l.mu.tenants.add(name)
@@ -44,6 +52,4 @@ func (l *Limiter) Reconfigure(cfg Config) error {
 	for _, name := range sortedKeys(c.prices) {
 		l.mu.models.add(name)
 	}
-	l.mu.fair.valid = false // the first stage's room may have moved
-	return nil
 }
