@@ -22,6 +22,10 @@ type Stats struct {
 	Concurrency int
 	InFlight    int
 	Queued      int
+	// InFlightByRank is InFlight by the rank each call was served at:
+	// with Depth, the demand by rank a replica publishes for its lease of
+	// the cluster's slots.
+	InFlightByRank []int
 	// Depth and EstimatedWait are indexed by rank. EstimatedWait is the wait
 	// a newcomer of that rank would be told now if it belonged to the tenant
 	// holding the most queued requests of that rank — with one tenant, what
@@ -63,17 +67,18 @@ const statsTenant = "\x00stats"
 // debugging, not for the hot path.
 func (c *Core) Stats(now time.Time) Stats {
 	s := Stats{
-		Concurrency:   c.concurrency,
-		InFlight:      c.inFlight,
-		Queued:        c.queued,
-		Depth:         make([]int, len(c.levels)),
-		EstimatedWait: make([]time.Duration, len(c.levels)),
-		Admitted:      c.c.admitted,
-		Enqueued:      c.c.enqueued,
-		Granted:       c.c.granted,
-		Canceled:      c.c.canceled,
-		Rejected:      make(map[Reason]uint64),
-		Completed:     make(map[Result]uint64),
+		Concurrency:    c.concurrency,
+		InFlight:       c.inFlight,
+		Queued:         c.queued,
+		Depth:          make([]int, len(c.levels)),
+		InFlightByRank: make([]int, len(c.levels)),
+		EstimatedWait:  make([]time.Duration, len(c.levels)),
+		Admitted:       c.c.admitted,
+		Enqueued:       c.c.enqueued,
+		Granted:        c.c.granted,
+		Canceled:       c.c.canceled,
+		Rejected:       make(map[Reason]uint64),
+		Completed:      make(map[Result]uint64),
 	}
 	for r := range c.levels {
 		if l := &c.levels[r]; l.ring != nil {
@@ -88,6 +93,9 @@ func (c *Core) Stats(now time.Time) Stats {
 			}
 		}
 		s.Depth[r] = c.levels[r].depth
+		if c.inFlightAt != nil {
+			s.InFlightByRank[r] = c.inFlightAt[r]
+		}
 		tenant := statsTenant
 		if l := &c.levels[r]; l.ring != nil {
 			tenant = l.heaviest().tenant
