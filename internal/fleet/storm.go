@@ -291,4 +291,3 @@ func (f *Figures) String() string {
 	return fmt.Sprintf("%d replicas, %s: %d slots, %.0f/s offered (%.1f× capacity): provider peak in flight %d, busy %.1f%%, goodput %.1f%% of capacity, billed %d, wasted %.2f%%, unexplained 5xx %d",
 		f.Replicas, store, f.Slots, f.Rate, f.Rate/f.Capacity, f.Peak, 100*f.Busy, 100*f.Goodput, f.Billed, 100*waste, f.Errors5xx)
 }
-
