@@ -223,7 +223,7 @@ func (c *cluster) run(ctx context.Context) {
 	}
 }
 
-// share is the local share: the cluster's number divided by the replicas
+// shareLocked is the local share: the cluster's number divided by the replicas
 // this one believes there are.
 func (c *cluster) shareLocked(level int) int {
 	return max(1, level/max(c.hint, c.mu.known))
