@@ -1,7 +1,9 @@
 package gateway
 
 import (
+	"context"
 	"encoding/json"
+	"io"
 	"net/http"
 	"strings"
 	"testing"
@@ -95,5 +97,72 @@ func TestClusterStartsOnOneSlotAndFallsBack(t *testing.T) {
 	}
 	if m := metricsText(t, x.admin); !strings.Contains(m, "sluice_cluster_local_share 1") {
 		t.Errorf("metrics lack sluice_cluster_local_share 1")
+	}
+}
+
+// TestClusterLeaseShrinkLetsCallsFinish: replica A alone holds all 16
+// slots and has 10 calls in flight when replica B starts with 12 of its
+// own. A's lease shrinks below its calls in flight; none of them is cut —
+// all 10 are answered — and B gets the slots A gives up only as A's calls
+// end, so the provider never has more than 16 calls, plus B's one floor
+// slot while A held everything.
+func TestClusterLeaseShrinkLetsCallsFinish(t *testing.T) {
+	rs := redistest.Start(t)
+	m, up := startMock(t, mockllm.Config{})
+	cfg := leasedConfig(t, up.URL, rs.URL())
+	a := serve(t, cfg)
+	eventually(t, "A alone with all 16 slots", func() bool { return a.g.gate.Stats().Concurrency == 16 })
+	const held = "1500" // ms at the provider
+	send := func(url string, n int) chan int {
+		codes := make(chan int, n)
+		for range n {
+			go func() {
+				req, _ := http.NewRequestWithContext(context.Background(), http.MethodPost, url+"/v1/chat/completions", strings.NewReader(chatBody))
+				req.Header.Set(mockllm.HeaderLatencyMs, held)
+				resp, err := http.DefaultClient.Do(req)
+				if err != nil {
+					codes <- 0
+					return
+				}
+				_, _ = io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				codes <- resp.StatusCode
+			}()
+		}
+		return codes
+	}
+	fromA := send(a.url, 10)
+	eventually(t, "A's 10 calls in flight", func() bool { return a.g.gate.Stats().InFlight == 10 })
+	b := serve(t, cfg)
+	fromB := send(b.url, 12)
+	peak := 0
+	shrunk := false
+	deadline := time.Now().Add(10 * time.Second)
+	for n := 0; n < 22; {
+		st := a.g.gate.Stats()
+		shrunk = shrunk || st.Concurrency < st.InFlight
+		peak = max(peak, m.Stats().InService)
+		select {
+		case code := <-fromA:
+			if code != 200 {
+				t.Errorf("a call in flight on A when its lease shrank: %d", code)
+			}
+			n++
+		case code := <-fromB:
+			if code != 200 {
+				t.Errorf("a call on B: %d", code)
+			}
+			n++
+		case <-time.After(5 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the calls did not all end within 10s")
+		}
+	}
+	if !shrunk {
+		t.Error("A's lease never went below its calls in flight: the test did not test")
+	}
+	if peak > 17 {
+		t.Errorf("the provider had %d calls at once, want ≤ 17", peak)
 	}
 }
