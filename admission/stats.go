@@ -67,19 +67,19 @@ const statsTenant = "\x00stats"
 // debugging, not for the hot path.
 func (c *Core) Stats(now time.Time) Stats {
 	s := Stats{
-		Concurrency:    c.concurrency,
-		InFlight:       c.inFlight,
-		Queued:         c.queued,
-		Depth:          make([]int, len(c.levels)),
-		InFlightByRank: make([]int, len(c.levels)),
-		EstimatedWait:  make([]time.Duration, len(c.levels)),
-		Admitted:       c.c.admitted,
-		Enqueued:       c.c.enqueued,
-		Granted:        c.c.granted,
-		Canceled:       c.c.canceled,
-		Rejected:       make(map[Reason]uint64),
-		Completed:      make(map[Result]uint64),
+		Concurrency:   c.concurrency,
+		InFlight:      c.inFlight,
+		Queued:        c.queued,
+		Depth:         make([]int, len(c.levels)),
+		EstimatedWait: make([]time.Duration, len(c.levels)),
+		Admitted:      c.c.admitted,
+		Enqueued:      c.c.enqueued,
+		Granted:       c.c.granted,
+		Canceled:      c.c.canceled,
+		Rejected:      make(map[Reason]uint64),
+		Completed:     make(map[Result]uint64),
 	}
+	s.InFlightByRank = make([]int, len(c.levels))
 	for r := range c.levels {
 		if l := &c.levels[r]; l.ring != nil {
 			tq := l.ring
