@@ -19,6 +19,7 @@ type Core struct {
 	ranks       *Ranks
 	concurrency int
 	inFlight    int
+	inFlightAt  []int // in flight by rank, for Stats.InFlightByRank
 	queued      int
 	levels      []level
 	overload    overload
@@ -140,6 +141,7 @@ func (c *Core) arrive(now time.Time, req *Request, t *Ticket, wait bool) (Decisi
 	}
 	if d.Verdict == Granted {
 		c.inFlight++
+		c.holdRank(rank, 1)
 		ts.inFlight++
 		ts.inFlightCost += cost
 		c.changed(ts)
@@ -298,14 +300,19 @@ func (c *Core) Release(now time.Time, req Request, o Outcome) {
 	if err != nil {
 		cost = 0 // it was refused at arrival; nothing of it is held
 	}
-	c.release(now, c.tenants[req.Tenant], req.Key, cost, o)
+	rank, err := c.ranks.Rank(&req)
+	if err != nil {
+		rank = -1 // it was refused at arrival
+	}
+	c.release(now, c.tenants[req.Tenant], req.Key, rank, cost, o)
 }
 
 // release is Release with the tenant's state at hand (nil: unknown) and
-// the request's cost worked out.
-func (c *Core) release(now time.Time, ts *tenantState, key string, cost float64, o Outcome) {
+// the request's rank (-1: unknown) and cost worked out.
+func (c *Core) release(now time.Time, ts *tenantState, key string, rank int, cost float64, o Outcome) {
 	if c.inFlight > 0 {
 		c.inFlight--
+		c.holdRank(rank, -1)
 	}
 	if ts != nil && ts.inFlight > 0 {
 		ts.inFlight--
@@ -385,6 +392,19 @@ func (c *Core) SetConcurrency(now time.Time, n int) error {
 	return nil
 }
 
+// holdRank counts a slot taken (+1) or given back (-1) at rank.
+func (c *Core) holdRank(rank, d int) {
+	if rank < 0 || rank >= len(c.levels) {
+		return
+	}
+	if c.inFlightAt == nil {
+		c.inFlightAt = make([]int, len(c.levels))
+	}
+	if c.inFlightAt[rank]+d >= 0 {
+		c.inFlightAt[rank] += d
+	}
+}
+
 // Concurrency returns the current number of slots.
 func (c *Core) Concurrency() int { return c.concurrency }
 
@@ -422,6 +442,7 @@ func (c *Core) dispatch(now time.Time) {
 		}
 		t.state, t.decided = ticketGranted, now
 		c.inFlight++
+		c.holdRank(t.rank, 1)
 		ts := t.ts
 		ts.inFlight++
 		ts.inFlightCost += t.cost

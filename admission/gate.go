@@ -178,7 +178,7 @@ func (g *Gate) abandon(w *waiter, reason Reason, cause error) error {
 	if !queued {
 		<-w.ready // the waker signals after unlocking; wait for it before reuse
 		if w.t.Granted() {
-			g.release(g.now(), w.t.ts, w.t.req.Key, w.t.cost, Outcome{Result: Unused})
+			g.release(g.now(), w.t.ts, w.t.req.Key, w.t.rank, w.t.cost, Outcome{Result: Unused})
 		}
 	}
 	if reason == reasonNone {
@@ -195,10 +195,10 @@ func (g *Gate) abandon(w *waiter, reason Reason, cause error) error {
 }
 
 // release gives back a slot of tenant ts for work with the given key.
-func (g *Gate) release(now time.Time, ts *tenantState, key string, cost float64, o Outcome) {
+func (g *Gate) release(now time.Time, ts *tenantState, key string, rank int, cost float64, o Outcome) {
 	var buf [4]*waiter
 	g.mu.Lock()
-	g.mu.core.release(now, ts, key, cost, o)
+	g.mu.core.release(now, ts, key, rank, cost, o)
 	woken := g.eventsLocked(buf[:0])
 	g.mu.Unlock()
 	wake(woken)
@@ -298,7 +298,7 @@ func (p *Permit) Done(o Outcome) {
 	if o.ServiceTime <= 0 {
 		o.ServiceTime = elapsed
 	}
-	p.g.release(p.start.Add(elapsed), p.ts, p.key, p.cost, o)
+	p.g.release(p.start.Add(elapsed), p.ts, p.key, p.rank, p.cost, o)
 }
 
 // Drop gives the slot back without doing the work; nothing is recorded.

@@ -22,6 +22,10 @@ type Stats struct {
 	Concurrency int
 	InFlight    int
 	Queued      int
+	// InFlightByRank is InFlight by the rank each call was served at:
+	// with Depth, the demand by rank a replica publishes for its lease of
+	// the cluster's slots.
+	InFlightByRank []int
 	// Depth and EstimatedWait are indexed by rank. EstimatedWait is the wait
 	// a newcomer of that rank would be told now if it belonged to the tenant
 	// holding the most queued requests of that rank — with one tenant, what
@@ -75,6 +79,7 @@ func (c *Core) Stats(now time.Time) Stats {
 		Rejected:      make(map[Reason]uint64),
 		Completed:     make(map[Result]uint64),
 	}
+	s.InFlightByRank = make([]int, len(c.levels))
 	for r := range c.levels {
 		if l := &c.levels[r]; l.ring != nil {
 			tq := l.ring
@@ -88,6 +93,9 @@ func (c *Core) Stats(now time.Time) Stats {
 			}
 		}
 		s.Depth[r] = c.levels[r].depth
+		if c.inFlightAt != nil {
+			s.InFlightByRank[r] = c.inFlightAt[r]
+		}
 		tenant := statsTenant
 		if l := &c.levels[r]; l.ring != nil {
 			tenant = l.heaviest().tenant

@@ -56,6 +56,10 @@ type DashboardSample struct {
 	Spend       *DashboardSpend     `json:"spend,omitempty"`        // absent without a spend section
 	Draining    bool                `json:"draining,omitempty"`
 	Status      DashboardStatus     `json:"status"`
+
+	// Cluster is the cluster's concurrency, of which Concurrency is this
+	// replica's lease, with replicas leasing on Redis; 0 otherwise.
+	Cluster int `json:"cluster,omitempty"`
 }
 
 // DashboardSpend is the spend part of a sample.
@@ -226,6 +230,9 @@ func (s *sampler) sample(now time.Time) DashboardSample {
 		ShedClass:     map[string]float64{},
 		ServiceMs:     map[string][2]int64{},
 		Draining:      g.draining.Load(),
+	}
+	if c := g.books.cluster; c != nil {
+		d.Cluster = c.state().Concurrency
 	}
 	for r, w := range st.EstimatedWait {
 		d.WaitMs[r] = w.Milliseconds()

@@ -118,6 +118,9 @@ func New(cfg Config, opts Options) (*Gateway, error) {
 	}
 	g.gate = g.chain.Gate()
 	g.limit = newAIMD(cfg.UpstreamLimit, cfg.Admission.Concurrency)
+	if err := g.openCluster(cfg.Store, opts.Getenv); err != nil { // the cluster's concurrency (cluster.go)
+		return nil, err
+	}
 	transport := opts.Transport
 	if transport == nil {
 		transport = newTransport(cfg.Upstream.MaxIdleConns)
@@ -140,8 +143,8 @@ func New(cfg Config, opts Options) (*Gateway, error) {
 	g.reload = newReloader(g, written, opts.ConfigSource)
 	if g.spend != nil {
 		g.metrics.reg.MustRegister(g.spend.Collector())
-		g.books.register(g.metrics.reg)
 	}
+	g.books.register(g.metrics.reg)
 	return g, nil
 }
 

@@ -142,8 +142,17 @@ func (a *aimd) observe(now time.Time, resp *http.Response, g *Gateway) {
 }
 
 // setConcurrency gives the gate the controller's level, which is at least
-// 1 by construction.
-func (g *Gateway) setConcurrency(n int) { _ = g.gate.SetConcurrency(n) }
+// 1 by construction. With the cluster's concurrency leased, the level is
+// the cluster's number instead: the lease loop publishes it (the table
+// divides the smallest level of the live replicas) and the gate gets its
+// lease of it.
+func (g *Gateway) setConcurrency(n int) {
+	if c := g.books.cluster; c != nil {
+		c.limitChanged(n)
+		return
+	}
+	_ = g.gate.SetConcurrency(n)
+}
 
 // exhausted reports an x-ratelimit-remaining-requests or -tokens header at
 // zero: the provider's next request will be refused.

@@ -16,11 +16,13 @@ import (
 	"github.com/sluicehq/sluice/store"
 )
 
-// StoreConfig says where the spend books live. Nil (or empty) means in this
-// process's memory only: one replica, whose books a restart forgets.
+// StoreConfig says where the spend books live, and whether the replicas
+// share the provider's concurrency. Nil (or empty) means in this process's
+// memory only: one replica, whose books a restart forgets.
 type StoreConfig struct {
 	// Redis shares the books among the replicas using the same Redis and
-	// cluster name: budgets and the ceiling hold for the whole fleet.
+	// cluster name: budgets and the ceiling hold for the whole fleet, and
+	// admission.concurrency is the whole fleet's (see LeaseConfig).
 	Redis *RedisStoreConfig `yaml:"redis"`
 	// Snapshot keeps one process's books across restarts in a file. Not
 	// with Redis, which keeps them already.
@@ -59,6 +61,9 @@ type RedisStoreConfig struct {
 	// it the oldest minute's are dropped (counted). Zero means 100000; at
 	// most 10000000.
 	MaxQueued int `yaml:"max_queued"`
+	// Lease shares admission.concurrency among the replicas. Nil means
+	// the defaults (see LeaseConfig).
+	Lease *LeaseConfig `yaml:"lease"`
 }
 
 // SentinelConfig is a Sentinel-managed master.
@@ -86,8 +91,8 @@ func (c *StoreConfig) validate(hasSpend bool) error {
 	if c == nil || (c.Redis == nil && c.Snapshot == nil) {
 		return nil
 	}
-	if !hasSpend {
-		return errorf("store: the store keeps the spend books; it needs a spend section")
+	if c.Snapshot != nil && !hasSpend {
+		return errorf("store.snapshot: the snapshot keeps the spend books; it needs a spend section")
 	}
 	if c.Redis != nil && c.Snapshot != nil {
 		return errorf("store.snapshot: not with store.redis, which keeps the books across restarts")
@@ -160,7 +165,7 @@ func (c *StoreConfig) validate(hasSpend bool) error {
 	if r.MaxQueued < 0 || r.MaxQueued > 10_000_000 {
 		return errorf("store.redis.max_queued: %d, want 0 (%d) to 10000000", r.MaxQueued, store.DefaultMaxQueued)
 	}
-	return nil
+	return r.Lease.validate()
 }
 
 func validAddrs(field string, addrs []string) error {
@@ -182,7 +187,10 @@ type books struct {
 	ledger *store.Ledger
 	mem    *spend.MemoryLedger
 	snaps  *store.Snapshots
-	once   sync.Once
+	// cluster shares the provider's concurrency (cluster.go); nil without
+	// Redis or with leases disabled.
+	cluster *cluster
+	once    sync.Once
 }
 
 // openBooks builds the spend ledger the store section asks for; nil (the
@@ -201,9 +209,25 @@ func (g *Gateway) openBooks(c *StoreConfig, getenv func(string) string) (spend.L
 		}
 		return g.books.mem, nil
 	}
-	r := c.Redis
-	if r == nil {
+	if c.Redis == nil {
 		return nil, nil
+	}
+	if err := g.openRedis(c.Redis, getenv); err != nil {
+		return nil, err
+	}
+	var err error
+	if g.books.ledger, err = store.NewLedger(g.books.redis, store.LedgerOptions{SyncInterval: c.Redis.SyncInterval.D(), MaxQueued: c.Redis.MaxQueued, Logger: g.log}); err != nil {
+		g.books.redis.Close()
+		return nil, fmt.Errorf("config: store.redis: %w", err)
+	}
+	return g.books.ledger, nil
+}
+
+// openRedis connects to Redis (without dialing: the first call does), once
+// for the books and the leases.
+func (g *Gateway) openRedis(r *RedisStoreConfig, getenv func(string) string) error {
+	if g.books.redis != nil {
+		return nil
 	}
 	if getenv == nil {
 		getenv = os.Getenv
@@ -214,22 +238,18 @@ func (g *Gateway) openBooks(c *StoreConfig, getenv func(string) string) (spend.L
 	}
 	if r.PasswordEnv != "" {
 		if o.Password = getenv(r.PasswordEnv); o.Password == "" {
-			return nil, fmt.Errorf("config: store.redis.password_env: the environment variable %s is empty or unset", r.PasswordEnv)
+			return fmt.Errorf("config: store.redis.password_env: the environment variable %s is empty or unset", r.PasswordEnv)
 		}
 	}
 	client, err := store.NewClient(o)
 	if err != nil {
-		return nil, fmt.Errorf("config: store.redis: %w", err)
+		return fmt.Errorf("config: store.redis: %w", err)
 	}
 	if g.books.redis, err = store.NewRedis(store.Options{Client: client, KeyPrefix: r.KeyPrefix, Cluster: r.Cluster, Timeout: r.Timeout.D(), Logger: g.log}); err != nil {
 		client.Close()
-		return nil, fmt.Errorf("config: store.redis: %w", err)
+		return fmt.Errorf("config: store.redis: %w", err)
 	}
-	if g.books.ledger, err = store.NewLedger(g.books.redis, store.LedgerOptions{SyncInterval: r.SyncInterval.D(), MaxQueued: r.MaxQueued, Logger: g.log}); err != nil {
-		g.books.redis.Close()
-		return nil, fmt.Errorf("config: store.redis: %w", err)
-	}
-	return g.books.ledger, nil
+	return nil
 }
 
 // alertClaim is the Alerter's Claim: with Redis, each alert is delivered
@@ -242,25 +262,41 @@ func (b *books) alertClaim() func(context.Context, spend.AlertEvent) bool {
 }
 
 // register adds the store's metrics (sluice_store_up,
-// sluice_store_queued_entries, …) to reg, with Redis only.
+// sluice_store_queued_entries, sluice_cluster_lease_slots, …) to reg, with
+// Redis only.
 func (b *books) register(reg *prometheus.Registry) {
+	if b.redis != nil {
+		reg.MustRegister(b.redis.Collector())
+	}
 	if b.ledger != nil {
-		reg.MustRegister(b.redis.Collector(), b.ledger.Collector())
+		reg.MustRegister(b.ledger.Collector())
+	}
+	if b.cluster != nil {
+		reg.MustRegister(b.cluster.collectors()...)
 	}
 }
 
-// RunStore keeps the books: with Redis it syncs them until ctx ends, then
-// writes what is queued and closes the connection; with a snapshot it
-// writes the file every interval and once more at the end. Server.Serve
-// runs it, stopping it after the in-flight requests have settled; a
-// program that mounts the Gateway itself should too. Without a store it
-// returns at once. Call it once.
+// RunStore keeps the books and the lease: with Redis it syncs the books
+// and renews the lease of the cluster's concurrency until ctx ends, then
+// writes what is queued, releases the lease and closes the connection;
+// with a snapshot it writes the file every interval and once more at the
+// end. Server.Serve runs it, stopping it after the in-flight requests have
+// settled; a program that mounts the Gateway itself must too (with Redis
+// its gate has one slot until the first lease). Without a store it returns
+// at once. Call it once.
 func (g *Gateway) RunStore(ctx context.Context) error {
 	var err error
 	g.books.once.Do(func() {
 		switch {
-		case g.books.ledger != nil:
-			err = g.books.ledger.Run(ctx)
+		case g.books.redis != nil:
+			var wg sync.WaitGroup
+			if c := g.books.cluster; c != nil {
+				wg.Go(func() { c.run(ctx) })
+			}
+			if l := g.books.ledger; l != nil {
+				err = l.Run(ctx)
+			}
+			wg.Wait()
 			if cerr := g.books.redis.Close(); err == nil {
 				err = cerr
 			}
@@ -294,13 +330,23 @@ type StoreState struct {
 	Queued   int    `json:"queued"`
 	Dropped  int64  `json:"dropped,omitempty"`
 	Snapshot string `json:"snapshot,omitempty"`
+	// Cluster is the lease of the cluster's concurrency; absent without
+	// Redis or with leases disabled.
+	Cluster *ClusterState `json:"cluster,omitempty"`
 }
 
 func (g *Gateway) storeState() *StoreState {
+	b := &g.books
+	if b.cluster != nil && b.ledger == nil {
+		s := &StoreState{Mode: "redis", Up: b.redis.Up(), Cluster: b.cluster.state()}
+		if !s.Up {
+			s.Mode = "degraded"
+		}
+		return s
+	}
 	if g.spend == nil {
 		return nil
 	}
-	b := &g.books
 	if b.ledger == nil {
 		s := &StoreState{Mode: "local", Up: true}
 		if b.snaps != nil {
@@ -309,6 +355,9 @@ func (g *Gateway) storeState() *StoreState {
 		return s
 	}
 	s := &StoreState{Mode: b.ledger.Mode(), Up: b.redis.Up(), Queued: b.ledger.Queued(), Dropped: b.ledger.Dropped()}
+	if b.cluster != nil {
+		s.Cluster = b.cluster.state()
+	}
 	if at := b.redis.LastErrorAt(); !at.IsZero() {
 		at = at.UTC()
 		s.LastErrorAt = &at

@@ -152,7 +152,7 @@ func metricsText(t *testing.T, admin string) string {
 func TestStoreConfigErrorsNameTheField(t *testing.T) {
 	const base = "upstream: {url: http://x}\nadmission: {concurrency: 1}\nspend: {prices: {m: {input_per_mtok: 1}}}\n"
 	for _, tc := range []struct{ yaml, field string }{
-		{"upstream: {url: http://x}\nadmission: {concurrency: 1}\nstore: {redis: {url: 'redis://h:1'}}\n", "store"},
+		{"upstream: {url: http://x}\nadmission: {concurrency: 1}\nstore: {snapshot: {path: /tmp/x}}\n", "store.snapshot"},
 		{base + "store: {redis: {}}\n", "store.redis"},
 		{base + "store: {redis: {url: 'redis://h:1', cluster_addrs: ['h:1']}}\n", "store.redis"},
 		{base + "store: {redis: {url: 'http://h:1'}}\n", "store.redis.url"},
@@ -168,6 +168,11 @@ func TestStoreConfigErrorsNameTheField(t *testing.T) {
 		{base + "store: {redis: {url: 'redis://h:1', sync_interval: 1ms}}\n", "store.redis.sync_interval"},
 		{base + "store: {redis: {url: 'redis://h:1', max_queued: -1}}\n", "store.redis.max_queued"},
 		{base + "store: {redis: {url: 'redis://h:1', colour: red}}\n", "colour"},
+		{base + "store: {redis: {url: 'redis://h:1', lease: {interval: 5ms}}}\n", "store.redis.lease.interval"},
+		{base + "store: {redis: {url: 'redis://h:1', lease: {ttl: 300ms}}}\n", "store.redis.lease.ttl"},
+		{base + "store: {redis: {url: 'redis://h:1', lease: {interval: 1s, ttl: 2s}}}\n", "store.redis.lease.ttl"},
+		{base + "store: {redis: {url: 'redis://h:1', lease: {replicas: -1}}}\n", "store.redis.lease.replicas"},
+		{base + "store: {redis: {url: 'redis://h:1', lease: {slots: 3}}}\n", "slots"},
 		{base + "store: {redis: {url: 'redis://h:1'}, snapshot: {path: /tmp/x}}\n", "store.snapshot"},
 		{base + "store: {snapshot: {interval: 10s}}\n", "store.snapshot.path"},
 		{base + "store: {snapshot: {path: /tmp/x, interval: 2h}}\n", "store.snapshot.interval"},

@@ -26,6 +26,11 @@
 # (/admin/v1/events, a sample a second) for the whole run, as an open
 # dashboard tab would: the sampler's cost shows in sluice's figures.
 #
+# With REDIS=redis://host:port a fifth target, sluice+redis, is the same
+# `sluice serve` with a store.redis section on that Redis (its own cluster
+# name): leasing the concurrency and syncing the books run beside the
+# requests, never on their path, and this shows what they cost them.
+#
 # With WRK=1 and wrk installed, each run also measures every target with
 # wrk (a C generator, closed loop: ten connections, each waiting 10 ms
 # between requests, about 1,000 requests/s; scripts/overhead.lua), as a
@@ -81,7 +86,19 @@ else
   echo "(haproxy not installed: apt-get install haproxy to compare with it)"
 fi
 targets="$targets sluice=$api_port=$sluice_pid"
-for port in $mock_port $api_port $bare_port ${ha_port:-}; do
+if [ -n "${REDIS:-}" ]; then
+  store_port=$(free_port); store_admin=$(free_port)
+  cat >"$dir/store.yaml" <<CFG
+upstream: {url: "http://127.0.0.1:$mock_port"}
+admission: {concurrency: 1024, max_queue: 1024}
+store: {redis: {url: "$REDIS", cluster: "overhead-$$"}}
+CFG
+  env ${SLUICE_ENV:-} "$dir/sluice" serve --config "$dir/store.yaml" \
+    --listen 127.0.0.1:$store_port --admin 127.0.0.1:$store_admin >/dev/null 2>&1 &
+  pids+=($!)
+  targets="$targets sluice+redis=$store_port=$!"
+fi
+for port in $mock_port $api_port $bare_port ${ha_port:-} ${store_port:-}; do
   for _ in $(seq 100); do curl -s -o /dev/null http://127.0.0.1:$port/v1/models && break; sleep 0.1; done
 done
 if [ "${DASHBOARD:-}" = 1 ]; then

@@ -62,6 +62,14 @@
 // records when each alert's rate crossed its threshold and when the alert
 // fired ([SpendResult]).
 //
+// With a replicas section every sluice rung runs as several gateway
+// replicas, one chain each, whose concurrency the lease table the gateway
+// uses with Redis (store.LeaseTable, the Go twin of the Lua script) sets
+// every lease interval from each replica's demand by rank; traffic goes
+// round-robin or to the replica a source is pinned to, and [Result]'s
+// Provider reports the upstream's calls in flight over all replicas
+// against its slots (replicas.go). The baselines stay one queue.
+//
 // One choice departs from the gateway on purpose: when a caller leaves
 // while its call runs, the upstream keeps generating — and billing — as real
 // providers do, and the policy's slot stays busy until the call ends. The

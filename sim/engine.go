@@ -41,6 +41,7 @@ type attempt struct {
 	model    *modelInfo
 	cost     float64
 	degraded bool
+	replica  int32 // the gateway replica it was sent to (replicas.go)
 }
 
 type attemptState uint8

@@ -219,6 +219,9 @@ func (g *gateServer) estimatedWait(now time.Duration) (time.Duration, bool) {
 func (g *gateServer) sweep(now time.Duration) { g.spend.tick(now) }
 
 func newServer(e *engine) (server, error) {
+	if e.s.policy.Sluice && e.s.sc.Replicas != nil {
+		return newReplicaServer(e)
+	}
 	if e.s.policy.Sluice {
 		return newGateServer(e)
 	}

@@ -133,6 +133,10 @@ type Result struct {
 	// Spend is set for a scenario with a spend section: see [SpendResult].
 	Spend *SpendResult `json:"spend,omitempty"`
 
+	// Provider is set when replicas shared the upstream: see
+	// [ProviderResult].
+	Provider *ProviderResult `json:"provider,omitempty"`
+
 	// Series is set when Options.Trace asked for it.
 	Series *Series `json:"-"`
 }
@@ -418,6 +422,9 @@ func (m *metrics) result(e *engine) *Result {
 	}
 	r.Recovery = m.recovery()
 	r.Spend = m.spendResult(e)
+	if rs, ok := e.srv.(*replicaServer); ok {
+		r.Provider = rs.result(e.now)
+	}
 	if s.trace {
 		r.Series = m.series()
 	}

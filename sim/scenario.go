@@ -62,6 +62,26 @@ type Scenario struct {
 	// Timeseries, when set, asks for time-series plots of this scenario
 	// (timeseries). Nil means none.
 	Timeseries *Timeseries
+	// Replicas, when set, runs every sluice policy as several gateway
+	// replicas sharing the upstream's concurrency by leases (replicas).
+	// Nil means one gateway.
+	Replicas *Replicas
+}
+
+// Replicas is a fleet of gateways in front of one upstream (replicas):
+// each sluice policy runs Count chains, one per replica, whose
+// concurrency is set every LeaseInterval by the lease table the gateway
+// uses with Redis (store.LeaseTable: the cluster's concurrency divided by
+// demand, ranks first). Traffic is spread round-robin, except the sources
+// pinned to a replica (traffic[].replica): that is how demand is skewed
+// between replicas. The baselines run as one queue, as before.
+type Replicas struct {
+	// Count is how many replicas (count): 2 to 64. Required.
+	Count int
+	// LeaseInterval is how often each replica renews its lease
+	// (lease_interval); the replicas' renewals are spread evenly over it.
+	// Zero means 200ms, the gateway's default; 10ms to 10s.
+	LeaseInterval time.Duration
 }
 
 // DefaultRequests is Scenario.Requests when zero.
@@ -291,6 +311,9 @@ type Source struct {
 	// each logical request asks something of its own. Its attempts are
 	// copies of it either way.
 	SamePrompt bool
+	// Replica pins the source's traffic to one replica, numbered from 0
+	// (replica), with a replicas section. Nil means round-robin over them.
+	Replica *int
 }
 
 // Baselines parameterise the comparison queues that are not sluice.
@@ -498,6 +521,28 @@ func (s *Scenario) Validate() error {
 	}
 	if !swept {
 		return ferr("traffic", "every source has a fixed load: at least one must be swept (no load)")
+	}
+	if r := s.Replicas; r != nil {
+		if r.Count < 2 || r.Count > 64 {
+			return ferr("replicas.count", "want 2 to 64, got %d", r.Count)
+		}
+		if r.LeaseInterval != 0 && (r.LeaseInterval < 10*time.Millisecond || r.LeaseInterval > 10*time.Second) {
+			return ferr("replicas.lease_interval", "want 0 (for 200ms) or 10ms to 10s, got %v", r.LeaseInterval)
+		}
+		if s.Spend != nil {
+			return ferr("replicas", "not with a spend section: the simulator shares concurrency between replicas, not books")
+		}
+	}
+	for i, src := range s.Traffic {
+		if src.Replica == nil {
+			continue
+		}
+		if s.Replicas == nil {
+			return ferr(fmt.Sprintf("traffic[%d].replica", i), "only with a replicas section")
+		}
+		if *src.Replica < 0 || *src.Replica >= s.Replicas.Count {
+			return ferr(fmt.Sprintf("traffic[%d].replica", i), "want 0 to %d (replicas.count − 1), got %d", s.Replicas.Count-1, *src.Replica)
+		}
 	}
 	b := s.Baselines
 	switch {

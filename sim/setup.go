@@ -66,6 +66,7 @@ type source struct {
 	segs           []segment
 	rng            *rand.Rand
 	count          uint64
+	replica        int     // the replica its traffic goes to; -1: round-robin
 	seg            int     // current segment
 	t              float64 // seconds: the latest arrival
 	// script, when set (by tests), replaces the Poisson process: the
@@ -179,7 +180,10 @@ func newSetup(sc *Scenario, policy string, load float64, opt Options) (*setup, e
 	}
 	tenants := map[string]int{}
 	for i, src := range sc.Traffic {
-		r := &source{idx: i, name: src.Name, cost: src.CostPerCall}
+		r := &source{idx: i, name: src.Name, cost: src.CostPerCall, replica: -1}
+		if src.Replica != nil {
+			r.replica = *src.Replica
+		}
 		if r.name == "" {
 			r.name = src.Class
 			if src.Tenant != "" {

@@ -155,6 +155,10 @@ func decodeScenario(n *yaml.Node, s *Scenario) error {
 				"max_tokens":    int64Field(&src.MaxTokens),
 				"headers":       str(&src.Headers),
 				"same_prompt":   boolField(&src.SamePrompt),
+				"replica": func(v *yaml.Node, p string) error {
+					src.Replica = new(int)
+					return intField(src.Replica)(v, p)
+				},
 			})
 			s.Traffic = append(s.Traffic, src)
 			return err
@@ -212,6 +216,14 @@ func decodeScenario(n *yaml.Node, s *Scenario) error {
 		"spend": func(v *yaml.Node, p string) error {
 			s.Spend = &spend.Config{}
 			return tagged(v, p, reflect.ValueOf(s.Spend).Elem())
+		},
+		"replicas": func(v *yaml.Node, p string) error {
+			r := &Replicas{}
+			s.Replicas = r
+			return mapping(v, p, map[string]fieldFunc{
+				"count":          intField(&r.Count),
+				"lease_interval": duration(&r.LeaseInterval),
+			})
 		},
 		"timeseries": func(v *yaml.Node, p string) error {
 			ts := &Timeseries{}

@@ -32,6 +32,16 @@
 // SET NX the transition's key posts the webhook. With Redis unreachable,
 // every replica posts its own.
 //
+// Leases is the lease table of the cluster's concurrency: each replica
+// renews its lease every interval in one Lua script, publishing its demand
+// by rank; the script drops the rows past their TTL, divides the smallest
+// published limit among the live replicas (Divide: a floor of one slot
+// each, then rank by rank max-min, then the idle slots spread), and grants
+// the caller its share less what the others still hold (so that slots
+// move between replicas only as calls drain). LeaseTable is the same in Go,
+// time an input, for the simulator and as the script's reference: the
+// tests run both on the same renewals.
+//
 // Snapshots write a MemoryLedger to a file (a temporary file renamed over
 // it) every interval and at shutdown, and read it at start: one process's
 // books surviving a restart without Redis.
@@ -40,6 +50,8 @@
 //
 // Exact limits across replicas between two syncs (a fleet may overshoot a
 // budget by what it admits in one interval), books that survive a Redis that
-// loses its data (run it with persistence), and sharing concurrency (a
-// separate piece builds on Redis here).
+// loses its data (run it with persistence), and a provider's in-flight
+// calls within its slots at every instant of a replica's joining (one
+// floor slot per replica that joins while every slot is held; see
+// docs/replicas.md).
 package store

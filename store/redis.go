@@ -130,9 +130,10 @@ type Options struct {
 	// Zero means 3.
 	Failures int
 	// Backoff is how long the breaker first stays open; it doubles at
-	// each failed probe up to MaxBackoff. Zero means 250ms and 1s: a probe
-	// a second costs Redis nothing, and the books converge within about a
-	// second of its return.
+	// each failed probe up to MaxBackoff. Zero means 250ms and 500ms: a
+	// probe twice a second costs Redis nothing, and the replicas are back
+	// on shared leases and books within about a second and a half of its
+	// return (go-redis itself redials a refused connection once a second).
 	Backoff, MaxBackoff time.Duration
 	// Logger receives the breaker's transitions. Nil means slog.Default().
 	Logger *slog.Logger
@@ -195,7 +196,7 @@ func NewRedis(o Options) (*Redis, error) {
 		r.b.base = 250 * time.Millisecond
 	}
 	if r.b.limit == 0 {
-		r.b.limit = time.Second
+		r.b.limit = 500 * time.Millisecond
 	}
 	r.b.backoff = r.b.base
 	r.calls = prometheus.NewCounterVec(prometheus.CounterOpts{

@@ -30,6 +30,9 @@
       series: () => [
         { label: "in flight", get: (s) => s.in_flight },
         { label: "concurrency", get: (s) => s.concurrency, dash: [6, 4] },
+        // With replicas leasing on Redis, concurrency is this replica's
+        // lease of the cluster's.
+        { label: "cluster", get: (s) => (s.cluster ? s.cluster : null), dash: [2, 3] },
       ],
     },
     {

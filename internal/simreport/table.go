@@ -165,6 +165,12 @@ func WriteText(w io.Writer, sw *sim.Sweep) error {
 				fmt.Fprintf(w, "%s: %s\n", r.Label, limiterText(r))
 			}
 		}
+		for _, r := range sw.Results[i] {
+			if p := r.Provider; p != nil {
+				fmt.Fprintf(w, "%s: %d replicas on leases; the upstream's calls in flight: peak %d, mean %.1f of its %d slots, over them %.2f%% of the time\n",
+					r.Label, p.Replicas, p.PeakInFlight, p.MeanInFlight, p.Concurrency, p.OverPct)
+			}
+		}
 	}
 	return nil
 }
