@@ -50,19 +50,22 @@ func call(t *testing.T, l *spend.Limiter, now time.Time, tokens int64) bool {
 	return true
 }
 
-// TestTwoReplicasKeepOneBudget: two Limiters (replicas) on one Redis, four
-// workers each calling concurrently, keep tenant t's $10 daily budget
-// within 5%, each replica admitting at most eight calls ($0.08) between
-// two syncs. The same load on two replicas with books of their own spends
-// twice the budget: the control shows the harness measures the sharing.
-func TestTwoReplicasKeepOneBudget(t *testing.T) {
+// TestThreeReplicasKeepOneBudget: three Limiters (replicas) on one Redis,
+// four workers each calling concurrently, keep tenant t's $10 daily budget
+// — and, in a config with no tenant budget, the global ceiling of $120 an
+// hour, $10 in its 5-minute window with the clock held still — within 5%,
+// each replica admitting at most eight calls ($0.08) between two syncs. The
+// same load on three replicas with books of their own spends three times
+// the limit: the control shows the harness measures the sharing.
+func TestThreeReplicasKeepOneBudget(t *testing.T) {
 	srv := redistest.Start(t)
-	const workers, perSync, tokens = 4, 2, 10 // $0.01 a call
+	const replicas, workers, perSync, tokens = 3, 4, 2, 10 // $0.01 a call
 	now := time.Now()
-	load := func(t *testing.T, ledgers [2]spend.Ledger, syncAll func()) float64 {
-		var limiters [2]*spend.Limiter
+	ceiling := spend.Config{Prices: unitConfig().Prices, CeilingPerHour: 120}
+	load := func(t *testing.T, cfg spend.Config, ledgers []spend.Ledger, syncAll func()) float64 {
+		limiters := make([]*spend.Limiter, len(ledgers))
 		for i := range limiters {
-			limiters[i] = newLimiter(t, unitConfig(), ledgers[i])
+			limiters[i] = newLimiter(t, cfg, ledgers[i])
 		}
 		var admitted atomic.Int64
 		for round := 0; ; round++ {
@@ -87,34 +90,46 @@ func TestTwoReplicasKeepOneBudget(t *testing.T) {
 		}
 		return float64(admitted.Load()*tokens) / 1000
 	}
-
-	t.Run("Shared", func(t *testing.T) {
-		cluster := clusterName(t)
-		clk := &clock{t: now}
-		a := newLedger(t, newRedis(t, srv, cluster, Options{}), LedgerOptions{Now: clk.Now})
-		b := newLedger(t, newRedis(t, srv, cluster, Options{}), LedgerOptions{Now: clk.Now})
-		spent := load(t, [2]spend.Ledger{a, b}, func() {
-			var wg sync.WaitGroup
-			for _, l := range []*Ledger{a, b} {
-				wg.Go(func() {
-					if err := l.Sync(context.Background()); err != nil {
-						t.Error(err)
-					}
-				})
+	for _, tc := range []struct {
+		name string
+		cfg  spend.Config
+	}{{"TenantBudget", unitConfig()}, {"GlobalCeiling", ceiling}} {
+		t.Run(tc.name+"/Shared", func(t *testing.T) {
+			cluster := clusterName(t)
+			clk := &clock{t: now}
+			ledgers := make([]*Ledger, replicas)
+			shared := make([]spend.Ledger, replicas)
+			for i := range ledgers {
+				ledgers[i] = newLedger(t, newRedis(t, srv, cluster, Options{}), LedgerOptions{Now: clk.Now})
+				shared[i] = ledgers[i]
 			}
-			wg.Wait()
+			spent := load(t, tc.cfg, shared, func() {
+				var wg sync.WaitGroup
+				for _, l := range ledgers {
+					wg.Go(func() {
+						if err := l.Sync(context.Background()); err != nil {
+							t.Error(err)
+						}
+					})
+				}
+				wg.Wait()
+			})
+			t.Logf("%d replicas sharing a $10 limit spent $%.2f", replicas, spent)
+			if spent > 10*1.05 || spent < 10*0.95 {
+				t.Errorf("%d replicas spent $%.2f of a $10 limit, want within 5%%", replicas, spent)
+			}
 		})
-		t.Logf("two replicas sharing a $10 budget spent $%.2f", spent)
-		if spent > 10*1.05 || spent < 10*0.95 {
-			t.Errorf("two replicas spent $%.2f of a $10 budget, want within 5%%", spent)
-		}
-	})
-	t.Run("Control", func(t *testing.T) {
-		spent := load(t, [2]spend.Ledger{spend.NewMemoryLedger(), spend.NewMemoryLedger()}, func() {})
-		if spent < 19 {
-			t.Errorf("two replicas with books of their own spent $%.2f, want about twice the $10 budget", spent)
-		}
-	})
+		t.Run(tc.name+"/Control", func(t *testing.T) {
+			own := make([]spend.Ledger, replicas)
+			for i := range own {
+				own[i] = spend.NewMemoryLedger()
+			}
+			spent := load(t, tc.cfg, own, func() {})
+			if spent < 10*replicas*0.95 {
+				t.Errorf("%d replicas with books of their own spent $%.2f, want about %d times the $10 limit", replicas, spent, replicas)
+			}
+		})
+	}
 }
 
 // eventually polls cond for up to limit: for what another process (Redis,
