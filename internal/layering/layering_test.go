@@ -24,11 +24,11 @@ var layers = [][]string{
 	// The wire contract: headers, reasons, error bodies.
 	{"contract"},
 	// The policies.
-	{"admission", "retrybudget"},
+	{"admission", "retrybudget", "batch"}, // batch: the durable job store and its executor
 	{"spend"}, // prices and budgets in the gate's ranks and reasons
 	// The admission chain, which runs the policies in order; the ledgers'
-	// shared test suite.
-	{"chain", "spend/spendtest", "store", "store/redistest"},
+	// and the job stores' shared test suites.
+	{"chain", "spend/spendtest", "batch/batchtest", "store", "store/redistest"},
 	{"client"},
 	// The shells and the tools around them: none imports another.
 	{"gateway", "sim", "loadgen", "mockllm"},
