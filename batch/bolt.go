@@ -33,8 +33,9 @@ var allBuckets = [][]byte{bFiles, bContent, bBatches, bByTenant, bActive, bItems
 
 type boltBatch struct {
 	Batch
-	Seq  uint64
-	Done int // items with a result
+	Seq     uint64
+	Done    int // items with a result
+	Expired int // items expired
 }
 
 type boltItem struct {
@@ -326,8 +327,11 @@ func (s *Bolt) result(tx *bolt.Tx, b *boltBatch, k []byte, r Result) error {
 	switch r.Kind {
 	case Succeeded:
 		b.Counts.Completed++
-	case Failed, Expired:
+	case Failed:
 		b.Counts.Failed++
+	case Expired:
+		b.Counts.Failed++
+		b.Expired++
 	case Cancelled:
 		b.Cancelled++
 	}
@@ -374,8 +378,12 @@ func (s *Bolt) maybeFinish(tx *bolt.Tx, b *boltBatch, now time.Time) error {
 	switch {
 	case b.Status == StatusCancelling:
 		b.Status, b.CancelledAt = StatusCancelled, now
-	case !b.ExpiredAt.IsZero():
+	case b.Expired > 0:
+		// An item expired: the window passed before the batch could end.
 		b.Status = StatusExpired
+		if b.ExpiredAt.IsZero() {
+			b.ExpiredAt = now
+		}
 	default:
 		b.Status, b.CompletedAt = StatusCompleted, now
 	}

@@ -350,6 +350,19 @@ func testExpire(t *testing.T, s batch.JobStore) {
 	if n, _ := s.ExpireDue(ctx, end.Add(time.Hour)); n != 0 {
 		t.Errorf("expired %d again", n)
 	}
+
+	// A runner that finds an item past the window expires it; when that is
+	// the batch's last result, the batch has expired too.
+	create(t, s, "a", "b2", 2, time.Hour)
+	cs = claim(t, s, t0, "w", 2)
+	succeed(t, s, cs[0], t0)
+	line := batch.ErrorLine("b2", 1, "req-1", "batch_expired", "too late")
+	if ok, err := s.Complete(ctx, cs[1], batch.Result{Kind: batch.Expired, Line: line}, end); !ok || err != nil {
+		t.Fatal(ok, err)
+	}
+	if b := get(t, s, "a", "b2"); b.Status != batch.StatusExpired || b.Counts != (batch.Counts{Total: 2, Completed: 1, Failed: 1}) || !b.ExpiredAt.Equal(end) {
+		t.Fatalf("expired by its runner: %+v", b)
+	}
 }
 
 func testList(t *testing.T, s batch.JobStore) {
