@@ -783,7 +783,6 @@ func (b *batchAPI) cancel(w http.ResponseWriter, r *http.Request, tenant, id str
 	}
 }
 
-
 // validateBatch checks the batch section, and that passthrough does not
 // forward the paths the Batch API serves.
 func (c Config) validateBatch() error {

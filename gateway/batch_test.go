@@ -426,4 +426,3 @@ func TestBatchYieldsToLiveWork(t *testing.T) {
 		t.Errorf("responses{class=pipeline,code=200} = %v, want 60", n)
 	}
 }
-
