@@ -191,8 +191,10 @@ func (g *Gateway) openBatch() (*batchAPI, error) {
 		return nil, fmt.Errorf("config: batch.class: %w", err)
 	}
 	b := &batchAPI{g: g, cfg: cfg, store: store, rank: rank, now: time.Now}
+	// Claimed items are what a crash runs again: no more than the slots
+	// and the waiting places, counting those whose answer is being written.
 	b.exec = batch.NewExecutor(batch.ExecutorConfig{Store: store, Doer: b, MaxWaiting: cfg.MaxWaiting,
-		MaxRunning: maxConcurrency, Grace: g.cfg.ShutdownGrace.D(), Log: g.log})
+		MaxRunning: g.cfg.Admission.Concurrency + cfg.MaxWaiting, Grace: g.cfg.ShutdownGrace.D(), Log: g.log})
 	return b, nil
 }
 

@@ -31,6 +31,12 @@ type serveFlags struct {
 	apiKeyEnv   string
 	initial     time.Duration
 	pprof       bool
+	batchDB     string
+
+	// batchDefaulted: batch.path was unset and load filled in the state
+	// directory's; batchFallback: that file was in use by another sluice,
+	// so this one serves without the Batch API (and a reload keeps it so).
+	batchDefaulted, batchFallback bool
 }
 
 func (f *serveFlags) register(fs *flag.FlagSet) {
@@ -43,6 +49,7 @@ func (f *serveFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.apiKeyEnv, "api-key-env", "", "environment `variable` holding the provider's API key")
 	fs.DurationVar(&f.initial, "initial-service-time", 0, "service time assumed before the first call completes")
 	fs.BoolVar(&f.pprof, "admin-pprof", false, "serve the Go runtime's profiles at /debug/pprof/ on the admin listener (admin_pprof)")
+	fs.StringVar(&f.batchDB, "batch-db", "", "`file` of the Batch API's store (batch.path; default $XDG_STATE_HOME/sluice/batch.db, else ~/.local/state/sluice/batch.db)")
 }
 
 // load reads the config file, if any, and applies the flags that were set.
@@ -82,8 +89,20 @@ func (f *serveFlags) load(fs *flag.FlagSet) (gateway.Config, error) {
 			cfg.Admission.InitialServiceTime = gateway.Duration(f.initial)
 		case "admin-pprof":
 			cfg.AdminPprof = f.pprof
+		case "batch-db":
+			cfg.Batch.Path = f.batchDB
 		}
 	})
+	// The Batch API is on by default: its store lives in the state
+	// directory unless the config says where, or turns it off.
+	f.batchDefaulted = false
+	if cfg.Batch.Path == "" && !cfg.Batch.Disabled {
+		if f.batchFallback {
+			cfg.Batch.Disabled = true
+		} else if p, err := gateway.DefaultBatchPath(); err == nil {
+			cfg.Batch.Path, f.batchDefaulted = p, true
+		}
+	}
 	if bad != nil {
 		return cfg, bad
 	}
@@ -113,6 +132,16 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	logger := slog.New(slog.NewTextHandler(stderr, nil))
 	g, err := gateway.New(cfg, gateway.Options{Logger: logger, ConfigSource: f.configSource(fs)})
+	if err != nil && f.batchDefaulted && gateway.IsBatchStoreInUse(err) {
+		// Another sluice on this machine holds the default store: serve
+		// without batches rather than not at all, and say so.
+		logger.Warn("the Batch API is off: its default store is in use by another sluice; set batch.path (or --batch-db) to give this one its own",
+			"path", cfg.Batch.Path)
+		f.batchFallback = true
+		if cfg, err = f.load(fs); err == nil {
+			g, err = gateway.New(cfg, gateway.Options{Logger: logger, ConfigSource: f.configSource(fs)})
+		}
+	}
 	if err != nil {
 		return err
 	}
