@@ -18,6 +18,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/sluicehq/sluice/admission"
 	"github.com/sluicehq/sluice/batch"
 	"github.com/sluicehq/sluice/contract"
@@ -195,7 +197,39 @@ func (g *Gateway) openBatch() (*batchAPI, error) {
 	// and the waiting places, counting those whose answer is being written.
 	b.exec = batch.NewExecutor(batch.ExecutorConfig{Store: store, Doer: b, MaxWaiting: cfg.MaxWaiting,
 		MaxRunning: g.cfg.Admission.Concurrency + cfg.MaxWaiting, Grace: g.cfg.ShutdownGrace.D(), Log: g.log})
+	g.metrics.reg.MustRegister(batchCollector{b})
 	return b, nil
+}
+
+var (
+	descBatchBacklog = prometheus.NewDesc("sluice_batch_backlog_items", "Batch items not yet run (queued or running), all batches.", nil, nil)
+	descBatchBytes   = prometheus.NewDesc("sluice_batch_backlog_bytes", "Bytes of the batch items not yet run.", nil, nil)
+	descBatchItems   = prometheus.NewDesc("sluice_batch_items_total",
+		"Batch items by outcome: completed, failed, expired; deferred counts the runs sluice refused and put back (overload, spend ceiling), retried those the provider failed.", []string{"outcome"}, nil)
+)
+
+// batchCollector reads the backlog from the store and the executor's
+// counters at each scrape.
+type batchCollector struct{ b *batchAPI }
+
+func (c batchCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- descBatchBacklog
+	ch <- descBatchBytes
+	ch <- descBatchItems
+}
+
+func (c batchCollector) Collect(ch chan<- prometheus.Metric) {
+	if n, size, err := c.b.store.Backlog(context.Background()); err == nil {
+		ch <- prometheus.MustNewConstMetric(descBatchBacklog, prometheus.GaugeValue, float64(n))
+		ch <- prometheus.MustNewConstMetric(descBatchBytes, prometheus.GaugeValue, float64(size))
+	}
+	st := c.b.exec.Stats()
+	for _, o := range []struct {
+		name string
+		v    uint64
+	}{{"completed", st.Completed}, {"failed", st.Failed}, {"expired", st.Expired}, {"deferred", st.Deferred}, {"retried", st.Retried}} {
+		ch <- prometheus.MustNewConstMetric(descBatchItems, prometheus.CounterValue, float64(o.v), o.name)
+	}
 }
 
 // IsBatchStoreInUse says whether New failed because another process holds

@@ -425,4 +425,14 @@ func TestBatchYieldsToLiveWork(t *testing.T) {
 	if n := testutilValue(s.g.metrics.responses.WithLabelValues("pipeline", "200")); n != 60 {
 		t.Errorf("responses{class=pipeline,code=200} = %v, want 60", n)
 	}
+	resp, err := http.Get(s.admin + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	metrics := string(readAll(t, resp))
+	for _, want := range []string{`sluice_batch_items_total{outcome="completed"} 60`, "sluice_batch_backlog_items 0"} {
+		if !strings.Contains(metrics, want) {
+			t.Errorf("/metrics lacks %s", want)
+		}
+	}
 }

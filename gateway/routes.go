@@ -22,7 +22,8 @@ import (
 // Tenant-scoped resources of the provider (files, batches, stored
 // responses, assistants…) all belong to the one provider key, so they
 // cannot be passed through while the gateway has tenants: one tenant could
-// read or delete another's.
+// read or delete another's. /v1/files and /v1/batches are the gateway's own
+// Batch API instead (batch.go), each tenant's own.
 
 // PassthroughConfig is one path forwarded beside the gated APIs.
 type PassthroughConfig struct {
