@@ -390,17 +390,41 @@ func (s *Bolt) maybeFinish(tx *bolt.Tx, b *boltBatch, now time.Time) error {
 	return tx.Bucket(bActive).Delete(seqKey(b.Seq))
 }
 
-// Claim hands out items: lapsed leases first, then the queue.
+// lapsed says whether an item's lease has lapsed.
+func lapsed(v []byte, now time.Time) bool {
+	var l boltLease
+	return json.Unmarshal(v, &l) == nil && !l.Until.After(now)
+}
+
+// Claim hands out items: lapsed leases first, then the queue. With nothing
+// to hand out it only reads: an idle executor polling it costs no write.
 func (s *Bolt) Claim(_ context.Context, now time.Time, owner string, lease time.Duration, max int) ([]Claim, error) {
+	if max <= 0 {
+		return nil, nil
+	}
+	work := false
+	_ = s.db.View(func(tx *bolt.Tx) error {
+		if k, _ := tx.Bucket(bQueue).Cursor().First(); k != nil {
+			work = true
+			return nil
+		}
+		return tx.Bucket(bInFlight).ForEach(func(_, v []byte) error {
+			work = work || lapsed(v, now)
+			return nil
+		})
+	})
+	if !work {
+		return nil, nil
+	}
 	var out []Claim
 	err := s.db.Update(func(tx *bolt.Tx) error {
+		out = nil
 		inflight, queue, items := tx.Bucket(bInFlight), tx.Bucket(bQueue), tx.Bucket(bItems)
 		batches := map[string]boltBatch{}
 		var picked [][]byte
 		c := inflight.Cursor()
 		for k, v := c.First(); k != nil && len(picked) < max; k, v = c.Next() {
-			var l boltLease
-			if json.Unmarshal(v, &l) == nil && !l.Until.After(now) {
+			if lapsed(v, now) {
 				picked = append(picked, bytes.Clone(k))
 			}
 		}
@@ -517,7 +541,20 @@ func (s *Bolt) Complete(_ context.Context, c Claim, r Result, now time.Time) (bo
 }
 
 // ExpireDue expires the items of the batches whose window has passed.
+// With none due it only reads.
 func (s *Bolt) ExpireDue(_ context.Context, now time.Time) (int, error) {
+	due := false
+	_ = s.db.View(func(tx *bolt.Tx) error {
+		return tx.Bucket(bActive).ForEach(func(_, v []byte) error {
+			if b, ok := loadBatch(tx, string(v)); ok && !b.ExpiresAt.After(now) {
+				due = true
+			}
+			return nil
+		})
+	})
+	if !due {
+		return 0, nil
+	}
 	n := 0
 	err := s.db.Update(func(tx *bolt.Tx) error {
 		n = 0
