@@ -34,8 +34,9 @@ var allBuckets = [][]byte{bFiles, bContent, bBatches, bByTenant, bActive, bItems
 type boltBatch struct {
 	Batch
 	Seq     uint64
-	Done    int // items with a result
-	Expired int // items expired
+	Done    int   // items with a result
+	Expired int   // items expired
+	Bytes   int64 // the bodies of the items without a result
 }
 
 type boltItem struct {
@@ -187,13 +188,17 @@ func (s *Bolt) CreateBatch(_ context.Context, b Batch, reqs []Request) error {
 		if b.InProgressAt.IsZero() {
 			b.InProgressAt = b.CreatedAt
 		}
-		if err := putJSON(bb, []byte(b.ID), boltBatch{Batch: b, Seq: seq}); err != nil {
-			return err
-		}
 		if err := tx.Bucket(bByTenant).Put(tenantKey(b.Tenant, seq), []byte(b.ID)); err != nil {
 			return err
 		}
 		if err := tx.Bucket(bActive).Put(seqKey(seq), []byte(b.ID)); err != nil {
+			return err
+		}
+		rec := boltBatch{Batch: b, Seq: seq}
+		for _, r := range reqs {
+			rec.Bytes += int64(len(r.Body))
+		}
+		if err := putJSON(bb, []byte(b.ID), rec); err != nil {
 			return err
 		}
 		items, queue := tx.Bucket(bItems), tx.Bucket(bQueue)
@@ -316,6 +321,10 @@ func (s *Bolt) Cancel(_ context.Context, tenant, id string, now time.Time) (Batc
 func (s *Bolt) result(tx *bolt.Tx, b *boltBatch, k []byte, r Result) error {
 	if err := tx.Bucket(bResults).Put(k, append([]byte{byte(r.Kind)}, r.Line...)); err != nil {
 		return err
+	}
+	var it boltItem
+	if getJSON(tx.Bucket(bItems), k, &it) {
+		b.Bytes -= int64(len(it.Req.Body))
 	}
 	if err := tx.Bucket(bQueue).Delete(k); err != nil {
 		return err
@@ -593,19 +602,18 @@ func (s *Bolt) ExpireDue(_ context.Context, now time.Time) (int, error) {
 	return n, err
 }
 
-// Backlog counts the items without a result and their bytes.
-func (s *Bolt) Backlog(_ context.Context) (int, int64, error) {
+// Backlog counts the items without a result and their bytes, from the
+// unfinished batches' records.
+func (s *Bolt) Backlog(_ context.Context, tenant string) (int, int64, error) {
 	n, size := 0, int64(0)
 	err := s.db.View(func(tx *bolt.Tx) error {
-		items := tx.Bucket(bItems)
-		for _, name := range [][]byte{bQueue, bInFlight} {
-			_ = tx.Bucket(name).ForEach(func(k, _ []byte) error {
-				n++
-				size += int64(len(items.Get(k)))
-				return nil
-			})
-		}
-		return nil
+		return tx.Bucket(bActive).ForEach(func(_, v []byte) error {
+			if b, ok := loadBatch(tx, string(v)); ok && (tenant == "" || b.Tenant == tenant) {
+				n += b.Counts.Total - b.Done
+				size += b.Bytes
+			}
+			return nil
+		})
 	})
 	return n, size, err
 }

@@ -49,6 +49,46 @@ type Executor struct {
 	kick   chan struct{}
 	stats  struct{ completed, failed, expired, deferred, retried atomic.Uint64 }
 	paused atomic.Int64 // unix nanos until which no item starts
+	ended  Throughput   // when items ended, for the rate the backlog drains at
+}
+
+// Throughput remembers when the last items ended (ran to a result) and
+// gives the rate they ended at. Safe for concurrent use.
+type Throughput struct {
+	mu   sync.Mutex
+	ring [throughputRing]time.Time
+	n    int // items recorded, ever
+}
+
+const throughputRing = 512
+
+// Add records an item that ended at t.
+func (r *Throughput) Add(t time.Time) {
+	r.mu.Lock()
+	r.ring[r.n%throughputRing] = t
+	r.n++
+	r.mu.Unlock()
+}
+
+// Rate is the items per second that ended within window before now,
+// measured from the first of them; ok is false with fewer than min of
+// them, or when they span less than a second.
+func (r *Throughput) Rate(now time.Time, window time.Duration, min int) (perSecond float64, ok bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	count, first := 0, now
+	for i := 1; i <= r.n && i <= throughputRing; i++ {
+		t := r.ring[(r.n-i)%throughputRing]
+		if now.Sub(t) > window {
+			break
+		}
+		count, first = count+1, t
+	}
+	span := now.Sub(first)
+	if count < min || span < time.Second {
+		return 0, false
+	}
+	return float64(count) / span.Seconds(), true
 }
 
 // ExecutorConfig configures an Executor. Store and Doer are required.
@@ -114,6 +154,12 @@ func (e *Executor) Notify() {
 	case e.kick <- struct{}{}:
 	default:
 	}
+}
+
+// Rate is the items per second that ended over the last 30 seconds; ok
+// is false until 10 have.
+func (e *Executor) Rate() (perSecond float64, ok bool) {
+	return e.ended.Rate(e.cfg.Now(), 30*time.Second, 10)
 }
 
 // Stats returns the counters.
@@ -237,12 +283,15 @@ func (e *Executor) complete(ctx context.Context, c Claim, r Result) {
 	case err != nil && !errors.Is(err, ErrNotFound):
 		e.cfg.Log.Error("batch: writing a result failed", "batch", c.Batch, "index", c.Index, "err", err)
 	case !written:
-	case r.Kind == Succeeded:
-		e.stats.completed.Add(1)
 	case r.Kind == Expired:
 		e.stats.expired.Add(1)
-	default:
-		e.stats.failed.Add(1)
+	default: // ran to an answer: counts in the rate
+		e.ended.Add(e.cfg.Now())
+		if r.Kind == Succeeded {
+			e.stats.completed.Add(1)
+		} else {
+			e.stats.failed.Add(1)
+		}
 	}
 }
 

@@ -175,3 +175,24 @@ func TestExecutorExpires(t *testing.T) {
 		}
 	})
 }
+
+func TestThroughputRate(t *testing.T) {
+	var r batch.Throughput
+	t0 := time.Unix(1000, 0)
+	if _, ok := r.Rate(t0, 30*time.Second, 1); ok {
+		t.Fatal("a rate with nothing recorded")
+	}
+	for i := range 600 { // 10 a second for a minute: the ring keeps the last 512
+		r.Add(t0.Add(time.Duration(i) * 100 * time.Millisecond))
+	}
+	now := t0.Add(60 * time.Second)
+	if rate, ok := r.Rate(now, 30*time.Second, 10); !ok || rate < 9.5 || rate > 10.5 {
+		t.Fatalf("rate %v %v, want 10/s", rate, ok)
+	}
+	if _, ok := r.Rate(now.Add(time.Minute), 30*time.Second, 10); ok {
+		t.Fatal("a rate from items older than the window")
+	}
+	if _, ok := r.Rate(now, 30*time.Second, 400); ok {
+		t.Fatal("a rate from fewer items than min")
+	}
+}

@@ -161,9 +161,10 @@ type JobStore interface {
 	// a result is expired (its line in the error file). It returns the
 	// number of items expired.
 	ExpireDue(ctx context.Context, now time.Time) (int, error)
-	// Backlog is the items without a result in unfinished batches, and the
-	// bytes of their requests.
-	Backlog(ctx context.Context) (items int, bytes int64, err error)
+	// Backlog is the items without a result in the unfinished batches of
+	// tenant (every tenant's when tenant is empty), and the bytes of their
+	// requests' bodies.
+	Backlog(ctx context.Context, tenant string) (items int, bytes int64, err error)
 	// Close releases the store.
 	Close() error
 }

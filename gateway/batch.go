@@ -54,6 +54,12 @@ type BatchConfig struct {
 	// MaxBacklog bounds the items not yet run, all batches together: a
 	// batch that would pass it is refused with 429. Zero means 1000000.
 	MaxBacklog int `yaml:"max_backlog"`
+	// MaxBacklogBytes bounds their request bodies. Zero means 1 GiB.
+	MaxBacklogBytes int64 `yaml:"max_backlog_bytes"`
+	// MaxTenantBacklog and MaxTenantBacklogBytes bound one tenant's share.
+	// Zero means 250000 items and 256 MiB.
+	MaxTenantBacklog      int   `yaml:"max_tenant_backlog"`
+	MaxTenantBacklogBytes int64 `yaml:"max_tenant_backlog_bytes"`
 	// MaxWindow is the longest completion_window a batch may ask for.
 	// Zero means 168h.
 	MaxWindow Duration `yaml:"max_window"`
@@ -105,6 +111,15 @@ func (b BatchConfig) withDefaults() BatchConfig {
 	if b.MaxBacklog == 0 {
 		b.MaxBacklog = defaultMaxBacklog
 	}
+	if b.MaxBacklogBytes == 0 {
+		b.MaxBacklogBytes = 1 << 30
+	}
+	if b.MaxTenantBacklog == 0 {
+		b.MaxTenantBacklog = 250000
+	}
+	if b.MaxTenantBacklogBytes == 0 {
+		b.MaxTenantBacklogBytes = 256 << 20
+	}
 	if b.MaxWindow == 0 {
 		b.MaxWindow = Duration(defaultMaxWindow)
 	}
@@ -150,6 +165,9 @@ func (b BatchConfig) validate() error {
 		intIn("batch.max_file_bytes", b.MaxFileBytes, 1, maxMaxFileBytes),
 		intIn("batch.max_requests", b.MaxRequests, 1, 10000000),
 		intIn("batch.max_backlog", b.MaxBacklog, 1, 100000000),
+		intIn("batch.max_backlog_bytes", b.MaxBacklogBytes, 1, 1<<40),
+		intIn("batch.max_tenant_backlog", b.MaxTenantBacklog, 1, 100000000),
+		intIn("batch.max_tenant_backlog_bytes", b.MaxTenantBacklogBytes, 1, 1<<40),
 		intIn("batch.max_waiting", b.MaxWaiting, 1, 1024),
 		intIn("batch.rank", *b.Rank, 0, admission.MaxRanks-1),
 		durationIn("batch.max_window", b.MaxWindow, time.Second, 365*24*time.Hour),
@@ -219,7 +237,7 @@ func (c batchCollector) Describe(ch chan<- *prometheus.Desc) {
 }
 
 func (c batchCollector) Collect(ch chan<- prometheus.Metric) {
-	if n, size, err := c.b.store.Backlog(context.Background()); err == nil {
+	if n, size, err := c.b.store.Backlog(context.Background(), ""); err == nil {
 		ch <- prometheus.MustNewConstMetric(descBatchBacklog, prometheus.GaugeValue, float64(n))
 		ch <- prometheus.MustNewConstMetric(descBatchBytes, prometheus.GaugeValue, float64(size))
 	}
@@ -664,16 +682,42 @@ func (b *batchAPI) createBatch(w http.ResponseWriter, r *http.Request, tenant st
 		b.invalid(w, http.StatusBadRequest, "invalid_batch_file", "input_file_id", "input file: "+ierr.Error())
 		return
 	}
-	backlog, _, err := b.store.Backlog(r.Context())
+	backlog, size, err := b.store.Backlog(r.Context(), "")
 	if err != nil {
 		b.failed(w, err)
 		return
 	}
-	if backlog+len(reqs) > b.cfg.MaxBacklog {
-		b.g.metrics.badInput.WithLabelValues("batch_backlog_full").Inc()
-		w.Header().Set("Retry-After", "60")
-		writeError(w, http.StatusTooManyRequests, contract.ErrorTypeRateLimit, "batch_backlog_full",
-			fmt.Sprintf("%d items are waiting to run; this batch's %d would pass batch.max_backlog (%d)", backlog, len(reqs), b.cfg.MaxBacklog))
+	mine, mySize, err := b.store.Backlog(r.Context(), tenant)
+	if err != nil {
+		b.failed(w, err)
+		return
+	}
+	var bodies int64
+	for _, q := range reqs {
+		bodies += int64(len(q.Body))
+	}
+	for _, bound := range []struct {
+		field     string
+		have, add int64
+		max       int64
+	}{
+		{"batch.max_tenant_backlog", int64(mine), int64(len(reqs)), int64(b.cfg.MaxTenantBacklog)},
+		{"batch.max_tenant_backlog_bytes", mySize, bodies, b.cfg.MaxTenantBacklogBytes},
+		{"batch.max_backlog", int64(backlog), int64(len(reqs)), int64(b.cfg.MaxBacklog)},
+		{"batch.max_backlog_bytes", size, bodies, b.cfg.MaxBacklogBytes},
+	} {
+		if bound.add > bound.max {
+			b.invalid(w, http.StatusBadRequest, "batch_too_large", "input_file_id",
+				fmt.Sprintf("the batch's %d alone passes %s (%d): split it", bound.add, bound.field, bound.max))
+			return
+		}
+		if bound.have+bound.add > bound.max {
+			b.backlogFull(w, bound.field, bound.have, bound.add, bound.max)
+			return
+		}
+	}
+	if est, rate, ok := b.estimate(backlog, len(reqs)); ok && est > window {
+		b.cannotFinish(w, backlog, len(reqs), rate, est, window)
 		return
 	}
 	now := b.now()
@@ -690,6 +734,69 @@ func (b *batchAPI) createBatch(w http.ResponseWriter, r *http.Request, tenant st
 		return
 	}
 	writeJSON(w, batchOf(got))
+}
+
+// backlogFull refuses a batch past a backlog bound: 429, and a Retry-After
+// for when the excess could have drained at the rate items end (a minute
+// before there is one; for a bound in bytes, items stand for bytes in
+// proportion).
+func (b *batchAPI) backlogFull(w http.ResponseWriter, field string, have, add, bound int64) {
+	retry := time.Minute
+	if rate, ok := b.exec.Rate(); ok && have > 0 {
+		backlog, _, _ := b.store.Backlog(context.Background(), "")
+		excess := float64(have+add-bound) / float64(have) * float64(backlog)
+		retry = max(time.Second, time.Duration(excess/rate*float64(time.Second)))
+	}
+	retryMs := ceilMs(retry)
+	b.g.metrics.badInput.WithLabelValues("batch_backlog_full").Inc()
+	w.Header().Set(contract.HeaderRetryAfter, strconv.FormatInt(ceilSeconds(retry), 10))
+	w.Header().Set(contract.HeaderRetryAfterMs, strconv.FormatInt(retryMs, 10))
+	writeJSONError(w, http.StatusTooManyRequests, contract.ErrorBody{Error: contract.ErrorDetail{
+		Message: fmt.Sprintf("%d waiting to run and this batch's %d would pass %s (%d); retry after %d ms", have, add, field, bound, retryMs),
+		Type:    contract.ErrorTypeRateLimit, Code: "batch_backlog_full", RetryAfterMs: &retryMs}})
+}
+
+// estimate is how long the backlog and n more items would take to run, at
+// the rate items have been ending while there was a backlog — the spare
+// capacity live work has been leaving — or, without one, at the rate the
+// slots serve calls (every slot idle: an estimate that refuses only what
+// cannot fit). ok is false before any call has been timed.
+func (b *batchAPI) estimate(backlog, n int) (est time.Duration, rate float64, ok bool) {
+	rate, ok = b.exec.Rate()
+	if !ok || backlog == 0 {
+		st := b.g.gate.Stats()
+		if st.ServiceMean <= 0 {
+			return 0, 0, false
+		}
+		rate = float64(st.Concurrency) / st.ServiceMean.Seconds()
+	}
+	return time.Duration(float64(backlog+n) / rate * float64(time.Second)), rate, true
+}
+
+// cannotFinish refuses a batch whose estimated completion is past its
+// window: 429 with the estimate, and a Retry-After for when enough of the
+// backlog ahead will have drained (the whole of it when the batch could
+// not fit even alone).
+func (b *batchAPI) cannotFinish(w http.ResponseWriter, backlog, n int, rate float64, est, window time.Duration) {
+	retry := est - window
+	alone := time.Duration(float64(n) / rate * float64(time.Second))
+	if alone > window {
+		retry = time.Duration(float64(backlog) / rate * float64(time.Second))
+	}
+	retry = max(retry, time.Second)
+	estMs, retryMs := ceilMs(est), ceilMs(retry)
+	b.g.metrics.badInput.WithLabelValues("batch_cannot_finish").Inc()
+	h := w.Header()
+	h.Set(contract.HeaderRetryAfter, strconv.FormatInt(ceilSeconds(retry), 10))
+	h.Set(contract.HeaderRetryAfterMs, strconv.FormatInt(retryMs, 10))
+	h.Set(contract.HeaderEstimatedWaitMs, strconv.FormatInt(estMs, 10))
+	msg := fmt.Sprintf("the batch cannot finish inside its completion_window (%v): %d items ahead and its %d at %.1f items/s would take until about %s (%d ms); retry after %d ms",
+		window, backlog, n, rate, b.now().Add(est).UTC().Format(time.RFC3339), estMs, retryMs)
+	if alone > window {
+		msg += fmt.Sprintf(", or split it: its own %d items need about %v at that rate", n, alone.Round(time.Second))
+	}
+	writeJSONError(w, http.StatusTooManyRequests, contract.ErrorBody{Error: contract.ErrorDetail{Message: msg,
+		Type: contract.ErrorTypeRateLimit, Code: "batch_cannot_finish", EstimatedWaitMs: &estMs, RetryAfterMs: &retryMs}})
 }
 
 type batchJSON struct {

@@ -237,7 +237,7 @@ func TestBatchBadInput(t *testing.T) {
 			}
 		})
 	}
-	if n, _, _ := s.g.batch.store.Backlog(t.Context()); n != 0 {
+	if n, _, _ := s.g.batch.store.Backlog(t.Context(), ""); n != 0 {
 		t.Fatalf("backlog %d after refused files", n)
 	}
 
@@ -434,5 +434,95 @@ func TestBatchYieldsToLiveWork(t *testing.T) {
 		if !strings.Contains(metrics, want) {
 			t.Errorf("/metrics lacks %s", want)
 		}
+	}
+}
+
+// TestBatchRefusedWhenItCannotFinish: with a backlog running at the rate
+// the slots leave, a batch whose window is shorter than the time to run
+// the backlog and itself is refused at submission with 429, Retry-After
+// and the estimate; one with room is accepted.
+func TestBatchRefusedWhenItCannotFinish(t *testing.T) {
+	_, up := startMock(t, mockllm.Config{Slots: 1, Median: 50 * time.Millisecond, Sigma: 0.01})
+	cfg := batchConfig(t, up.URL)
+	cfg.Admission.Concurrency = 1
+	s := serve(t, cfg)
+	ctx := t.Context()
+	acme := sdk(s.url, "sk-acme")
+	submit := func(n int, window string) (*openai.Batch, error) {
+		f, err := acme.Files.New(ctx, openai.FileNewParams{File: openai.File(strings.NewReader(chatLines(n)), "in.jsonl", "application/jsonl"), Purpose: openai.FilePurposeBatch})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return acme.Batches.New(ctx, openai.BatchNewParams{InputFileID: f.ID, Endpoint: openai.BatchNewParamsEndpointV1ChatCompletions, CompletionWindow: openai.BatchNewParamsCompletionWindow(window)})
+	}
+	first, err := submit(200, "1h")
+	if err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "a rate to be observed", func() bool {
+		_, ok := s.g.batch.exec.Rate()
+		return ok
+	})
+	_, err = submit(100, "3s")
+	var apiErr *openai.Error
+	if !errors.As(err, &apiErr) || apiErr.StatusCode != 429 || apiErr.Code != "batch_cannot_finish" {
+		t.Fatalf("a batch that cannot finish: %v", err)
+	}
+	resp := apiErr.Response
+	var body struct {
+		Error struct {
+			EstimatedWaitMs int64 `json:"estimated_wait_ms"`
+			RetryAfterMs    int64 `json:"retry_after_ms"`
+		}
+	}
+	if err := json.Unmarshal([]byte(apiErr.RawJSON()), &body.Error); err != nil {
+		t.Fatal(err)
+	}
+	// About 280 items at 1 slot ÷ 50 ms: ~14 s.
+	if body.Error.EstimatedWaitMs < 5000 || body.Error.EstimatedWaitMs > 60000 || resp.Header.Get("Retry-After") == "" || body.Error.RetryAfterMs < 1000 {
+		t.Fatalf("estimate %+v, Retry-After %q", body.Error, resp.Header.Get("Retry-After"))
+	}
+	if _, err := submit(5, "1h"); err != nil {
+		t.Fatalf("a batch with room: %v", err)
+	}
+	if _, err := acme.Batches.Cancel(ctx, first.ID); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestBatchBacklogBounds: a tenant's backlog is bounded apart from the
+// others' (429 with Retry-After past it), and a batch larger than the
+// bound alone is a 400.
+func TestBatchBacklogBounds(t *testing.T) {
+	_, up := startMock(t, mockllm.Config{Slots: 1, Median: 500 * time.Millisecond, Sigma: 0.01})
+	cfg := batchConfig(t, up.URL)
+	cfg.Admission.Concurrency = 1
+	cfg.Batch.MaxTenantBacklog = 30
+	cfg.Tenants[1].Classes = nil
+	s := serve(t, cfg)
+	ctx := t.Context()
+	submit := func(key string, n int) error {
+		c := sdk(s.url, key)
+		f, err := c.Files.New(ctx, openai.FileNewParams{File: openai.File(strings.NewReader(chatLines(n)), "in.jsonl", "application/jsonl"), Purpose: openai.FilePurposeBatch})
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = c.Batches.New(ctx, openai.BatchNewParams{InputFileID: f.ID, Endpoint: openai.BatchNewParamsEndpointV1ChatCompletions, CompletionWindow: "1h"})
+		return err
+	}
+	if err := submit("sk-acme", 20); err != nil {
+		t.Fatal(err)
+	}
+	err := submit("sk-acme", 20)
+	var apiErr *openai.Error
+	if !errors.As(err, &apiErr) || apiErr.StatusCode != 429 || apiErr.Code != "batch_backlog_full" ||
+		!strings.Contains(apiErr.Message, "batch.max_tenant_backlog (30)") || apiErr.Response.Header.Get("Retry-After") == "" {
+		t.Fatalf("past the tenant's bound: %v", err)
+	}
+	if err := submit("sk-rival", 20); err != nil {
+		t.Fatalf("another tenant's batch: %v", err)
+	}
+	if err := submit("sk-rival", 31); !errors.As(err, &apiErr) || apiErr.StatusCode != 400 || apiErr.Code != "batch_too_large" {
+		t.Fatalf("a batch larger than the bound: %v", err)
 	}
 }

@@ -200,7 +200,7 @@ func testComplete(t *testing.T, s batch.JobStore) {
 	if _, err := s.File(ctx, "b", b.OutputFileID); !errors.Is(err, batch.ErrNotFound) {
 		t.Errorf("another tenant reads the output: %v", err)
 	}
-	if n, _, _ := s.Backlog(ctx); n != 0 {
+	if n, _, _ := s.Backlog(ctx, ""); n != 0 {
 		t.Errorf("backlog %d after the end", n)
 	}
 }
@@ -413,17 +413,27 @@ func testOrder(t *testing.T, s batch.JobStore) {
 
 func testBacklog(t *testing.T, s batch.JobStore) {
 	create(t, s, "a", "b1", 3, time.Hour)
-	n, size, err := s.Backlog(ctx)
+	n, size, err := s.Backlog(ctx, "")
 	if err != nil || n != 3 || size <= 0 {
 		t.Fatalf("Backlog = %d, %d, %v", n, size, err)
 	}
 	cs := claim(t, s, t0, "w", 1)
-	if n, _, _ = s.Backlog(ctx); n != 3 {
+	if n, _, _ = s.Backlog(ctx, ""); n != 3 {
 		t.Fatalf("Backlog with one claimed = %d, want 3", n)
 	}
 	succeed(t, s, cs[0], t0)
-	if n, _, _ = s.Backlog(ctx); n != 2 {
+	if n, _, _ = s.Backlog(ctx, ""); n != 2 {
 		t.Fatalf("Backlog after one result = %d, want 2", n)
+	}
+	create(t, s, "b", "b2", 4, time.Hour)
+	for _, c := range []struct {
+		tenant string
+		n      int
+		bytes  int64
+	}{{"", 6, 6 * int64(len(`{"model":"m","n":0}`))}, {"a", 2, 2 * int64(len(`{"model":"m","n":0}`))}, {"b", 4, 4 * int64(len(`{"model":"m","n":0}`))}, {"c", 0, 0}} {
+		if n, size, err := s.Backlog(ctx, c.tenant); n != c.n || size != c.bytes || err != nil {
+			t.Errorf("Backlog(%q) = %d, %d, %v; want %d, %d", c.tenant, n, size, err, c.n, c.bytes)
+		}
 	}
 }
 
