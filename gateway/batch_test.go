@@ -3,6 +3,7 @@ package gateway
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -11,6 +12,8 @@ import (
 	"net/http"
 	"path/filepath"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -525,4 +528,76 @@ func TestBatchBacklogBounds(t *testing.T) {
 	if err := submit("sk-rival", 31); !errors.As(err, &apiErr) || apiErr.StatusCode != 400 || apiErr.Code != "batch_too_large" {
 		t.Fatalf("a batch larger than the bound: %v", err)
 	}
+}
+
+// TestBatchPausesForASpike: live calls at three times the slots in the
+// middle of a batch: no item is admitted while they last beyond those
+// already waiting, and the batch resumes after, with no item failed.
+func TestBatchPausesForASpike(t *testing.T) {
+	_, up := startMock(t, mockllm.Config{Slots: 2, Median: 50 * time.Millisecond, Sigma: 0.01})
+	cfg := batchConfig(t, up.URL)
+	cfg.Admission.Concurrency = 2
+	s := serve(t, cfg)
+	ctx := t.Context()
+	acme := sdk(s.url, "sk-acme")
+	f, err := acme.Files.New(ctx, openai.FileNewParams{File: openai.File(strings.NewReader(chatLines(80)), "in.jsonl", "application/jsonl"), Purpose: openai.FilePurposeBatch})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := acme.Batches.New(ctx, openai.BatchNewParams{InputFileID: f.ID, Endpoint: openai.BatchNewParamsEndpointV1ChatCompletions, CompletionWindow: "1h"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	items := func() float64 { return counter(t, s.g, "admissions", "pipeline", "acme", "first") }
+	eventually(t, "items to run", func() bool { return items() >= 10 })
+
+	// Six callers in a closed loop on two slots, for a second.
+	spikeCtx, stop := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	var live, liveOK atomic.Int64
+	for range 6 {
+		wg.Go(func() {
+			for spikeCtx.Err() == nil {
+				resp, err := http.DefaultClient.Do(mustRequest(spikeCtx, s.url, "sk-rival"))
+				if err != nil {
+					return
+				}
+				io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				live.Add(1)
+				if resp.StatusCode == 200 {
+					liveOK.Add(1)
+				}
+			}
+		})
+	}
+	eventually(t, "the live queue to form", func() bool { return s.g.gate.Stats().Queued >= 3 })
+	before := items()
+	time.Sleep(time.Second) // the spike's length: what is measured is what happens meanwhile
+	during := items() - before
+	stop()
+	wg.Wait()
+	if during > float64(cfg.Batch.withDefaults().MaxWaiting) {
+		t.Errorf("%v items admitted during the spike, want at most the %d waiting when it began", during, cfg.Batch.withDefaults().MaxWaiting)
+	}
+	if live.Load() < 10 || liveOK.Load() != live.Load() {
+		t.Errorf("live calls: %d of %d succeeded", liveOK.Load(), live.Load())
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for b.Status != openai.BatchStatusCompleted && time.Now().Before(deadline) {
+		time.Sleep(100 * time.Millisecond)
+		if b, err = acme.Batches.Get(ctx, b.ID); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if b.Status != openai.BatchStatusCompleted || b.RequestCounts.Completed != 80 || b.RequestCounts.Failed != 0 {
+		t.Fatalf("after the spike: %s %+v", b.Status, b.RequestCounts)
+	}
+}
+
+func mustRequest(ctx context.Context, url, key string) *http.Request {
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, url+"/v1/chat/completions", strings.NewReader(chatBody))
+	req.Header.Set("Authorization", "Bearer "+key)
+	req.Header.Set("Content-Type", "application/json")
+	return req
 }
