@@ -8,6 +8,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http/httptest"
 	"os"
 	"os/exec"
@@ -261,5 +262,65 @@ func TestServeBatchDefaults(t *testing.T) {
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestBatchCommand: `sluice batch submit` uploads a file, creates the
+// batch and follows it to the end with a progress bar; status, results
+// and cancel talk to the same gateway.
+func TestBatchCommand(t *testing.T) {
+	mock, err := mockllm.New(mockllm.Config{Slots: 4, Median: 5 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	up := httptest.NewServer(mock)
+	defer func() { mock.Close(); up.Close() }()
+	cfg := gateway.Config{Listen: "127.0.0.1:0", Admin: "127.0.0.1:0", Upstream: gateway.UpstreamConfig{URL: up.URL},
+		Admission: gateway.AdmissionConfig{Concurrency: 4}, Batch: gateway.BatchConfig{Path: filepath.Join(t.TempDir(), "b.db")}}
+	g, err := gateway.New(cfg, gateway.Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := gateway.Listen(g)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ctx) }()
+	defer func() { cancel(); <-served }()
+	url := "http://" + srv.API.Addr().String()
+
+	file := filepath.Join(t.TempDir(), "in.jsonl")
+	var lines strings.Builder
+	for i := range 30 {
+		fmt.Fprintf(&lines, `{"custom_id":"c%d","method":"POST","url":"/v1/embeddings","body":{"model":"text-embedding-3-small","input":"x"}}`+"\n", i)
+	}
+	if err := os.WriteFile(file, []byte(lines.String()), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var stdout, stderr bytes.Buffer
+	if code := run([]string{"batch", "submit", file, "--gateway", url, "--window", "1h", "--poll", "20ms"}, &stdout, &stderr); code != 0 {
+		t.Fatalf("submit: exit %d: %s %s", code, stdout.String(), stderr.String())
+	}
+	out := stdout.String()
+	if !strings.Contains(out, ": completed, 30 of 30 completed, 0 failed") || !strings.Contains(stderr.String(), "30/30") {
+		t.Fatalf("submit printed %q, bar %q", out, stderr.String())
+	}
+	id := strings.TrimSuffix(strings.Fields(out)[1], ":")
+	stdout.Reset()
+	if code := run([]string{"batch", "results", id, "--gateway", url}, &stdout, &stderr); code != 0 || strings.Count(stdout.String(), "\n") != 30 {
+		t.Fatalf("results: exit %d, %d lines", code, strings.Count(stdout.String(), "\n"))
+	}
+	stdout.Reset()
+	if code := run([]string{"batch", "status", "--gateway", url, id}, &stdout, &stderr); code != 0 || !strings.Contains(stdout.String(), "completed") {
+		t.Fatalf("status: exit %d, %s", code, stdout.String())
+	}
+	stderr.Reset()
+	if code := run([]string{"batch", "cancel", id, "--gateway", url}, &stdout, &stderr); code != 1 || !strings.Contains(stderr.String(), "409") {
+		t.Fatalf("cancel of a completed batch: exit %d, %s", code, stderr.String())
+	}
+	if code := run([]string{"batch", "results", "--gateway", url}, &stdout, &stderr); code != 1 {
+		t.Fatalf("results without an id: exit %d", code)
 	}
 }
