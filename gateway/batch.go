@@ -222,7 +222,9 @@ func (g *Gateway) openBatch() (*batchAPI, error) {
 var (
 	descBatchBacklog = prometheus.NewDesc("sluice_batch_backlog_items", "Batch items not yet run (queued or running), all batches.", nil, nil)
 	descBatchBytes   = prometheus.NewDesc("sluice_batch_backlog_bytes", "Bytes of the batch items not yet run.", nil, nil)
-	descBatchItems   = prometheus.NewDesc("sluice_batch_items_total",
+	descBatchDrain   = prometheus.NewDesc("sluice_batch_estimated_drain_seconds",
+		"How long the backlog would take to run at the rate items have been ending (the slots' rate without one): when the newest batch would end.", nil, nil)
+	descBatchItems = prometheus.NewDesc("sluice_batch_items_total",
 		"Batch items by outcome: completed, failed, expired; deferred counts the runs sluice refused and put back (overload, spend ceiling), retried those the provider failed.", []string{"outcome"}, nil)
 )
 
@@ -233,6 +235,7 @@ type batchCollector struct{ b *batchAPI }
 func (c batchCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- descBatchBacklog
 	ch <- descBatchBytes
+	ch <- descBatchDrain
 	ch <- descBatchItems
 }
 
@@ -240,6 +243,9 @@ func (c batchCollector) Collect(ch chan<- prometheus.Metric) {
 	if n, size, err := c.b.store.Backlog(context.Background(), ""); err == nil {
 		ch <- prometheus.MustNewConstMetric(descBatchBacklog, prometheus.GaugeValue, float64(n))
 		ch <- prometheus.MustNewConstMetric(descBatchBytes, prometheus.GaugeValue, float64(size))
+		if est, _, ok := c.b.estimate(n, 0); ok {
+			ch <- prometheus.MustNewConstMetric(descBatchDrain, prometheus.GaugeValue, est.Seconds())
+		}
 	}
 	st := c.b.exec.Stats()
 	for _, o := range []struct {

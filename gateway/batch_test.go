@@ -433,7 +433,7 @@ func TestBatchYieldsToLiveWork(t *testing.T) {
 		t.Fatal(err)
 	}
 	metrics := string(readAll(t, resp))
-	for _, want := range []string{`sluice_batch_items_total{outcome="completed"} 60`, "sluice_batch_backlog_items 0"} {
+	for _, want := range []string{`sluice_batch_items_total{outcome="completed"} 60`, "sluice_batch_backlog_items 0", "sluice_batch_estimated_drain_seconds 0"} {
 		if !strings.Contains(metrics, want) {
 			t.Errorf("/metrics lacks %s", want)
 		}
