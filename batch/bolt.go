@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
@@ -53,6 +54,9 @@ type boltLease struct {
 // Bolt is the embedded JobStore: one file on local disk.
 type Bolt struct {
 	db *bolt.DB
+	// lastTenant is the tenant whose item Claim took last: the next claim
+	// starts with the tenant after it. Guarded by the write transaction.
+	lastTenant string
 }
 
 var _ JobStore = (*Bolt)(nil)
@@ -399,6 +403,52 @@ func (s *Bolt) maybeFinish(tx *bolt.Tx, b *boltBatch, now time.Time) error {
 	return tx.Bucket(bActive).Delete(seqKey(b.Seq))
 }
 
+// fairPick takes up to n queued items, the tenants taking turns (in name
+// order, from the one after the tenant served last), each tenant's oldest
+// batch first, in line order: one tenant's large batch does not hold the
+// others' back.
+func (s *Bolt) fairPick(tx *bolt.Tx, n int) [][]byte {
+	if n <= 0 {
+		return nil
+	}
+	queue := tx.Bucket(bQueue)
+	perTenant := map[string][][]byte{} // up to n queued keys per tenant, in order
+	_ = tx.Bucket(bActive).ForEach(func(k, v []byte) error {
+		b, ok := loadBatch(tx, string(v))
+		if !ok || b.Status != StatusInProgress || len(perTenant[b.Tenant]) >= n {
+			return nil
+		}
+		c := queue.Cursor()
+		for qk, _ := c.Seek(k); qk != nil && bytes.HasPrefix(qk, k) && len(perTenant[b.Tenant]) < n; qk, _ = c.Next() {
+			perTenant[b.Tenant] = append(perTenant[b.Tenant], bytes.Clone(qk))
+		}
+		return nil
+	})
+	tenants := make([]string, 0, len(perTenant))
+	for t := range perTenant {
+		tenants = append(tenants, t)
+	}
+	slices.Sort(tenants)
+	start, _ := slices.BinarySearch(tenants, s.lastTenant+"\x00") // the first after lastTenant
+	var out [][]byte
+	for len(out) < n {
+		took := false
+		for i := range tenants {
+			t := tenants[(start+i)%len(tenants)]
+			if len(out) == n || len(perTenant[t]) == 0 {
+				continue
+			}
+			out = append(out, perTenant[t][0])
+			perTenant[t] = perTenant[t][1:]
+			s.lastTenant, took = t, true
+		}
+		if !took {
+			break
+		}
+	}
+	return out
+}
+
 // lapsed says whether an item's lease has lapsed.
 func lapsed(v []byte, now time.Time) bool {
 	var l boltLease
@@ -437,10 +487,7 @@ func (s *Bolt) Claim(_ context.Context, now time.Time, owner string, lease time.
 				picked = append(picked, bytes.Clone(k))
 			}
 		}
-		q := queue.Cursor()
-		for k, _ := q.First(); k != nil && len(picked) < max; k, _ = q.Next() {
-			picked = append(picked, bytes.Clone(k))
-		}
+		picked = append(picked, s.fairPick(tx, max-len(picked))...)
 		for _, k := range picked {
 			var it boltItem
 			if !getJSON(items, k, &it) {

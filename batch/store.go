@@ -147,7 +147,8 @@ type JobStore interface {
 	// of them completes. ErrConflict when it has already ended.
 	Cancel(ctx context.Context, tenant, id string, now time.Time) (Batch, error)
 	// Claim hands out up to max items for owner until now+lease: first
-	// those whose lease has lapsed, then queued ones, oldest batch first.
+	// those whose lease has lapsed, then queued ones, the tenants taking
+	// turns, each tenant's oldest batch first, in line order.
 	Claim(ctx context.Context, now time.Time, owner string, lease time.Duration, max int) ([]Claim, error)
 	// Release puts a claimed item back in the queue, counting an attempt
 	// when attempted. It does nothing when the claim is no longer owner's.

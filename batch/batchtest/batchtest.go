@@ -40,7 +40,7 @@ func Run(t *testing.T, newStore func(t *testing.T) batch.JobStore) {
 		{"CancelledWhileRunning", testCancelRelease},
 		{"Expire", testExpire},
 		{"ListPerTenant", testList},
-		{"ClaimsOldestBatchFirst", testOrder},
+		{"TenantsTakeTurns", testOrder},
 		{"Backlog", testBacklog},
 		{"ConcurrentCompletes", testConcurrent},
 	}
@@ -399,15 +399,17 @@ func testList(t *testing.T, s batch.JobStore) {
 }
 
 func testOrder(t *testing.T, s batch.JobStore) {
-	create(t, s, "a", "first", 2, time.Hour)
+	create(t, s, "a", "first", 3, time.Hour)
 	create(t, s, "b", "second", 2, time.Hour)
-	cs := claim(t, s, t0, "w", 3)
+	create(t, s, "a", "third", 1, time.Hour)
 	var got []string
-	for _, c := range cs {
-		got = append(got, fmt.Sprintf("%s/%d", c.Batch, c.Index))
+	for _, n := range []int{3, 1, 4} { // the turns carry from one claim to the next
+		for _, c := range claim(t, s, t0, "w", n) {
+			got = append(got, fmt.Sprintf("%s/%d", c.Batch, c.Index))
+		}
 	}
-	if fmt.Sprint(got) != "[first/0 first/1 second/0]" {
-		t.Fatalf("claim order %v", got)
+	if want := "[first/0 second/0 first/1 second/1 first/2 third/0]"; fmt.Sprint(got) != want {
+		t.Fatalf("claim order %v, want %s: tenants in turn, each one's oldest batch first", got, want)
 	}
 }
 
