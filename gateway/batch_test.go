@@ -601,3 +601,53 @@ func mustRequest(ctx context.Context, url, key string) *http.Request {
 	req.Header.Set("Content-Type", "application/json")
 	return req
 }
+
+// TestBatchDeferredPastTheSpendStage: past the spend ceiling's first stage
+// (shed speculative work), items at the batch class are refused by the
+// chain like speculative work — and deferred, not failed: the batch stays
+// in progress with nothing failed, and no reservation is left open.
+func TestBatchDeferredPastTheSpendStage(t *testing.T) {
+	_, up := startMock(t, mockllm.Config{})
+	c := callCost(t, up.URL)
+	cfg := batchConfig(t, up.URL)
+	cfg.Spend = testSpend()
+	cfg.Spend.CeilingPerHour = 12 * c / 0.92 // one call: 92% of the ceiling, past shed_speculative_at
+	s := serve(t, cfg)
+	ctx := t.Context()
+	acme := sdk(s.url, "sk-acme")
+	var lines strings.Builder
+	for i := range 6 {
+		fmt.Fprintf(&lines, `{"custom_id":"c%d","method":"POST","url":"/v1/chat/completions","body":%s}`+"\n", i, bigModelBody)
+	}
+	f, err := acme.Files.New(ctx, openai.FileNewParams{File: openai.File(strings.NewReader(lines.String()), "in.jsonl", "application/jsonl"), Purpose: openai.FilePurposeBatch})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := acme.Batches.New(ctx, openai.BatchNewParams{InputFileID: f.ID, Endpoint: openai.BatchNewParamsEndpointV1ChatCompletions, CompletionWindow: "1h"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "an item run, and one deferred by the spend ceiling", func() bool {
+		b, err = acme.Batches.Get(ctx, b.ID)
+		return err == nil && b.RequestCounts.Completed >= 1 && s.g.batch.exec.Stats().Deferred >= 1
+	})
+	if rc := b.RequestCounts; b.Status != openai.BatchStatusInProgress || rc.Failed != 0 || rc.Completed < 1 || rc.Completed > 2 {
+		t.Fatalf("past the first stage: %s %+v", b.Status, rc)
+	}
+	if n := counter(t, s.g, "rejections", "spend_ceiling", "pipeline", "acme"); n < 1 {
+		t.Fatalf("rejections{spend_ceiling,pipeline} = %v", n)
+	}
+	if _, err := acme.Batches.Cancel(ctx, b.ID); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the batch to be cancelled", func() bool {
+		b, err = acme.Batches.Get(ctx, b.ID)
+		return err == nil && b.Status == openai.BatchStatusCancelled
+	})
+	if b.RequestCounts.Failed != 0 {
+		t.Fatalf("cancelled with %+v", b.RequestCounts)
+	}
+	if snap := s.g.spend.Snapshot(time.Now()); snap.Reservations != 0 {
+		t.Fatalf("%d reservations left open", snap.Reservations)
+	}
+}
