@@ -527,8 +527,16 @@ func (b *batchAPI) uploadFile(w http.ResponseWriter, r *http.Request, tenant str
 	reqs, ierr := batch.ParseInput(content, b.cfg.MaxRequests)
 	if ierr == nil {
 		for i, req := range reqs {
-			if _, err := decodeBody(req.Body); err != nil {
+			body, err := decodeBody(req.Body)
+			switch {
+			case err != nil:
 				ierr = &batch.InputError{Line: lineOf(content, i), Param: "body", Msg: "body: " + err.Error()}
+			case body.stream:
+				ierr = &batch.InputError{Line: lineOf(content, i), Param: "body.stream", Msg: "body: stream is not supported in a batch"}
+			case body.model == "":
+				ierr = &batch.InputError{Line: lineOf(content, i), Param: "body.model", Msg: "body: model is required"}
+			}
+			if ierr != nil {
 				break
 			}
 		}

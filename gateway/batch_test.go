@@ -225,6 +225,8 @@ func TestBatchBadInput(t *testing.T) {
 		{"unknown endpoint", "batch", lines[0] + "\n" + strings.Replace(lines[1], "/v1/chat/completions", "/v1/fine_tuning/jobs", 1), "invalid_batch_file", `line 2: url "/v1/fine_tuning/jobs" is not a batch endpoint`},
 		{"duplicate custom_id", "batch", good + lines[1], "invalid_batch_file", `line 4: custom_id "req-1" already used on line 2`},
 		{"body the gateway refuses", "batch", lines[0] + "\n" + `{"custom_id":"y","method":"POST","url":"/v1/chat/completions","body":{"model":"m","MODEL":"n"}}`, "invalid_batch_file", "line 2: body"},
+		{"streaming", "batch", lines[0] + "\n" + `{"custom_id":"s","method":"POST","url":"/v1/chat/completions","body":{"model":"m","stream":true}}`, "invalid_batch_file", "line 2: body: stream is not supported"},
+		{"no model", "batch", `{"custom_id":"s","method":"POST","url":"/v1/embeddings","body":{"input":"x"}}`, "invalid_batch_file", "line 1: body: model is required"},
 		{"too large", "batch", strings.Repeat(good, 20), "file_too_large", "batch.max_file_bytes (4096 bytes)"},
 		{"wrong purpose", "fine-tune", good, "invalid_request", `purpose: "fine-tune", want batch`},
 	}
