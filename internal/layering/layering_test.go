@@ -23,8 +23,8 @@ var layers = [][]string{
 	{"internal/loghist", "internal/yamltime", "internal/loopback", "internal/layering"},
 	// The wire contract: headers, reasons, error bodies.
 	{"contract"},
-	// The policies.
-	{"admission", "retrybudget", "batch"}, // batch: the durable job store and its executor
+	// The policies; batch, the durable job store and its executor.
+	{"admission", "retrybudget", "batch"},
 	{"spend"}, // prices and budgets in the gate's ranks and reasons
 	// The admission chain, which runs the policies in order; the ledgers'
 	// and the job stores' shared test suites.
