@@ -51,6 +51,9 @@ type boltLease struct {
 	Until time.Time `json:"until"`
 }
 
+// ErrLocked is OpenBolt's error for a file another process holds.
+var ErrLocked = errors.New("in use by another process")
+
 // Bolt is the embedded JobStore: one file on local disk.
 type Bolt struct {
 	db *bolt.DB
@@ -73,7 +76,7 @@ func OpenBolt(path string, lockWait time.Duration) (*Bolt, error) {
 	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: lockWait})
 	if err != nil {
 		if errors.Is(err, bolt.ErrTimeout) {
-			return nil, fmt.Errorf("%s is in use by another process", path)
+			return nil, fmt.Errorf("%s: %w", path, ErrLocked)
 		}
 		return nil, err
 	}

@@ -2,6 +2,7 @@ package batch_test
 
 import (
 	"context"
+	"errors"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -48,7 +49,7 @@ func TestBoltReopenRequeuesClaims(t *testing.T) {
 	if ok, err := s.Complete(ctx, cs[0], batch.Result{Kind: batch.Succeeded, Line: batch.Line(cs[0], 200, "", []byte(`{}`))}, now); !ok || err != nil {
 		t.Fatal(ok, err)
 	}
-	if _, err := batch.OpenBolt(path, 50*time.Millisecond); err == nil || !strings.Contains(err.Error(), "in use") {
+	if _, err := batch.OpenBolt(path, 50*time.Millisecond); !errors.Is(err, batch.ErrLocked) || !strings.Contains(err.Error(), path) {
 		t.Fatalf("a second open of a locked file: %v, want in use", err)
 	}
 	s.Close()

@@ -189,9 +189,6 @@ type batchAPI struct {
 	now   func() time.Time
 }
 
-// errBatchStoreInUse is the store's file locked by another process.
-var errBatchStoreInUse = errors.New("in use")
-
 // openBatch opens the store when the Batch API is on; nil when it is off.
 func (g *Gateway) openBatch() (*batchAPI, error) {
 	cfg := g.cfg.Batch
@@ -200,8 +197,8 @@ func (g *Gateway) openBatch() (*batchAPI, error) {
 	}
 	store, err := batch.OpenBolt(cfg.Path, 500*time.Millisecond)
 	if err != nil {
-		if strings.Contains(err.Error(), "in use") {
-			return nil, fmt.Errorf("config: batch.path: %w (%w: another sluice holds it; give each its own batch.path)", err, errBatchStoreInUse)
+		if errors.Is(err, batch.ErrLocked) {
+			return nil, fmt.Errorf("config: batch.path: %w (another sluice holds it; give each its own batch.path)", err)
 		}
 		return nil, fmt.Errorf("config: batch.path: %w", err)
 	}
@@ -258,7 +255,7 @@ func (c batchCollector) Collect(ch chan<- prometheus.Metric) {
 
 // IsBatchStoreInUse says whether New failed because another process holds
 // batch.path.
-func IsBatchStoreInUse(err error) bool { return errors.Is(err, errBatchStoreInUse) }
+func IsBatchStoreInUse(err error) bool { return errors.Is(err, batch.ErrLocked) }
 
 // RunBatch runs the batches' items until ctx ends, lets the running ones
 // finish for shutdown_grace, then closes the store. Server.Serve runs it;
