@@ -653,3 +653,42 @@ func TestBatchDeferredPastTheSpendStage(t *testing.T) {
 		t.Fatalf("%d reservations left open", snap.Reservations)
 	}
 }
+
+// TestBatchItemsAreBooked: an item's call is priced, reserved and booked
+// like a live call of its tenant's: three items cost three calls, on the
+// tenant's books, with no reservation left open.
+func TestBatchItemsAreBooked(t *testing.T) {
+	_, up := startMock(t, mockllm.Config{})
+	c := callCost(t, up.URL)
+	cfg := batchConfig(t, up.URL)
+	cfg.Spend = testSpend()
+	s := serve(t, cfg)
+	ctx := t.Context()
+	acme := sdk(s.url, "sk-acme")
+	var lines strings.Builder
+	for i := range 3 {
+		fmt.Fprintf(&lines, `{"custom_id":"c%d","method":"POST","url":"/v1/chat/completions","body":%s}`+"\n", i, bigModelBody)
+	}
+	f, err := acme.Files.New(ctx, openai.FileNewParams{File: openai.File(strings.NewReader(lines.String()), "in.jsonl", "application/jsonl"), Purpose: openai.FilePurposeBatch})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := acme.Batches.New(ctx, openai.BatchNewParams{InputFileID: f.ID, Endpoint: openai.BatchNewParamsEndpointV1ChatCompletions, CompletionWindow: "1h"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the batch to complete", func() bool {
+		b, err = acme.Batches.Get(ctx, b.ID)
+		return err == nil && b.Status == openai.BatchStatusCompleted
+	})
+	snap := s.g.spend.Snapshot(time.Now())
+	if got := snap.Global.LastHourUSD; got < 2.99*c || got > 3.01*c {
+		t.Errorf("booked %v for three items, want 3 × %v", got, c)
+	}
+	if len(snap.Tenants) != 1 || snap.Tenants[0].Name != "acme" || snap.Tenants[0].LastHourUSD != snap.Global.LastHourUSD {
+		t.Errorf("tenants' books %+v", snap.Tenants)
+	}
+	if snap.Reservations != 0 {
+		t.Errorf("%d reservations left open", snap.Reservations)
+	}
+}
