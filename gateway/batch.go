@@ -946,14 +946,30 @@ func (c Config) validateBatch() error {
 	if !c.Batch.on() {
 		return nil
 	}
+	if i, path := c.batchPassthrough(); i >= 0 {
+		return fmt.Errorf("config: passthrough[%d].path: %q covers %s, which the gateway's Batch API serves (set batch.disabled to forward it instead)", i, c.Passthrough[i].Path, path)
+	}
+	return nil
+}
+
+// batchPassthrough returns the first passthrough entry that forwards a
+// Batch API path, and the path; -1 when none does. A broader prefix
+// ("/v1/") does not count: the Batch API's routes are longer, and win.
+func (c Config) batchPassthrough() (int, string) {
 	for i, p := range c.Passthrough {
 		for _, rt := range batchRoutes {
-			// A broader prefix ("/v1/") is fine: the Batch API's routes are
-			// longer, and win.
-			if strings.HasPrefix(p.Path, strings.TrimSuffix(rt.path, "/")) {
-				return fmt.Errorf("config: passthrough[%d].path: %q covers %s, which the gateway's Batch API serves (set batch.disabled to forward it instead)", i, p.Path, strings.TrimSuffix(rt.path, "/"))
+			if path := strings.TrimSuffix(rt.path, "/"); strings.HasPrefix(p.Path, path) {
+				return i, path
 			}
 		}
 	}
-	return nil
+	return -1, ""
+}
+
+// PassesBatchThrough says whether passthrough forwards /v1/files or
+// /v1/batches to the provider: `sluice serve` then leaves the Batch API
+// off unless batch.path is set.
+func (c Config) PassesBatchThrough() bool {
+	i, _ := c.batchPassthrough()
+	return i >= 0
 }

@@ -692,3 +692,34 @@ func TestBatchItemsAreBooked(t *testing.T) {
 		t.Errorf("%d reservations left open", snap.Reservations)
 	}
 }
+
+// TestBatchConfigErrors: the batch section's faults name the field.
+func TestBatchConfigErrors(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		edit func(*Config)
+		want string
+	}{
+		{"passthrough over the Batch API", func(c *Config) {
+			c.Passthrough = []PassthroughConfig{{Path: "/v1/files/", Methods: []string{"GET"}}}
+		}, `passthrough[0].path: "/v1/files/" covers /v1/files`},
+		{"rank", func(c *Config) { c.Batch.Rank = new(99) }, "batch.rank"},
+		{"max_waiting", func(c *Config) { c.Batch.MaxWaiting = -1 }, "batch.max_waiting"},
+		{"max_file_bytes", func(c *Config) { c.Batch.MaxFileBytes = 2 << 30 }, "batch.max_file_bytes"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := baseConfig("http://127.0.0.1:1")
+			cfg.Batch.Path = filepath.Join(t.TempDir(), "b.db")
+			tc.edit(&cfg)
+			if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("Validate: %v, want an error naming %s", err, tc.want)
+			}
+		})
+	}
+	// Off, the same passthrough forwards /v1/files (no tenants).
+	cfg := baseConfig("http://127.0.0.1:1")
+	cfg.Passthrough = []PassthroughConfig{{Path: "/v1/files/", Methods: []string{"GET"}}}
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -240,6 +240,14 @@ func TestServeBatchDefaults(t *testing.T) {
 	if cfg, _ := load("--config", file); cfg.Batch.Path != "" || !cfg.Batch.Disabled {
 		t.Errorf("batch.disabled: %+v", cfg.Batch)
 	}
+	// A config that forwards /v1/files to the provider (no tenants) keeps
+	// doing so.
+	if err := os.WriteFile(file, []byte("upstream: {url: \"http://127.0.0.1:1\"}\nadmission: {concurrency: 2}\npassthrough: [{path: /v1/files, methods: [GET, POST]}]\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if cfg, _ := load("--config", file); cfg.Batch.Path != "" {
+		t.Errorf("batch on over a passthrough of /v1/files: %+v", cfg.Batch)
+	}
 
 	// Two serves on one machine with the default store: the first holds
 	// it, the second serves without the Batch API.

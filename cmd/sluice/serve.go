@@ -94,9 +94,10 @@ func (f *serveFlags) load(fs *flag.FlagSet) (gateway.Config, error) {
 		}
 	})
 	// The Batch API is on by default: its store lives in the state
-	// directory unless the config says where, or turns it off.
+	// directory unless the config says where, turns it off, or forwards
+	// /v1/files and /v1/batches to the provider (passthrough).
 	f.batchDefaulted = false
-	if cfg.Batch.Path == "" && !cfg.Batch.Disabled {
+	if cfg.Batch.Path == "" && !cfg.Batch.Disabled && !cfg.PassesBatchThrough() {
 		if f.batchFallback {
 			cfg.Batch.Disabled = true
 		} else if p, err := gateway.DefaultBatchPath(); err == nil {
