@@ -193,6 +193,7 @@ func (e *Executor) Run(ctx context.Context) {
 			claims, err := e.cfg.Store.Claim(ctx, now, e.cfg.Owner, e.cfg.Lease, free)
 			if err != nil && ctx.Err() == nil {
 				e.cfg.Log.Error("batch: claiming items failed", "err", err)
+				e.pause(5 * time.Second) // a failing store is not polled every tick
 			}
 			for _, c := range claims {
 				running.Add(1)
