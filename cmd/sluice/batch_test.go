@@ -25,6 +25,13 @@ import (
 	"github.com/sluicehq/sluice/mockllm"
 )
 
+// The tests of this package run `sluice serve`, whose Batch API keeps its
+// store in the state directory by default: under the temporary directory,
+// not the home of whoever runs the tests.
+func init() {
+	_ = os.Setenv("XDG_STATE_HOME", filepath.Join(os.TempDir(), "sluice-test-state"))
+}
+
 // TestHelperServe is not a test: TestBatchSurvivesKill runs the test binary
 // again with SLUICE_HELPER_SERVE set, and this runs `sluice serve` in that
 // process, for the test to kill -9.
