@@ -75,6 +75,10 @@ type Config struct {
 	// Log is how `sluice serve` writes its logs, the access log's line per
 	// request among them (see accesslog.go). Zero means text.
 	Log LogConfig `yaml:"log"`
+	// Batch is the Batch API (/v1/files, /v1/batches), which the gateway
+	// serves and runs itself (see BatchConfig). Its zero value is off in a
+	// Gateway built by New and on in `sluice serve`.
+	Batch BatchConfig `yaml:"batch"`
 	// ShutdownGrace is how long in-flight requests may take to finish after
 	// SIGTERM/SIGINT. Zero means 30s; at most 1h (an orchestrator kills a
 	// process long before).
@@ -293,7 +297,10 @@ func (c Config) withDefaults() Config {
 		n := c.DefaultMaxQueue()
 		c.Admission.MaxQueue = &n
 	}
-	return c
+	// After the waiting room: the batch class sends its own timeouts,
+	// and must not lengthen the derived queue.
+	c.Batch = c.Batch.withDefaults()
+	return c.batchClassDefaults()
 }
 
 // The derived waiting room: what the gate can serve within the longest
@@ -377,6 +384,9 @@ func (c Config) Validate() error {
 		return err
 	}
 	if err := validatePassthrough(c.Passthrough, c.Classes, len(c.Tenants) > 0); err != nil {
+		return err
+	}
+	if err := c.validateBatch(); err != nil {
 		return err
 	}
 	if err := c.UpstreamLimit.validate(); err != nil {

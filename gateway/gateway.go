@@ -48,6 +48,7 @@ type Gateway struct {
 	books    books      // where the spend books live (store.go)
 	idem     *idemStore // Idempotency-Key (idempotency.go)
 	reload   *reloader  // policies changed without a restart (reload.go)
+	batch    *batchAPI  // the Batch API; nil when off (batch.go)
 
 	tracer trace.Tracer // nil when tracing is off (trace.go)
 }
@@ -145,6 +146,9 @@ func New(cfg Config, opts Options) (*Gateway, error) {
 		g.metrics.reg.MustRegister(g.spend.Collector())
 	}
 	g.books.register(g.metrics.reg)
+	if g.batch, err = g.openBatch(); err != nil { // last: nothing fails after the store is open
+		return nil, err
+	}
 	return g, nil
 }
 
@@ -279,6 +283,10 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	if g.draining.Load() {
 		g.refuse(w, &admission.Rejection{Reason: admission.ReasonDraining, RetryAfter: g.cfg.ShutdownGrace.D()}, "", "")
+		return
+	}
+	if rt.batchAPI {
+		g.serveBatchAPI(w, r, tenant)
 		return
 	}
 	g.serveCall(w, r, rt, tenant, tier)

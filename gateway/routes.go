@@ -22,7 +22,8 @@ import (
 // Tenant-scoped resources of the provider (files, batches, stored
 // responses, assistants…) all belong to the one provider key, so they
 // cannot be passed through while the gateway has tenants: one tenant could
-// read or delete another's.
+// read or delete another's. /v1/files and /v1/batches are the gateway's own
+// Batch API instead (batch.go), each tenant's own.
 
 // PassthroughConfig is one path forwarded beside the gated APIs.
 type PassthroughConfig struct {
@@ -61,6 +62,7 @@ type route struct {
 	billed    bool
 	gated     bool // one of the built-in APIs
 	anthropic bool // errors in Anthropic's shape
+	batchAPI  bool // the Batch API, served by the gateway (batch.go)
 }
 
 // gatedRoutes are the built-in APIs.
@@ -71,6 +73,20 @@ var gatedRoutes = []route{
 	{path: "/v1/responses", methods: []string{http.MethodPost}, billed: true, gated: true},
 	{path: "/v1/messages", methods: []string{http.MethodPost}, billed: true, gated: true, anthropic: true},
 }
+
+// batchRoutes are the Batch API's paths, served by the gateway itself
+// (batch.go) unless passthrough forwards them (allowed only without
+// tenants, and with the Batch API off).
+var batchRoutes = []route{
+	{path: "/v1/files", methods: batchMethods, batchAPI: true},
+	{path: "/v1/files/", prefix: true, methods: batchMethods, batchAPI: true},
+	{path: "/v1/batches", methods: batchMethods, batchAPI: true},
+	{path: "/v1/batches/", prefix: true, methods: batchMethods, batchAPI: true},
+}
+
+// batchMethods reach the Batch API's handler, which answers a method it
+// does not take on another tenant's id with 404, like any other.
+var batchMethods = []string{http.MethodGet, http.MethodPost, http.MethodDelete, http.MethodPut, http.MethodPatch}
 
 // routes classifies paths. Immutable after construction.
 type routes struct {
@@ -93,6 +109,15 @@ func newRoutes(pass []PassthroughConfig) *routes {
 			rs.prefixes = append(rs.prefixes, rt)
 		} else {
 			rs.exact[p.Path] = rt
+		}
+	}
+	for i := range batchRoutes {
+		rt := &batchRoutes[i]
+		switch {
+		case !rt.prefix && rs.exact[rt.path] == nil:
+			rs.exact[rt.path] = rt
+		case rt.prefix && !slices.ContainsFunc(rs.prefixes, func(p *route) bool { return p.path == rt.path }):
+			rs.prefixes = append(rs.prefixes, rt)
 		}
 	}
 	slices.SortFunc(rs.prefixes, func(a, b *route) int { return len(b.path) - len(a.path) })

@@ -98,6 +98,16 @@ func (s *Server) Serve(ctx context.Context) error {
 		<-alertsDone
 	}()
 	defer s.Gateway.startDashboard()() // its event streams end, and its goroutine is waited for, on return
+	// The batches' items stop starting when the drain begins; the running
+	// ones get the grace period, like live calls.
+	batchDone := make(chan struct{})
+	go func() {
+		defer close(batchDone)
+		if err := s.Gateway.RunBatch(ctx); err != nil {
+			s.log.Error("closing the batch store failed", "err", err)
+		}
+	}()
+	defer func() { <-batchDone }()
 	s.log.Info("sluice gateway serving", "listen", s.API.Addr().String(), "admin", s.Admin.Addr().String(),
 		"upstream", s.Gateway.upstream.Redacted(), "concurrency", s.Gateway.cfg.Admission.Concurrency, "max_queue", *s.Gateway.cfg.Admission.MaxQueue,
 		"read_header_timeout", s.limits.readHeader, "read_body_timeout", s.limits.readBody, "idle_timeout", s.limits.idle,

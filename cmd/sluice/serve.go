@@ -32,6 +32,12 @@ type serveFlags struct {
 	initial     time.Duration
 	pprof       bool
 	logFormat   string
+	batchDB     string
+
+	// batchDefaulted: batch.path was unset and load filled in the state
+	// directory's; batchFallback: that file was in use by another sluice,
+	// so this one serves without the Batch API (and a reload keeps it so).
+	batchDefaulted, batchFallback bool
 }
 
 func (f *serveFlags) register(fs *flag.FlagSet) {
@@ -45,6 +51,7 @@ func (f *serveFlags) register(fs *flag.FlagSet) {
 	fs.DurationVar(&f.initial, "initial-service-time", 0, "service time assumed before the first call completes")
 	fs.BoolVar(&f.pprof, "admin-pprof", false, "serve the Go runtime's profiles at /debug/pprof/ on the admin listener (admin_pprof)")
 	fs.StringVar(&f.logFormat, "log-format", "", "logs on standard error, one access-log line per request among them: `text` or json (log.format; default text)")
+	fs.StringVar(&f.batchDB, "batch-db", "", "`file` of the Batch API's store (batch.path; default $XDG_STATE_HOME/sluice/batch.db, else ~/.local/state/sluice/batch.db)")
 }
 
 // load reads the config file, if any, and applies the flags that were set.
@@ -89,8 +96,21 @@ func (f *serveFlags) load(fs *flag.FlagSet) (gateway.Config, error) {
 				bad = fmt.Errorf("--log-format: %q, want text or json", f.logFormat)
 			}
 			cfg.Log.Format = f.logFormat
+		case "batch-db":
+			cfg.Batch.Path = f.batchDB
 		}
 	})
+	// The Batch API is on by default: its store lives in the state
+	// directory unless the config says where, turns it off, or forwards
+	// /v1/files and /v1/batches to the provider (passthrough).
+	f.batchDefaulted = false
+	if cfg.Batch.Path == "" && !cfg.Batch.Disabled && !cfg.PassesBatchThrough() {
+		if f.batchFallback {
+			cfg.Batch.Disabled = true
+		} else if p, err := gateway.DefaultBatchPath(); err == nil {
+			cfg.Batch.Path, f.batchDefaulted = p, true
+		}
+	}
 	if bad != nil {
 		return cfg, bad
 	}
@@ -142,7 +162,18 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		}()
 		logger.Info("tracing on: spans go over OTLP/HTTP as the OTEL_* environment says")
 	}
-	g, err := gateway.New(cfg, gateway.Options{Logger: logger, TracerProvider: tp, ConfigSource: f.configSource(fs)})
+	opts := gateway.Options{Logger: logger, TracerProvider: tp, ConfigSource: f.configSource(fs)}
+	g, err := gateway.New(cfg, opts)
+	if err != nil && f.batchDefaulted && gateway.IsBatchStoreInUse(err) {
+		// Another sluice on this machine holds the default store: serve
+		// without batches rather than not at all, and say so.
+		logger.Warn("the Batch API is off: its default store is in use by another sluice; set batch.path (or --batch-db) to give this one its own",
+			"path", cfg.Batch.Path)
+		f.batchFallback = true
+		if cfg, err = f.load(fs); err == nil {
+			g, err = gateway.New(cfg, opts)
+		}
+	}
 	if err != nil {
 		return err
 	}

@@ -23,12 +23,12 @@ var layers = [][]string{
 	{"internal/loghist", "internal/yamltime", "internal/loopback", "internal/layering"},
 	// The wire contract: headers, reasons, error bodies.
 	{"contract"},
-	// The policies.
-	{"admission", "retrybudget"},
+	// The policies; batch, the durable job store and its executor.
+	{"admission", "retrybudget", "batch"},
 	{"spend"}, // prices and budgets in the gate's ranks and reasons
 	// The admission chain, which runs the policies in order; the ledgers'
-	// shared test suite.
-	{"chain", "spend/spendtest", "store", "store/redistest"},
+	// and the job stores' shared test suites.
+	{"chain", "spend/spendtest", "batch/batchtest", "store", "store/redistest"},
 	{"client"},
 	// The shells and the tools around them: none imports another.
 	{"gateway", "sim", "loadgen", "mockllm"},

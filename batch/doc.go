@@ -1,0 +1,15 @@
+// Package batch runs OpenAI-style batch jobs durably: files of requests,
+// batches made of them, the state of every item and its result, kept in a
+// JobStore that survives a restart and a crash, and an Executor that runs
+// the items through a caller-supplied Doer (the gateway's admission chain)
+// in the capacity live work leaves idle.
+//
+// What happened is exact: an item's result is written once (JobStore
+// refuses a second), so an output file never says anything twice; an item
+// that was claimed when the process died is claimed again after the
+// restart, so it runs at most once more per crash.
+//
+// The embedded store is Bolt (OpenBolt): one file, pure Go, serialisable
+// transactions with an fsync per commit, and a file lock that makes the
+// process that opened it the only one running its items.
+package batch
