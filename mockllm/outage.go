@@ -120,4 +120,3 @@ func (s *Server) serveOutage(w http.ResponseWriter, r *http.Request) {
 	}
 	writeJSON(w, http.StatusOK, map[string]string{"mode": string(s.CurrentOutage())})
 }
-

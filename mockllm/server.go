@@ -74,10 +74,10 @@ func New(cfg Config) (*Server, error) {
 		models = maps.Clone(models) // the caller may keep editing its map
 	}
 	return &Server{
-		cfg:    cfg,
-		models: models,
-		start:  time.Now(),
-		rand:   newSource(cfg.Seed),
+		cfg:      cfg,
+		models:   models,
+		start:    time.Now(),
+		rand:     newSource(cfg.Seed),
 		done:     make(chan struct{}),
 		limiters: make(map[string]*modelLimiter),
 		outage:   newOutageState(),
