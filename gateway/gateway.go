@@ -250,6 +250,8 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	x, r := g.begin(w, r) // X-Request-Id, the access log and the span (accesslog.go)
 	defer g.end(x)
 	w = x
+	// A caller of Anthropic's API reads the gateway's errors in its shape.
+	x.anthropic = isAnthropicPath(r.URL.Path)
 	if headerBytes(r) > g.cfg.Limits.MaxHeaderBytes {
 		g.headersTooLarge(w)
 		return
@@ -522,10 +524,6 @@ func (g *Gateway) badInput(w http.ResponseWriter, err error) {
 func (g *Gateway) notFound(w http.ResponseWriter, r *http.Request) {
 	g.metrics.badInput.WithLabelValues("not_found").Inc()
 	msg := "sluice does not forward this path (not a gated API nor in passthrough)"
-	if isAnthropicPath(r.URL.Path) {
-		writeAnthropicError(w, http.StatusNotFound, "not_found_error", msg)
-		return
-	}
 	writeError(w, http.StatusNotFound, "invalid_request_error", "not_found", msg)
 }
 
@@ -536,10 +534,6 @@ func (g *Gateway) methodNotAllowed(w http.ResponseWriter, rt *route) {
 	msg := "method not allowed on this path"
 	if rt != nil {
 		w.Header().Set("Allow", strings.Join(rt.methods, ", "))
-		if rt.anthropic {
-			writeAnthropicError(w, http.StatusMethodNotAllowed, "invalid_request_error", msg)
-			return
-		}
 	}
 	writeError(w, http.StatusMethodNotAllowed, "invalid_request_error", "method_not_allowed", msg)
 }
@@ -547,5 +541,5 @@ func (g *Gateway) methodNotAllowed(w http.ResponseWriter, rt *route) {
 func (g *Gateway) unauthorized(w http.ResponseWriter) {
 	g.metrics.badInput.WithLabelValues("invalid_api_key").Inc()
 	writeError(w, http.StatusUnauthorized, "invalid_request_error", "invalid_api_key",
-		"missing or unknown API key (Authorization: Bearer <key>)")
+		"missing or unknown API key (Authorization: Bearer <key>, or x-api-key: <key>)")
 }
