@@ -119,7 +119,7 @@ type exchange struct {
 	// anthropic says the caller speaks Anthropic's API: the gateway's own
 	// errors are written in its shape (errors.go).
 	anthropic bool
-	span                   trace.Span
+	span      trace.Span
 }
 
 // Unwrap lets http.ResponseController (the proxy's flushes, the body's
