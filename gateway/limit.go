@@ -8,7 +8,9 @@ import (
 )
 
 // UpstreamLimitConfig adapts the gate's concurrency to the provider's rate
-// limits: a 429 (or an x-ratelimit-remaining-* header at zero) lowers it
+// limits: a 429 (or a remaining-requests or -tokens header at zero,
+// OpenAI's x-ratelimit-remaining-* or Anthropic's
+// anthropic-ratelimit-*-remaining) lowers it
 // multiplicatively, and it climbs back additively, one slot per interval
 // since the last decrease — the AIMD rule TCP uses, so that the gate's wait
 // estimates and refusals stay honest while capacity shrinks. The climb is
@@ -154,10 +156,21 @@ func (g *Gateway) setConcurrency(n int) {
 	_ = g.gate.SetConcurrency(n)
 }
 
-// exhausted reports an x-ratelimit-remaining-requests or -tokens header at
-// zero: the provider's next request will be refused.
+// remainingHeaders are the providers' counts of what is left of a rate
+// limit: OpenAI's x-ratelimit-remaining-*, and Anthropic's
+// anthropic-ratelimit-*-remaining (tokens, and input and output tokens
+// apart).
+var remainingHeaders = []string{
+	"x-ratelimit-remaining-requests", "x-ratelimit-remaining-tokens",
+	"anthropic-ratelimit-requests-remaining", "anthropic-ratelimit-tokens-remaining",
+	"anthropic-ratelimit-input-tokens-remaining", "anthropic-ratelimit-output-tokens-remaining",
+}
+
+// exhausted reports a provider's remaining-requests or -tokens header at
+// zero: the provider's next request will be refused, so the gate slows
+// down before the 429 rather than after it.
 func exhausted(h http.Header) bool {
-	for _, name := range []string{"x-ratelimit-remaining-requests", "x-ratelimit-remaining-tokens"} {
+	for _, name := range remainingHeaders {
 		if v := h.Get(name); v != "" {
 			if n, err := strconv.ParseInt(v, 10, 64); err == nil && n <= 0 {
 				return true

@@ -125,3 +125,45 @@ func TestAdaptiveLimitRecoversWhenIdle(t *testing.T) {
 		t.Fatalf("after an idle hour a request was admitted at concurrency %d, want 16", c)
 	}
 }
+
+// TestProviderHeadersPaceBeforeThe429: the mock's per-model limits, in
+// OpenAI's and Anthropic's headers, lower the gate's concurrency on the
+// answer that leaves the limit at zero, before the provider has refused
+// anything.
+func TestProviderHeadersPaceBeforeThe429(t *testing.T) {
+	// 16 characters of prompt are 4 tokens, plus max_tokens 8: 12 a call.
+	const anthropicBody = `{"model":"m","max_tokens":8,"messages":[{"role":"user","content":"0123456789abcdef"}]}`
+	const openAIBody = `{"model":"m","max_tokens":8,"messages":[{"role":"user","content":"0123456789abcdef"}]}`
+	for _, tc := range []struct {
+		name, path, body string
+		limit            mockllm.ModelSpec
+	}{
+		{"anthropic requests", "/v1/messages", anthropicBody, mockllm.ModelSpec{RPM: 2}},
+		{"anthropic tokens", "/v1/messages", anthropicBody, mockllm.ModelSpec{TPM: 24}},
+		{"openai requests", "/v1/chat/completions", openAIBody, mockllm.ModelSpec{RPM: 2}},
+		{"openai tokens", "/v1/chat/completions", openAIBody, mockllm.ModelSpec{TPM: 24}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			mock, up := startMock(t, mockllm.Config{Models: map[string]mockllm.ModelSpec{"m": tc.limit}})
+			cfg := baseConfig(up.URL)
+			cfg.Admission = AdmissionConfig{Concurrency: 8, MaxQueue: new(16)}
+			cfg.UpstreamLimit = UpstreamLimitConfig{Interval: Duration(time.Hour)} // no climb back during the test
+			g, gw := startGateway(t, cfg)
+			for i, want := range []int{8, 4} {
+				resp := postPath(t, t.Context(), gw.URL, tc.path, tc.body, nil)
+				if b := readAll(t, resp); resp.StatusCode != 200 {
+					t.Fatalf("call %d: %d %s", i, resp.StatusCode, b)
+				}
+				if c := g.gate.Stats().Concurrency; c != want {
+					t.Fatalf("after call %d: concurrency %d, want %d", i, c, want)
+				}
+			}
+			if st := mock.Stats(); st.RateLimited != 0 {
+				t.Fatalf("the provider refused %d calls", st.RateLimited)
+			}
+			if d := testutilValue(g.metrics.limitDecreases); d != 1 {
+				t.Fatalf("limit decreases %v, want 1", d)
+			}
+		})
+	}
+}
