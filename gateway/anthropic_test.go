@@ -175,3 +175,46 @@ func TestAnthropicSDKSeesRefusalsAsItsOwnErrors(t *testing.T) {
 	})
 	check(err, http.StatusNotFound, shared.ErrorTypeNotFoundError, "")
 }
+
+// TestAnthropicSDKThroughAProviderOutage: the mock's outage switch, seen
+// through the gateway by the Anthropic SDK: connections reset before any
+// answer are the gateway's own 502 in Anthropic's shape (an api_error), the
+// provider's 500 reaches the caller as the provider wrote it, and the end
+// of the outage brings answers back.
+func TestAnthropicSDKThroughAProviderOutage(t *testing.T) {
+	_, url, mock := anthropicGateway(t)
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	acme := anthropicSDK(url, "key-acme")
+
+	if err := mock.SetOutage(mockllm.OutageRefuse); err != nil {
+		t.Fatal(err)
+	}
+	_, err := acme.Messages.New(ctx, haikuParams(1))
+	var ae *anthropic.Error
+	if !errors.As(err, &ae) || ae.StatusCode != http.StatusBadGateway || ae.Type() != shared.ErrorTypeAPIError ||
+		!strings.Contains(ae.RawJSON(), "upstream_") {
+		t.Fatalf("refused connections: %v", err)
+	}
+
+	// Each call asks for something else: the same body again would be
+	// recognised as a retry of the failed call (seen.go).
+	if err := mock.SetOutage(mockllm.Outage500); err != nil {
+		t.Fatal(err)
+	}
+	_, err = acme.Messages.New(ctx, haikuParams(2))
+	if !errors.As(err, &ae) || ae.StatusCode != http.StatusInternalServerError || ae.Type() != shared.ErrorTypeAPIError ||
+		!strings.Contains(ae.Message, "mock outage") {
+		t.Fatalf("provider 500s: %v", err)
+	}
+
+	if err := mock.SetOutage(mockllm.OutageOff); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := acme.Messages.New(ctx, haikuParams(3)); err != nil {
+		t.Fatalf("after the outage: %v", err)
+	}
+	if st := mock.Stats(); st.Outage < 2 {
+		t.Fatalf("the mock answered %d calls in outage, want at least 2", st.Outage)
+	}
+}
