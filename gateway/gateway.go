@@ -187,6 +187,8 @@ type call struct {
 	tenant   string
 	model    string    // the model called: the chain may have degraded it
 	body     []byte    // replayed by the gateway's own upstream retries
+	// maxTokens is the body's max_tokens (or its spellings); 0 if none.
+	maxTokens int64
 	unbilled bool      // a pass-through call that is not priced
 	deadline time.Time // the caller's
 	start    time.Time
@@ -377,7 +379,7 @@ func (g *Gateway) serveCall(w http.ResponseWriter, r *http.Request, rt *route, t
 		body.raw, body.model = raw, admitted.Model
 		g.metrics.degraded.Inc()
 	}
-	c := &call{g: g, permit: permit, class: hdr.class, tenant: tenant, model: body.model, body: body.raw,
+	c := &call{g: g, permit: permit, class: hdr.class, tenant: tenant, model: body.model, body: body.raw, maxTokens: body.maxTokens,
 		unbilled: !rt.billed, deadline: deadline, start: time.Now(), queue: permit.QueueTime(), caller: r.Context(),
 		idem: idem, x: x}
 	if x != nil {

@@ -40,8 +40,26 @@ func TestAIMDFollowsRateLimitSignals(t *testing.T) {
 			t.Fatalf("step %d: the gate was given %d, the level is %d", i, gate, got)
 		}
 	}
-	if !exhausted(http.Header{"X-Ratelimit-Remaining-Requests": {"0"}}) || exhausted(http.Header{"X-Ratelimit-Remaining-Tokens": {"12"}}) {
+	if !exhausted(http.Header{"X-Ratelimit-Remaining-Requests": {"0"}}, nil) || exhausted(http.Header{"X-Ratelimit-Remaining-Tokens": {"12"}}, nil) {
 		t.Fatal("x-ratelimit-remaining-* misread")
+	}
+	charge := func(n int64) func() int64 { return func() int64 { return n } }
+	for _, tc := range []struct {
+		h      http.Header
+		charge int64
+		want   bool
+	}{
+		{http.Header{"Anthropic-Ratelimit-Requests-Remaining": {"0"}}, 0, true},
+		{http.Header{"Anthropic-Ratelimit-Output-Tokens-Remaining": {"0"}}, 0, true},
+		{http.Header{"X-Ratelimit-Remaining-Tokens": {"12"}}, 13, true}, // the next such call does not fit
+		{http.Header{"X-Ratelimit-Remaining-Tokens": {"13"}}, 13, false},
+		{http.Header{"Anthropic-Ratelimit-Tokens-Remaining": {"12"}}, 13, true},
+		{http.Header{"X-Ratelimit-Remaining-Requests": {"5"}}, 100, false}, // requests are not tokens
+		{http.Header{"X-Ratelimit-Remaining-Tokens": {"junk"}}, 100, false},
+	} {
+		if got := exhausted(tc.h, charge(tc.charge)); got != tc.want {
+			t.Errorf("exhausted(%v, charge %d) = %v, want %v", tc.h, tc.charge, got, tc.want)
+		}
 	}
 }
 
@@ -128,8 +146,10 @@ func TestAdaptiveLimitRecoversWhenIdle(t *testing.T) {
 
 // TestProviderHeadersPaceBeforeThe429: the mock's per-model limits, in
 // OpenAI's and Anthropic's headers, lower the gate's concurrency on the
-// answer that leaves the limit at zero, before the provider has refused
-// anything.
+// answer after which the next such call would be refused, before the
+// provider has refused anything: requests at zero, or tokens fewer than
+// the call's charge (with 30 tokens a minute and 12 a call, 6 are left after
+// two calls — not zero, but too few for a third).
 func TestProviderHeadersPaceBeforeThe429(t *testing.T) {
 	// 16 characters of prompt are 4 tokens, plus max_tokens 8: 12 a call.
 	const anthropicBody = `{"model":"m","max_tokens":8,"messages":[{"role":"user","content":"0123456789abcdef"}]}`
@@ -139,9 +159,9 @@ func TestProviderHeadersPaceBeforeThe429(t *testing.T) {
 		limit            mockllm.ModelSpec
 	}{
 		{"anthropic requests", "/v1/messages", anthropicBody, mockllm.ModelSpec{RPM: 2}},
-		{"anthropic tokens", "/v1/messages", anthropicBody, mockllm.ModelSpec{TPM: 24}},
+		{"anthropic tokens", "/v1/messages", anthropicBody, mockllm.ModelSpec{TPM: 30}},
 		{"openai requests", "/v1/chat/completions", openAIBody, mockllm.ModelSpec{RPM: 2}},
-		{"openai tokens", "/v1/chat/completions", openAIBody, mockllm.ModelSpec{TPM: 24}},
+		{"openai tokens", "/v1/chat/completions", openAIBody, mockllm.ModelSpec{TPM: 30}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			mock, up := startMock(t, mockllm.Config{Models: map[string]mockllm.ModelSpec{"m": tc.limit}})
