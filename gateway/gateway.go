@@ -181,22 +181,22 @@ func (g *Gateway) Drain() { g.draining.Store(true) }
 
 // call is one admitted request on its way through the proxy.
 type call struct {
-	g        *Gateway
-	permit   *chain.Permit
-	class    string
-	tenant   string
-	model    string    // the model called: the chain may have degraded it
-	body     []byte    // replayed by the gateway's own upstream retries
+	g      *Gateway
+	permit *chain.Permit
+	class  string
+	tenant string
+	model  string // the model called: the chain may have degraded it
+	body   []byte // replayed by the gateway's own upstream retries
 	// maxTokens is the body's max_tokens (or its spellings); 0 if none.
 	maxTokens int64
-	unbilled bool      // a pass-through call that is not priced
-	deadline time.Time // the caller's
-	start    time.Time
-	queue    time.Duration
-	caller   context.Context // the caller's own context: done when it leaves
-	finished atomic.Bool
-	meter    *usageMeter // set when the response arrives
-	idem     *idemFlight // the Idempotency-Key's capture; nil without a key
+	unbilled  bool      // a pass-through call that is not priced
+	deadline  time.Time // the caller's
+	start     time.Time
+	queue     time.Duration
+	caller    context.Context // the caller's own context: done when it leaves
+	finished  atomic.Bool
+	meter     *usageMeter // set when the response arrives
+	idem      *idemFlight // the Idempotency-Key's capture; nil without a key
 	// For the access log and the span (accesslog.go): the request's
 	// exchange, how the call ended, the upstream attempts made and the
 	// provider's own request id.
