@@ -218,3 +218,30 @@ func TestAnthropicSDKThroughAProviderOutage(t *testing.T) {
 		t.Fatalf("the mock answered %d calls in outage, want at least 2", st.Outage)
 	}
 }
+
+// TestAnthropicShapeForEveryAnswerOfTheGateway: a malformed header on
+// /v1/messages is a 400 invalid_request_error in Anthropic's shape naming
+// the header, and the same header on an OpenAI path keeps OpenAI's shape.
+func TestAnthropicShapeForEveryAnswerOfTheGateway(t *testing.T) {
+	_, url, _ := anthropicGateway(t)
+	body := `{"model":"claude-3-5-haiku","max_tokens":1,"messages":[{"role":"user","content":"hi"}]}`
+	bad := map[string]string{"x-api-key": "key-acme", contract.HeaderTimeoutMs: "soon"}
+	resp := postPath(t, t.Context(), url, "/v1/messages", body, bad)
+	b := readAll(t, resp)
+	if resp.StatusCode != http.StatusBadRequest || !strings.HasPrefix(string(b), `{"type":"error","error":{"type":"invalid_request_error","message":"invalid_header: `+contract.HeaderTimeoutMs) {
+		t.Fatalf("bad header on /v1/messages: %d %s", resp.StatusCode, b)
+	}
+	resp = postPath(t, t.Context(), url, "/v1/chat/completions", body, bad)
+	if e := decodeError(t, readAll(t, resp)); resp.StatusCode != http.StatusBadRequest || e.Code != "invalid_header" {
+		t.Fatalf("bad header on chat: %d %+v", resp.StatusCode, e)
+	}
+	for status, want := range map[int]string{
+		400: "invalid_request_error", 401: "authentication_error", 403: "permission_error", 404: "not_found_error",
+		409: "conflict_error", 413: "request_too_large", 429: "rate_limit_error", 431: "invalid_request_error",
+		500: "api_error", 502: "api_error", 503: "overloaded_error", 504: "timeout_error",
+	} {
+		if got := anthropicErrorType(status); got != want {
+			t.Errorf("status %d: %s, want %s", status, got, want)
+		}
+	}
+}
