@@ -51,8 +51,8 @@
 //
 // # Rate limits
 //
-// A model row may set RPM and TPM (ModelSpec). They are enforced per model
-// name before capacity, like the providers' own: buckets that refill
+// A model row may set RPM and TPM (ModelSpec). They are enforced per row of
+// the table (models the "*" row covers share its limits) before capacity, like the providers' own: buckets that refill
 // continuously, a request charged one request and its prompt tokens plus
 // its maximum output when it arrives, a 429 with Retry-After,
 // retry-after-ms and the provider's error shape when either bucket is

@@ -25,8 +25,8 @@ type ModelSpec struct {
 	// RPM is the model's limit of requests per minute, enforced with 429s
 	// and reported in the providers' rate-limit headers. Zero means no
 	// limit. Like the providers', it is a bucket that refills continuously
-	// (RPM/60 a second), not a window that resets on the minute. The limit
-	// is per model name: with the "*" row, each model it covers has its own.
+	// (RPM/60 a second), not a window that resets on the minute. Each row
+	// has its own buckets; the models the "*" row covers share its buckets.
 	RPM int `json:"rpm" yaml:"rpm"`
 	// TPM is the model's limit of tokens per minute, a bucket like RPM's. A
 	// request is charged, when it arrives, its prompt tokens plus the

@@ -127,12 +127,19 @@ func (s *Server) checkRateLimit(c *call, now time.Time) verdict {
 	if c.spec.RPM == 0 && c.spec.TPM == 0 {
 		return verdict{ok: true}
 	}
+	// One limiter per row of the table: models the table does not list
+	// share the default row's, so that callers inventing model names
+	// cannot grow the map.
+	key := c.model
+	if _, listed := s.models[key]; !listed {
+		key = DefaultModelKey
+	}
 	s.limMu.Lock()
 	defer s.limMu.Unlock()
-	l, ok := s.limiters[c.model]
+	l, ok := s.limiters[key]
 	if !ok {
 		l = newModelLimiter(c.spec)
-		s.limiters[c.model] = l
+		s.limiters[key] = l
 	}
 	return l.take(now, c.tokensIn+c.tokensOut)
 }

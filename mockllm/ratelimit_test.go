@@ -292,3 +292,25 @@ func TestOutageBadInput(t *testing.T) {
 		}
 	}
 }
+
+// TestUnlistedModelsShareTheDefaultRowsLimit: models the table does not
+// list share the "*" row's buckets, so that a caller cannot escape a limit
+// (or grow the server's memory) by inventing model names.
+func TestUnlistedModelsShareTheDefaultRowsLimit(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newServer(t, Config{Models: map[string]ModelSpec{DefaultModelKey: {RPM: 2}, "listed": {RPM: 1}}})
+		for i, tc := range []struct {
+			model string
+			want  int
+		}{{"a", 200}, {"b", 200}, {"c", 429}, {"listed", 200}, {"listed", 429}} {
+			rec := httptest.NewRecorder()
+			s.ServeHTTP(rec, newReq(t.Context(), PathChatCompletions, chatBody(tc.model, "hi", 1, false)))
+			if rec.Code != tc.want {
+				t.Fatalf("call %d (%s): %d, want %d", i, tc.model, rec.Code, tc.want)
+			}
+		}
+		if n := len(s.limiters); n != 2 {
+			t.Fatalf("%d limiters, want 2", n)
+		}
+	})
+}

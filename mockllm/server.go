@@ -41,7 +41,8 @@ type Server struct {
 	// races with Wait.
 	handlers sync.WaitGroup
 
-	// limiters holds each model's RPM/TPM buckets, by requested model name.
+	// limiters holds each model row's RPM/TPM buckets, by model name (or
+	// DefaultModelKey for the models the table does not list).
 	limMu    sync.Mutex
 	limiters map[string]*modelLimiter
 
