@@ -116,7 +116,10 @@ type exchange struct {
 	reason, refusedClass   string // a refusal's
 	code                   string // the error code of any other answer of sluice's own
 	route                  string // the matched route's path, for the span's name
-	span                   trace.Span
+	// anthropic says the caller speaks Anthropic's API: the gateway's own
+	// errors are written in its shape (errors.go).
+	anthropic bool
+	span      trace.Span
 }
 
 // Unwrap lets http.ResponseController (the proxy's flushes, the body's

@@ -18,8 +18,15 @@ func writeError(w http.ResponseWriter, status int, typ, code, msg string) {
 	writeJSONError(w, status, contract.ErrorBody{Error: contract.ErrorDetail{Message: msg, Type: typ, Code: code}})
 }
 
+// writeJSONError writes body, in Anthropic's shape when the request came
+// on Anthropic's API (see anthropicError): every answer of the gateway's
+// own, refusals included, reaches the caller in the shape its SDK reads.
 func writeJSONError(w http.ResponseWriter, status int, body contract.ErrorBody) {
 	noteError(w, body.Error.Code) // for the access log (accesslog.go)
+	if x := exchangeOf(w); x != nil && x.anthropic {
+		writeAnthropicBody(w, status, anthropicError(status, body.Error))
+		return
+	}
 	h := w.Header()
 	h.Set("Content-Type", "application/json")
 	h.Set("X-Content-Type-Options", "nosniff")
@@ -122,22 +129,71 @@ func writeBadRequest(w http.ResponseWriter, err error) {
 
 func itoa(n int64) string { return strconv.FormatInt(n, 10) }
 
-// writeAnthropicError writes an error in Anthropic's shape, for callers of
-// its API: {"type":"error","error":{"type","message"}}.
-func writeAnthropicError(w http.ResponseWriter, status int, typ, msg string) {
-	noteError(w, typ) // for the access log (accesslog.go)
+// anthropicErrorBody is Anthropic's error shape:
+// {"type":"error","error":{"type","message"}}. On a refusal, the error also
+// repeats the contract's reason, estimated wait and retry delay, as the
+// OpenAI-shaped body does; Anthropic's SDKs ignore fields they do not know.
+type anthropicErrorBody struct {
+	Type  string              `json:"type"`
+	Error anthropicErrorInner `json:"error"`
+}
+
+type anthropicErrorInner struct {
+	Type            string `json:"type"`
+	Message         string `json:"message"`
+	Reason          string `json:"reason,omitempty"`
+	EstimatedWaitMs *int64 `json:"estimated_wait_ms,omitempty"`
+	RetryAfterMs    *int64 `json:"retry_after_ms,omitempty"`
+}
+
+// anthropicErrorType is the error type Anthropic gives a status: a refusal
+// for the caller's own limits (429) is a rate_limit_error, one for
+// overload (503) an overloaded_error, as Anthropic's own 429s and 529s.
+func anthropicErrorType(status int) string {
+	switch status {
+	case http.StatusBadRequest, http.StatusMethodNotAllowed, http.StatusRequestHeaderFieldsTooLarge,
+		http.StatusUnprocessableEntity, http.StatusUnsupportedMediaType:
+		return "invalid_request_error"
+	case http.StatusUnauthorized:
+		return "authentication_error"
+	case http.StatusForbidden:
+		return "permission_error"
+	case http.StatusNotFound:
+		return "not_found_error"
+	case http.StatusConflict:
+		return "conflict_error"
+	case http.StatusRequestEntityTooLarge:
+		return "request_too_large"
+	case http.StatusTooManyRequests:
+		return "rate_limit_error"
+	case http.StatusServiceUnavailable, 529:
+		return "overloaded_error"
+	case http.StatusGatewayTimeout:
+		return "timeout_error"
+	}
+	if status >= 500 {
+		return "api_error"
+	}
+	return "invalid_request_error"
+}
+
+// anthropicError turns the gateway's error into Anthropic's shape. The
+// code, which Anthropic's shape has no place for, leads the message.
+func anthropicError(status int, d contract.ErrorDetail) anthropicErrorBody {
+	msg := d.Message
+	if d.Code != "" && d.Reason == "" {
+		msg = d.Code + ": " + msg
+	}
+	return anthropicErrorBody{Type: "error", Error: anthropicErrorInner{
+		Type: anthropicErrorType(status), Message: msg,
+		Reason: d.Reason, EstimatedWaitMs: d.EstimatedWaitMs, RetryAfterMs: d.RetryAfterMs,
+	}}
+}
+
+func writeAnthropicBody(w http.ResponseWriter, status int, body anthropicErrorBody) {
 	h := w.Header()
 	h.Set("Content-Type", "application/json")
 	h.Set("X-Content-Type-Options", "nosniff")
 	w.WriteHeader(status)
-	_ = json.NewEncoder(w).Encode(struct {
-		Type  string `json:"type"`
-		Error struct {
-			Type    string `json:"type"`
-			Message string `json:"message"`
-		} `json:"error"`
-	}{Type: "error", Error: struct {
-		Type    string `json:"type"`
-		Message string `json:"message"`
-	}{typ, msg}})
+	_ = json.NewEncoder(w).Encode(body)
 }

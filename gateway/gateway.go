@@ -181,20 +181,22 @@ func (g *Gateway) Drain() { g.draining.Store(true) }
 
 // call is one admitted request on its way through the proxy.
 type call struct {
-	g        *Gateway
-	permit   *chain.Permit
-	class    string
-	tenant   string
-	model    string    // the model called: the chain may have degraded it
-	body     []byte    // replayed by the gateway's own upstream retries
-	unbilled bool      // a pass-through call that is not priced
-	deadline time.Time // the caller's
-	start    time.Time
-	queue    time.Duration
-	caller   context.Context // the caller's own context: done when it leaves
-	finished atomic.Bool
-	meter    *usageMeter // set when the response arrives
-	idem     *idemFlight // the Idempotency-Key's capture; nil without a key
+	g      *Gateway
+	permit *chain.Permit
+	class  string
+	tenant string
+	model  string // the model called: the chain may have degraded it
+	body   []byte // replayed by the gateway's own upstream retries
+	// maxTokens is the body's max_tokens (or its spellings); 0 if none.
+	maxTokens int64
+	unbilled  bool      // a pass-through call that is not priced
+	deadline  time.Time // the caller's
+	start     time.Time
+	queue     time.Duration
+	caller    context.Context // the caller's own context: done when it leaves
+	finished  atomic.Bool
+	meter     *usageMeter // set when the response arrives
+	idem      *idemFlight // the Idempotency-Key's capture; nil without a key
 	// For the access log and the span (accesslog.go): the request's
 	// exchange, how the call ended, the upstream attempts made and the
 	// provider's own request id.
@@ -250,6 +252,8 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	x, r := g.begin(w, r) // X-Request-Id, the access log and the span (accesslog.go)
 	defer g.end(x)
 	w = x
+	// A caller of Anthropic's API reads the gateway's errors in its shape.
+	x.anthropic = isAnthropicPath(r.URL.Path)
 	if headerBytes(r) > g.cfg.Limits.MaxHeaderBytes {
 		g.headersTooLarge(w)
 		return
@@ -375,7 +379,7 @@ func (g *Gateway) serveCall(w http.ResponseWriter, r *http.Request, rt *route, t
 		body.raw, body.model = raw, admitted.Model
 		g.metrics.degraded.Inc()
 	}
-	c := &call{g: g, permit: permit, class: hdr.class, tenant: tenant, model: body.model, body: body.raw,
+	c := &call{g: g, permit: permit, class: hdr.class, tenant: tenant, model: body.model, body: body.raw, maxTokens: body.maxTokens,
 		unbilled: !rt.billed, deadline: deadline, start: time.Now(), queue: permit.QueueTime(), caller: r.Context(),
 		idem: idem, x: x}
 	if x != nil {
@@ -522,10 +526,6 @@ func (g *Gateway) badInput(w http.ResponseWriter, err error) {
 func (g *Gateway) notFound(w http.ResponseWriter, r *http.Request) {
 	g.metrics.badInput.WithLabelValues("not_found").Inc()
 	msg := "sluice does not forward this path (not a gated API nor in passthrough)"
-	if isAnthropicPath(r.URL.Path) {
-		writeAnthropicError(w, http.StatusNotFound, "not_found_error", msg)
-		return
-	}
 	writeError(w, http.StatusNotFound, "invalid_request_error", "not_found", msg)
 }
 
@@ -536,10 +536,6 @@ func (g *Gateway) methodNotAllowed(w http.ResponseWriter, rt *route) {
 	msg := "method not allowed on this path"
 	if rt != nil {
 		w.Header().Set("Allow", strings.Join(rt.methods, ", "))
-		if rt.anthropic {
-			writeAnthropicError(w, http.StatusMethodNotAllowed, "invalid_request_error", msg)
-			return
-		}
 	}
 	writeError(w, http.StatusMethodNotAllowed, "invalid_request_error", "method_not_allowed", msg)
 }
@@ -547,5 +543,5 @@ func (g *Gateway) methodNotAllowed(w http.ResponseWriter, rt *route) {
 func (g *Gateway) unauthorized(w http.ResponseWriter) {
 	g.metrics.badInput.WithLabelValues("invalid_api_key").Inc()
 	writeError(w, http.StatusUnauthorized, "invalid_request_error", "invalid_api_key",
-		"missing or unknown API key (Authorization: Bearer <key>)")
+		"missing or unknown API key (Authorization: Bearer <key>, or x-api-key: <key>)")
 }

@@ -5,10 +5,14 @@ import (
 	"strconv"
 	"sync"
 	"time"
+
+	"github.com/sluicehq/sluice/spend"
 )
 
 // UpstreamLimitConfig adapts the gate's concurrency to the provider's rate
-// limits: a 429 (or an x-ratelimit-remaining-* header at zero) lowers it
+// limits: a 429 (or a remaining-requests or -tokens header at zero,
+// OpenAI's x-ratelimit-remaining-* or Anthropic's
+// anthropic-ratelimit-*-remaining) lowers it
 // multiplicatively, and it climbs back additively, one slot per interval
 // since the last decrease — the AIMD rule TCP uses, so that the gate's wait
 // estimates and refusals stay honest while capacity shrinks. The climb is
@@ -134,7 +138,11 @@ func (a *aimd) observe(now time.Time, resp *http.Response, g *Gateway) {
 	if resp == nil || a.off {
 		return
 	}
-	limited := resp.StatusCode == http.StatusTooManyRequests || exhausted(resp.Header)
+	var c *call
+	if resp.Request != nil {
+		c, _ = resp.Request.Context().Value(callKey{}).(*call)
+	}
+	limited := resp.StatusCode == http.StatusTooManyRequests || exhausted(resp.Header, c.charge)
 	if n, _, lowered := a.next(now, limited, g.setConcurrency); lowered {
 		g.metrics.limitDecreases.Inc()
 		g.log.Warn("the provider is rate limiting: concurrency lowered", "concurrency", n)
@@ -154,15 +162,58 @@ func (g *Gateway) setConcurrency(n int) {
 	_ = g.gate.SetConcurrency(n)
 }
 
-// exhausted reports an x-ratelimit-remaining-requests or -tokens header at
-// zero: the provider's next request will be refused.
-func exhausted(h http.Header) bool {
-	for _, name := range []string{"x-ratelimit-remaining-requests", "x-ratelimit-remaining-tokens"} {
-		if v := h.Get(name); v != "" {
-			if n, err := strconv.ParseInt(v, 10, 64); err == nil && n <= 0 {
+// remainingHeaders are the providers' counts of what is left of a rate
+// limit: OpenAI's x-ratelimit-remaining-*, and Anthropic's
+// anthropic-ratelimit-*-remaining (tokens, and input and output tokens
+// apart). tokens says the count is of tokens.
+var remainingHeaders = []struct {
+	name   string
+	tokens bool
+}{
+	{"x-ratelimit-remaining-requests", false}, {"x-ratelimit-remaining-tokens", true},
+	{"anthropic-ratelimit-requests-remaining", false}, {"anthropic-ratelimit-tokens-remaining", true},
+	{"anthropic-ratelimit-input-tokens-remaining", true}, {"anthropic-ratelimit-output-tokens-remaining", true},
+}
+
+// exhausted reports that the provider's next call like this one will be
+// refused: a remaining-requests or -tokens header at zero, or remaining
+// tokens fewer than this call was charged (charge, when not nil and
+// positive: its estimated prompt plus its max_tokens, which is what the
+// providers charge a call on arrival). The gate then slows down before the
+// 429 rather than after it.
+func exhausted(h http.Header, charge func() int64) bool {
+	need := int64(-1) // not computed yet
+	for _, r := range remainingHeaders {
+		v := h.Get(r.name)
+		if v == "" {
+			continue
+		}
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil {
+			continue
+		}
+		if n <= 0 {
+			return true
+		}
+		if r.tokens && charge != nil {
+			if need < 0 {
+				need = charge()
+			}
+			if n < need {
 				return true
 			}
 		}
 	}
 	return false
+}
+
+// charge is what a provider charges the call against a tokens-per-minute
+// limit when it arrives: its prompt, estimated, plus its max_tokens. It is
+// 0 when the call names no max_tokens (the provider's own default is not
+// known) or for a call outside the gateway (c nil).
+func (c *call) charge() int64 {
+	if c == nil || c.maxTokens <= 0 {
+		return 0
+	}
+	return spend.EstimateInputTokens(c.body) + c.maxTokens
 }

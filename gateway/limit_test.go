@@ -40,8 +40,26 @@ func TestAIMDFollowsRateLimitSignals(t *testing.T) {
 			t.Fatalf("step %d: the gate was given %d, the level is %d", i, gate, got)
 		}
 	}
-	if !exhausted(http.Header{"X-Ratelimit-Remaining-Requests": {"0"}}) || exhausted(http.Header{"X-Ratelimit-Remaining-Tokens": {"12"}}) {
+	if !exhausted(http.Header{"X-Ratelimit-Remaining-Requests": {"0"}}, nil) || exhausted(http.Header{"X-Ratelimit-Remaining-Tokens": {"12"}}, nil) {
 		t.Fatal("x-ratelimit-remaining-* misread")
+	}
+	charge := func(n int64) func() int64 { return func() int64 { return n } }
+	for _, tc := range []struct {
+		h      http.Header
+		charge int64
+		want   bool
+	}{
+		{http.Header{"Anthropic-Ratelimit-Requests-Remaining": {"0"}}, 0, true},
+		{http.Header{"Anthropic-Ratelimit-Output-Tokens-Remaining": {"0"}}, 0, true},
+		{http.Header{"X-Ratelimit-Remaining-Tokens": {"12"}}, 13, true}, // the next such call does not fit
+		{http.Header{"X-Ratelimit-Remaining-Tokens": {"13"}}, 13, false},
+		{http.Header{"Anthropic-Ratelimit-Tokens-Remaining": {"12"}}, 13, true},
+		{http.Header{"X-Ratelimit-Remaining-Requests": {"5"}}, 100, false}, // requests are not tokens
+		{http.Header{"X-Ratelimit-Remaining-Tokens": {"junk"}}, 100, false},
+	} {
+		if got := exhausted(tc.h, charge(tc.charge)); got != tc.want {
+			t.Errorf("exhausted(%v, charge %d) = %v, want %v", tc.h, tc.charge, got, tc.want)
+		}
 	}
 }
 
@@ -123,5 +141,49 @@ func TestAdaptiveLimitRecoversWhenIdle(t *testing.T) {
 	<-done
 	if c != 16 {
 		t.Fatalf("after an idle hour a request was admitted at concurrency %d, want 16", c)
+	}
+}
+
+// TestProviderHeadersPaceBeforeThe429: the mock's per-model limits, in
+// OpenAI's and Anthropic's headers, lower the gate's concurrency on the
+// answer after which the next such call would be refused, before the
+// provider has refused anything: requests at zero, or tokens fewer than
+// the call's charge (with 30 tokens a minute and 12 a call, 6 are left after
+// two calls — not zero, but too few for a third).
+func TestProviderHeadersPaceBeforeThe429(t *testing.T) {
+	// 16 characters of prompt are 4 tokens, plus max_tokens 8: 12 a call.
+	const anthropicBody = `{"model":"m","max_tokens":8,"messages":[{"role":"user","content":"0123456789abcdef"}]}`
+	const openAIBody = `{"model":"m","max_tokens":8,"messages":[{"role":"user","content":"0123456789abcdef"}]}`
+	for _, tc := range []struct {
+		name, path, body string
+		limit            mockllm.ModelSpec
+	}{
+		{"anthropic requests", "/v1/messages", anthropicBody, mockllm.ModelSpec{RPM: 2}},
+		{"anthropic tokens", "/v1/messages", anthropicBody, mockllm.ModelSpec{TPM: 30}},
+		{"openai requests", "/v1/chat/completions", openAIBody, mockllm.ModelSpec{RPM: 2}},
+		{"openai tokens", "/v1/chat/completions", openAIBody, mockllm.ModelSpec{TPM: 30}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			mock, up := startMock(t, mockllm.Config{Models: map[string]mockllm.ModelSpec{"m": tc.limit}})
+			cfg := baseConfig(up.URL)
+			cfg.Admission = AdmissionConfig{Concurrency: 8, MaxQueue: new(16)}
+			cfg.UpstreamLimit = UpstreamLimitConfig{Interval: Duration(time.Hour)} // no climb back during the test
+			g, gw := startGateway(t, cfg)
+			for i, want := range []int{8, 4} {
+				resp := postPath(t, t.Context(), gw.URL, tc.path, tc.body, nil)
+				if b := readAll(t, resp); resp.StatusCode != 200 {
+					t.Fatalf("call %d: %d %s", i, resp.StatusCode, b)
+				}
+				if c := g.gate.Stats().Concurrency; c != want {
+					t.Fatalf("after call %d: concurrency %d, want %d", i, c, want)
+				}
+			}
+			if st := mock.Stats(); st.RateLimited != 0 {
+				t.Fatalf("the provider refused %d calls", st.RateLimited)
+			}
+			if d := testutilValue(g.metrics.limitDecreases); d != 1 {
+				t.Fatalf("limit decreases %v, want 1", d)
+			}
+		})
 	}
 }

@@ -55,14 +55,13 @@ var tenantScoped = []string{
 
 // route is what the gateway does with one path.
 type route struct {
-	path      string
-	prefix    bool
-	methods   []string
-	class     string // forced class; empty: the caller's
-	billed    bool
-	gated     bool // one of the built-in APIs
-	anthropic bool // errors in Anthropic's shape
-	batchAPI  bool // the Batch API, served by the gateway (batch.go)
+	path     string
+	prefix   bool
+	methods  []string
+	class    string // forced class; empty: the caller's
+	billed   bool
+	gated    bool // one of the built-in APIs
+	batchAPI bool // the Batch API, served by the gateway (batch.go)
 }
 
 // gatedRoutes are the built-in APIs.
@@ -71,7 +70,7 @@ var gatedRoutes = []route{
 	{path: "/v1/completions", methods: []string{http.MethodPost}, billed: true, gated: true},
 	{path: "/v1/embeddings", methods: []string{http.MethodPost}, billed: true, gated: true},
 	{path: "/v1/responses", methods: []string{http.MethodPost}, billed: true, gated: true},
-	{path: "/v1/messages", methods: []string{http.MethodPost}, billed: true, gated: true, anthropic: true},
+	{path: "/v1/messages", methods: []string{http.MethodPost}, billed: true, gated: true},
 }
 
 // batchRoutes are the Batch API's paths, served by the gateway itself
@@ -100,8 +99,7 @@ func newRoutes(pass []PassthroughConfig) *routes {
 		rs.exact[gatedRoutes[i].path] = &gatedRoutes[i]
 	}
 	for _, p := range pass {
-		rt := &route{path: p.Path, prefix: strings.HasSuffix(p.Path, "/"), class: p.Class, billed: p.Billed,
-			anthropic: isAnthropicPath(p.Path)}
+		rt := &route{path: p.Path, prefix: strings.HasSuffix(p.Path, "/"), class: p.Class, billed: p.Billed}
 		for _, m := range p.Methods {
 			rt.methods = append(rt.methods, strings.ToUpper(m))
 		}
@@ -140,7 +138,8 @@ func (rs *routes) match(path string) *route {
 func (rt *route) allows(method string) bool { return slices.Contains(rt.methods, method) }
 
 // isAnthropicPath says whether a path is Anthropic's API, whose callers
-// read errors in Anthropic's shape.
+// read every error of the gateway's own in Anthropic's shape (errors.go):
+// refusals, bad input, unknown paths, upstream failures.
 func isAnthropicPath(path string) bool {
 	return path == "/v1/messages" || strings.HasPrefix(path, "/v1/messages/") || path == "/v1/complete"
 }

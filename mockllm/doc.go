@@ -37,6 +37,8 @@
 //	POST /v1/messages          Anthropic Messages, JSON or named SSE events
 //	GET  /v1/models            the model table
 //	GET  /mock/v1/stats        Stats as JSON
+//	GET  /mock/v1/outage       the outage in force: {"mode": "off"}
+//	POST /mock/v1/outage       {"mode": "off|refuse|500|hang"}: see Outage
 //
 // OpenAI streams end with a usage chunk (empty choices) only when the
 // request sets stream_options.include_usage, as OpenAI does, then
@@ -46,6 +48,20 @@
 // fault and service time; answers carry X-Mock-Queue-Ms and
 // X-Mock-Service-Ms, and, with finite slots, x-ratelimit-limit-requests and
 // x-ratelimit-remaining-requests.
+//
+// # Rate limits
+//
+// A model row may set RPM and TPM (ModelSpec). They are enforced per row of
+// the table (models the "*" row covers share its limits) before capacity, like the providers' own: buckets that refill
+// continuously, a request charged one request and its prompt tokens plus
+// its maximum output when it arrives, a 429 with Retry-After,
+// retry-after-ms and the provider's error shape when either bucket is
+// short. Every answer for a limited model carries the limits in the
+// dialect's headers: OpenAI's x-ratelimit-{limit,remaining,reset}-{requests,
+// tokens} with resets as durations ("20s", "6m0s"), or on /v1/messages
+// Anthropic's anthropic-ratelimit-{requests,tokens}-{limit,remaining,reset}
+// with resets as RFC 3339 times. A reset is when the bucket would be full
+// again.
 //
 // # Goals
 //
@@ -64,7 +80,7 @@
 //   - Model behaviour: the text is filler, tools, images, audio, logprobs
 //     and n > 1 are not generated (n > 1 is refused, not ignored).
 //   - Token-exact usage: there is no tokenizer.
-//   - Token-rate limits (TPM) and per-key quotas: capacity is concurrency.
+//   - Per-key quotas: limits are per model, shared by every caller.
 //   - Service time proportional to output length: it is one draw per
 //     request, so that the median the demo is measured against is the
 //     median you configured.

@@ -117,9 +117,12 @@ func writeRateLimited(w http.ResponseWriter, d dialect, after time.Duration, msg
 	h := w.Header()
 	h.Set(contract.HeaderRetryAfter, strconv.FormatInt(int64(math.Ceil(max(after, time.Second).Seconds())), 10))
 	h.Set(contract.HeaderRetryAfterMs, strconv.FormatInt(max(after.Milliseconds(), 1), 10))
-	h.Set("x-ratelimit-remaining-requests", "0")
-	if d == anthropic {
-		h.Set("anthropic-ratelimit-requests-remaining", "0")
+	// A limiter may already have said which limit is exhausted.
+	if h.Get("x-ratelimit-remaining-requests") == "" && h.Get("anthropic-ratelimit-requests-remaining") == "" {
+		h.Set("x-ratelimit-remaining-requests", "0")
+		if d == anthropic {
+			h.Set("anthropic-ratelimit-requests-remaining", "0")
+		}
 	}
 	writeError(w, d, &apiError{
 		status: http.StatusTooManyRequests, code: "rate_limit_exceeded",

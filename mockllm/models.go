@@ -22,6 +22,18 @@ type ModelSpec struct {
 	// OutputUSDPerMTok is the price of one million completion tokens in US
 	// dollars. Zero means completion tokens are free.
 	OutputUSDPerMTok float64 `json:"output_usd_per_mtok" yaml:"output_usd_per_mtok"`
+	// RPM is the model's limit of requests per minute, enforced with 429s
+	// and reported in the providers' rate-limit headers. Zero means no
+	// limit. Like the providers', it is a bucket that refills continuously
+	// (RPM/60 a second), not a window that resets on the minute. Each row
+	// has its own buckets; the models the "*" row covers share its buckets.
+	RPM int `json:"rpm" yaml:"rpm"`
+	// TPM is the model's limit of tokens per minute, a bucket like RPM's. A
+	// request is charged, when it arrives, its prompt tokens plus the
+	// output tokens it may generate (max_tokens, or the default output
+	// size), as OpenAI and Anthropic estimate it; the mock always generates
+	// exactly that many, so no reconciliation is needed. Zero means no limit.
+	TPM int `json:"tpm" yaml:"tpm"`
 }
 
 // Cost is the price in US dollars of a call with the given token counts.
@@ -44,6 +56,12 @@ func (m ModelSpec) validate(name string) error {
 		if !(p.v >= 0) || math.IsInf(p.v, 0) {
 			return &ConfigError{field + p.name, fmt.Sprintf("must be a finite price >= 0, got %v", p.v)}
 		}
+	}
+	if m.RPM < 0 {
+		return &ConfigError{field + ".RPM", fmt.Sprintf("must be >= 0 (0 means no limit), got %d", m.RPM)}
+	}
+	if m.TPM < 0 {
+		return &ConfigError{field + ".TPM", fmt.Sprintf("must be >= 0 (0 means no limit), got %d", m.TPM)}
 	}
 	return nil
 }

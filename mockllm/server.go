@@ -21,6 +21,7 @@ const (
 	PathMessages        = "/v1/messages" // Anthropic
 	PathModels          = "/v1/models"
 	PathStats           = "/mock/v1/stats"
+	PathOutage          = "/mock/v1/outage"
 )
 
 // Server is a fake LLM provider. It is an http.Handler and is safe for
@@ -39,6 +40,13 @@ type Server struct {
 	// them. Add happens under mu and only while !mu.closed, so it never
 	// races with Wait.
 	handlers sync.WaitGroup
+
+	// limiters holds each model row's RPM/TPM buckets, by model name (or
+	// DefaultModelKey for the models the table does not list).
+	limMu    sync.Mutex
+	limiters map[string]*modelLimiter
+
+	outage outageState
 
 	mu struct {
 		sync.Mutex
@@ -67,11 +75,13 @@ func New(cfg Config) (*Server, error) {
 		models = maps.Clone(models) // the caller may keep editing its map
 	}
 	return &Server{
-		cfg:    cfg,
-		models: models,
-		start:  time.Now(),
-		rand:   newSource(cfg.Seed),
-		done:   make(chan struct{}),
+		cfg:      cfg,
+		models:   models,
+		start:    time.Now(),
+		rand:     newSource(cfg.Seed),
+		done:     make(chan struct{}),
+		limiters: make(map[string]*modelLimiter),
+		outage:   newOutageState(),
 	}, nil
 }
 
@@ -107,6 +117,10 @@ func (s *Server) enter() bool {
 // documentation.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	var a api
+	if r.URL.Path == PathOutage {
+		s.serveOutage(w, r)
+		return
+	}
 	switch r.URL.Path {
 	case PathChatCompletions:
 		a = chatAPI{}
@@ -147,6 +161,9 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // service.
 func (s *Server) generate(w http.ResponseWriter, r *http.Request, a api) {
 	s.count(func(st *Stats) { st.Received++ })
+	if s.inOutage(w, r, a) {
+		return
+	}
 	c, err := s.parse(w, r, a)
 	if err != nil {
 		s.count(func(st *Stats) { st.BadRequests++ })
@@ -164,6 +181,15 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, a api) {
 	}
 	if o.fault != faultNone {
 		s.injectFault(w, r, a, o.fault)
+		return
+	}
+
+	now := time.Now()
+	v := s.checkRateLimit(c, now)
+	setLimitHeaders(w.Header(), a.dialect(), v, now)
+	if !v.ok {
+		s.count(func(st *Stats) { st.RateLimited++ })
+		writeRateLimited(w, a.dialect(), v.retryAfter, rateLimitMessage(c, v))
 		return
 	}
 
@@ -189,7 +215,9 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, a api) {
 	h := w.Header()
 	h.Set("X-Mock-Queue-Ms", strconv.FormatInt(waited.Milliseconds(), 10))
 	h.Set("X-Mock-Service-Ms", strconv.FormatInt(d.Milliseconds(), 10))
-	s.setRateLimitHeaders(h)
+	if v.requests == nil {
+		s.setRateLimitHeaders(h)
+	}
 	c.id = s.ids.Add(1)
 	c.created = start.Unix()
 	if c.stream {

@@ -8,7 +8,7 @@ import "net/http"
 //
 // When no request is in flight the counters add up:
 //
-//	Received = BadRequests + Faults.Total() + Rejected429 + Abandoned + Dropped + Started
+//	Received = BadRequests + Faults.Total() + Rejected429 + RateLimited + Outage + Abandoned + Dropped + Started
 //	Started  = Delivered + Wasted + Aborted      (Completed = Delivered + Wasted)
 //
 // While requests are in flight, QueueDepth and InService hold the ones not
@@ -24,6 +24,11 @@ type Stats struct {
 	Faults FaultStats `json:"faults"`
 	// Rejected429 counts refusals because every slot was busy (Mode429).
 	Rejected429 int64 `json:"rejected_429"`
+	// RateLimited counts refusals (429) by a model's RPM or TPM limit.
+	RateLimited int64 `json:"rate_limited"`
+	// Outage counts generation requests answered by an outage (see
+	// SetOutage): reset, 500 or held.
+	Outage int64 `json:"outage"`
 	// Abandoned counts requests whose client went away while they waited in
 	// the FIFO (or by the time a slot came free): removed, never billed.
 	Abandoned int64 `json:"abandoned"`

@@ -27,50 +27,110 @@ func init() {
 const mockShutdownTimeout = 10 * time.Second
 
 func runMock(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	cfg, listen, err := parseMockFlags(args, stderr)
+	cfg, listen, file, err := parseMockFlags(args, stderr)
 	if err != nil {
 		return err
 	}
-	mock, err := mockllm.New(cfg)
-	if err != nil {
-		return mockFlagError(err)
+	deps := []mockDeployment{{listen: listen, cfg: cfg}}
+	if file != "" {
+		if deps, err = loadMockDeployments(file, cfg); err != nil {
+			return err
+		}
 	}
-	defer mock.Close()
-	ln, err := net.Listen("tcp", listen)
-	if err != nil {
-		return fmt.Errorf("--listen: %v", err)
+	return serveMocks(ctx, deps, stdout, stderr)
+}
+
+// mockDeployment is one mock provider on its own address. name is empty
+// for the single provider the flags describe.
+type mockDeployment struct {
+	name   string
+	listen string
+	cfg    mockllm.Config
+}
+
+// label is how output lines name the deployment: "mock" or "mock NAME".
+func (d mockDeployment) label() string {
+	if d.name == "" {
+		return "mock"
 	}
-	srv := &http.Server{Handler: mock, ReadHeaderTimeout: 10 * time.Second}
-	served := make(chan error, 1)
-	go func() { served <- srv.Serve(ln) }()
-	// The first line on stdout is the address, with the real port when
-	// --listen asked for port 0: scripts and tests read it.
-	fmt.Fprintf(stdout, "mock listening on http://%s\n", ln.Addr())
-	fmt.Fprintf(stderr, "mock: slots=%s mode=%s median=%v sigma=%v step=×%v at %v faults: error=%v hang=%v reset=%v abort-on-disconnect=%v\n",
-		slotsText(cfg.Slots), cfg.Mode, cfg.Median, cfg.Sigma, cfg.StepFactor, cfg.StepAt,
-		cfg.ErrorRate, cfg.HangRate, cfg.ResetRate, cfg.AbortOnDisconnect)
+	return "mock " + d.name
+}
+
+// running is a deployment being served.
+type runningMock struct {
+	mockDeployment
+	mock   *mockllm.Server
+	srv    *http.Server
+	served chan error
+}
+
+// serveMocks serves every deployment until ctx is done or one of them
+// fails, then stops them all.
+func serveMocks(ctx context.Context, deps []mockDeployment, stdout, stderr io.Writer) error {
+	var run []*runningMock
+	defer func() {
+		for _, r := range run {
+			_ = r.srv.Close()
+			r.mock.Close()
+		}
+	}()
+	failed := make(chan error, len(deps))
+	for _, d := range deps {
+		mock, err := mockllm.New(d.cfg)
+		if err != nil {
+			return mockFlagError(err)
+		}
+		ln, err := net.Listen("tcp", d.listen)
+		if err != nil {
+			mock.Close()
+			if d.name != "" {
+				return fmt.Errorf("--deployments: %s: listen: %v", d.name, err)
+			}
+			return fmt.Errorf("--listen: %v", err)
+		}
+		r := &runningMock{mockDeployment: d, mock: mock,
+			srv: &http.Server{Handler: mock, ReadHeaderTimeout: 10 * time.Second}, served: make(chan error, 1)}
+		run = append(run, r)
+		go func() {
+			err := r.srv.Serve(ln)
+			r.served <- err
+			if !errors.Is(err, http.ErrServerClosed) {
+				failed <- fmt.Errorf("%s: serving on %s: %v", r.label(), ln.Addr(), err)
+			}
+		}()
+		// One line per deployment on stdout with the address, with the real
+		// port when the listen address asked for port 0: scripts and tests
+		// read it.
+		fmt.Fprintf(stdout, "%s listening on http://%s\n", d.label(), ln.Addr())
+		c := d.cfg
+		fmt.Fprintf(stderr, "%s: slots=%s mode=%s median=%v sigma=%v step=×%v at %v faults: error=%v hang=%v reset=%v abort-on-disconnect=%v\n",
+			d.label(), slotsText(c.Slots), c.Mode, c.Median, c.Sigma, c.StepFactor, c.StepAt,
+			c.ErrorRate, c.HangRate, c.ResetRate, c.AbortOnDisconnect)
+	}
 
 	select {
-	case err := <-served:
-		return fmt.Errorf("serving on %s: %v", ln.Addr(), err)
+	case err := <-failed:
+		return err
 	case <-ctx.Done():
 	}
-	// Stop accepting, then answer everything the mock holds (queued,
+	// Stop accepting, then answer everything the mocks hold (queued,
 	// hanging, in service) with 503 instead of waiting out service times
 	// that may be minutes long; the connections then drain.
 	shutCtx, cancel := context.WithTimeout(context.Background(), mockShutdownTimeout)
 	defer cancel()
-	shut := make(chan error, 1)
-	go func() { shut <- srv.Shutdown(shutCtx) }()
-	mock.Close()
-	if err := <-shut; err != nil {
-		_ = srv.Close()
-		return fmt.Errorf("shutting down: %v", err)
+	var firstErr error
+	for _, r := range run {
+		shut := make(chan error, 1)
+		go func() { shut <- r.srv.Shutdown(shutCtx) }()
+		r.mock.Close()
+		if err := <-shut; err != nil && firstErr == nil {
+			firstErr = fmt.Errorf("%s: shutting down: %v", r.label(), err)
+		}
+		<-r.served // http.ErrServerClosed
+		st, _ := json.Marshal(r.mock.Stats())
+		fmt.Fprintf(stdout, "%s stats: %s\n", r.label(), st)
 	}
-	<-served // http.ErrServerClosed
-	st, _ := json.Marshal(mock.Stats())
-	fmt.Fprintf(stdout, "mock stats: %s\n", st)
-	return nil
+	return firstErr
 }
 
 func slotsText(n int) string {
@@ -80,9 +140,10 @@ func slotsText(n int) string {
 	return fmt.Sprint(n)
 }
 
-// parseMockFlags turns the command line into a validated mockllm.Config
-// and the listen address. Every error names the flag it is about.
-func parseMockFlags(args []string, stderr io.Writer) (mockllm.Config, string, error) {
+// parseMockFlags turns the command line into a validated mockllm.Config,
+// the listen address and the --deployments file, if any. Every error names
+// the flag it is about.
+func parseMockFlags(args []string, stderr io.Writer) (mockllm.Config, string, string, error) {
 	def := mockllm.DefaultConfig()
 	fs := flag.NewFlagSet("mock", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -94,6 +155,7 @@ func parseMockFlags(args []string, stderr io.Writer) (mockllm.Config, string, er
 		fmt.Fprintln(stderr, "a mid-run slowdown, faults, and billing that goes on after clients leave.")
 		fmt.Fprintln(stderr, "GET /mock/v1/stats reports what was billed and what was wasted. Per request,")
 		fmt.Fprintln(stderr, "X-Mock-Fault: none|error|hang|reset|429 and X-Mock-Latency-Ms: N override the draw.")
+		fmt.Fprintln(stderr, "POST /mock/v1/outage {\"mode\":\"refuse|500|hang|off\"} starts or ends an outage.")
 		fmt.Fprintln(stderr)
 		fs.PrintDefaults()
 	}
@@ -112,24 +174,32 @@ func parseMockFlags(args []string, stderr io.Writer) (mockllm.Config, string, er
 		outputTokens = fs.Int("output-tokens", mockllm.DefaultOutputTokens, "completion tokens of a request that names no max_tokens")
 		retryAfter   = fs.Duration("retry-after", 0, "delay advertised on 429s; 0 means the current median service time")
 		seed         = fs.Uint64("seed", 0, "seed of service times and faults; 0 picks one at random")
-		modelsFile   = fs.String("models", "", "YAML or JSON file of models replacing the built-in table: name: {latency_factor, input_usd_per_mtok, output_usd_per_mtok}; \"*\" is the default row")
+		modelsFile   = fs.String("models", "", "YAML or JSON file of models replacing the built-in table: name: {latency_factor, input_usd_per_mtok, output_usd_per_mtok, rpm, tpm}; \"*\" is the default row")
+		deployments  = fs.String("deployments", "", "YAML file of several mock providers served at once, each on its own address (see the README); the other flags are their defaults")
 	)
 	if err := fs.Parse(args); err != nil {
-		return mockllm.Config{}, "", err
+		return mockllm.Config{}, "", "", err
 	}
 	if fs.NArg() > 0 {
-		return mockllm.Config{}, "", fmt.Errorf("unexpected argument %q (all settings are flags)", fs.Arg(0))
+		return mockllm.Config{}, "", "", fmt.Errorf("unexpected argument %q (all settings are flags)", fs.Arg(0))
 	}
 	// Zero means "default" in mockllm.Config for these; on the command line
 	// the defaults are spelled out, so an explicit 0 is a mistake to report.
 	if *stepFactor == 0 {
-		return mockllm.Config{}, "", errors.New("--step-factor: must be > 0 (1 means no slowdown), got 0")
+		return mockllm.Config{}, "", "", errors.New("--step-factor: must be > 0 (1 means no slowdown), got 0")
 	}
 	if *outputTokens == 0 {
-		return mockllm.Config{}, "", errors.New("--output-tokens: must be at least 1, got 0")
+		return mockllm.Config{}, "", "", errors.New("--output-tokens: must be at least 1, got 0")
+	}
+	if *deployments != "" {
+		listenSet := false
+		fs.Visit(func(f *flag.Flag) { listenSet = listenSet || f.Name == "listen" })
+		if listenSet {
+			return mockllm.Config{}, "", "", errors.New("--listen: not with --deployments, where each deployment names its own listen address")
+		}
 	}
 	if _, _, err := net.SplitHostPort(*listen); err != nil {
-		return mockllm.Config{}, "", fmt.Errorf("--listen: want host:port, got %q", *listen)
+		return mockllm.Config{}, "", "", fmt.Errorf("--listen: want host:port, got %q", *listen)
 	}
 	cfg := mockllm.Config{
 		Slots:             *slots,
@@ -149,14 +219,14 @@ func parseMockFlags(args []string, stderr io.Writer) (mockllm.Config, string, er
 	if *modelsFile != "" {
 		models, err := loadMockModels(*modelsFile)
 		if err != nil {
-			return mockllm.Config{}, "", err
+			return mockllm.Config{}, "", "", err
 		}
 		cfg.Models = models
 	}
 	if err := cfg.Validate(); err != nil {
-		return mockllm.Config{}, "", mockFlagError(err)
+		return mockllm.Config{}, "", "", mockFlagError(err)
 	}
-	return cfg, *listen, nil
+	return cfg, *listen, *deployments, nil
 }
 
 // loadMockModels reads a model table. Unknown keys are errors: a

@@ -55,7 +55,7 @@ func TestMockFlagErrorsNameTheFlag(t *testing.T) {
 		{[]string{"--nope"}, "flag provided but not defined: -nope"},
 		{[]string{"extra"}, `unexpected argument "extra"`},
 	} {
-		_, _, err := parseMockFlags(tc.args, io.Discard)
+		_, _, _, err := parseMockFlags(tc.args, io.Discard)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("sluice mock %s: err = %v, want it to contain %q", strings.Join(tc.args, " "), err, tc.want)
 		}
@@ -70,7 +70,7 @@ big: {latency_factor: 2, input_usd_per_mtok: 5, output_usd_per_mtok: 20}
 `), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	cfg, listen, err := parseMockFlags([]string{
+	cfg, listen, _, err := parseMockFlags([]string{
 		"--listen", "127.0.0.1:0", "--slots", "0", "--mode", "429", "--median", "0", "--sigma", "0",
 		"--step-at", "30s", "--step-factor", "4", "--error-rate", "0.01", "--hang-rate", "0.02",
 		"--reset-rate", "0.03", "--abort-on-disconnect", "--output-tokens", "10", "--retry-after", "2s",
@@ -92,7 +92,7 @@ big: {latency_factor: 2, input_usd_per_mtok: 5, output_usd_per_mtok: 20}
 		t.Errorf("config %+v listen %q\nwant %+v", cfg, listen, want)
 	}
 
-	cfg, _, err = parseMockFlags(nil, io.Discard)
+	cfg, _, _, err = parseMockFlags(nil, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
