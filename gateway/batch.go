@@ -97,9 +97,10 @@ func DefaultBatchPath() (string, error) {
 func (b BatchConfig) on() bool { return b.Path != "" && !b.Disabled }
 
 // batchOn says whether the Batch API is on: batch.path is set, or
-// store.redis is (which then keeps the batches), and batch.disabled is not.
+// store.redis is (which then keeps the batches) and passthrough does not
+// forward the Batch API's paths; and batch.disabled is not.
 func (c Config) batchOn() bool {
-	return !c.Batch.Disabled && (c.Batch.Path != "" || c.Store != nil && c.Store.Redis != nil)
+	return !c.Batch.Disabled && (c.Batch.Path != "" || c.Store != nil && c.Store.Redis != nil && !c.PassesBatchThrough())
 }
 
 func (b BatchConfig) withDefaults() BatchConfig {

@@ -105,3 +105,24 @@ func TestBatchRedisReplicas(t *testing.T) {
 	}
 	t.Logf("a ran %d, b %d; the dead replica's %d were taken over", ranA, ranB, len(dead))
 }
+
+// TestBatchRedisOnByDefault: store.redis alone turns the Batch API on (no
+// batch.path needed), batch.disabled turns it off, and a passthrough of
+// /v1/files to the provider leaves it off rather than refusing the config.
+func TestBatchRedisOnByDefault(t *testing.T) {
+	cfg := baseConfig("http://127.0.0.1:1")
+	cfg.Store = &StoreConfig{Redis: &RedisStoreConfig{URL: "redis://127.0.0.1:1"}}
+	if !cfg.batchOn() {
+		t.Error("store.redis without batch.path: the Batch API is off")
+	}
+	off := cfg
+	off.Batch.Disabled = true
+	if off.batchOn() {
+		t.Error("batch.disabled: the Batch API is on")
+	}
+	pass := cfg
+	pass.Passthrough = []PassthroughConfig{{Path: "/v1/files", Methods: []string{"GET", "POST"}}}
+	if err := pass.Validate(); err != nil || pass.batchOn() {
+		t.Errorf("passthrough of /v1/files with store.redis: %v, on=%v; want valid and off", err, pass.batchOn())
+	}
+}
