@@ -28,13 +28,15 @@ import (
 
 // The Batch API (OpenAI's /v1/files and /v1/batches), served by the
 // gateway itself: files and batches are the tenant's own, kept in a
-// batch.JobStore on local disk, and each item runs through the same chain
+// batch.JobStore on local disk (or in Redis, shared by the replicas, with
+// store.redis), and each item runs through the same chain
 // as a live call at a class ranked below every live one, when live work
 // leaves a slot idle.
 
 // BatchConfig configures the Batch API.
 type BatchConfig struct {
-	// Path is the store's file (bbolt). Empty means the Batch API is off
+	// Path is the store's file (bbolt), unused with store.redis (which
+	// keeps the batches for every replica). Empty without store.redis means the Batch API is off
 	// in a Gateway built by New (/v1/files and /v1/batches answer 404
 	// naming this field); `sluice serve` fills in DefaultBatchPath().
 	Path string `yaml:"path"`
