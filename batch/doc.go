@@ -11,5 +11,6 @@
 //
 // The embedded store is Bolt (OpenBolt): one file, pure Go, serialisable
 // transactions with an fsync per commit, and a file lock that makes the
-// process that opened it the only one running its items.
+// process that opened it the only one running its items. Several replicas
+// share one store on Redis Streams instead: store.Jobs.
 package batch

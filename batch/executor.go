@@ -101,6 +101,10 @@ type ExecutorConfig struct {
 	MaxWaiting int
 	// MaxRunning bounds the items started and not finished. Zero means 64.
 	MaxRunning int
+	// MaxRunningFunc, when set, is the bound instead, read each time the
+	// executor looks for work: the gateway's slots, which a reload or the
+	// cluster's lease may move, plus MaxWaiting.
+	MaxRunningFunc func() int
 	// MaxAttempts is how many runs an item gets when the provider fails
 	// (5xx, 429, no answer) before it is failed. Zero means 5.
 	MaxAttempts int
@@ -233,7 +237,11 @@ func (e *Executor) room(now time.Time, running int) int {
 	if now.UnixNano() < e.paused.Load() {
 		return 0
 	}
-	return min(e.cfg.MaxRunning-running, e.cfg.MaxWaiting-e.cfg.Doer.Waiting())
+	limit := e.cfg.MaxRunning
+	if e.cfg.MaxRunningFunc != nil {
+		limit = e.cfg.MaxRunningFunc()
+	}
+	return min(limit-running, e.cfg.MaxWaiting-e.cfg.Doer.Waiting())
 }
 
 func (e *Executor) pause(d time.Duration) {

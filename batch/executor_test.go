@@ -196,3 +196,76 @@ func TestThroughputRate(t *testing.T) {
 		t.Fatal("a rate from fewer items than min")
 	}
 }
+
+// running is a Doer that serves every item at once in a second, counting
+// the items running together.
+type running struct {
+	mu       sync.Mutex
+	now, top int
+}
+
+func (r *running) Waiting() int { return 0 }
+
+func (r *running) Do(ctx context.Context, c batch.Claim) batch.Response {
+	r.mu.Lock()
+	r.now++
+	r.top = max(r.top, r.now)
+	r.mu.Unlock()
+	defer func() { r.mu.Lock(); r.now--; r.mu.Unlock() }()
+	select {
+	case <-time.After(time.Second):
+	case <-ctx.Done():
+		return batch.Response{Err: ctx.Err()}
+	}
+	return batch.Response{Status: 200, Body: []byte(`{}`)}
+}
+
+func (r *running) peak() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	p := r.top
+	r.top = r.now
+	return p
+}
+
+// MaxRunningFunc is read as the executor goes: raising the bound (a reload
+// that adds slots) lets more items run at once, lowering it lets fewer
+// start — the bound is not the one the executor started with.
+func TestExecutorMaxRunningMoves(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		s := openBolt(t, filepath.Join(t.TempDir(), "jobs.db"))
+		defer s.Close()
+		now := time.Now()
+		if err := s.CreateBatch(ctx, batch.Batch{ID: "b", Tenant: "t", CreatedAt: now, ExpiresAt: now.Add(time.Hour)}, input(200)); err != nil {
+			t.Fatal(err)
+		}
+		var mu sync.Mutex
+		limit := 2
+		setLimit := func(n int) { mu.Lock(); limit = n; mu.Unlock() }
+		d := &running{}
+		e := batch.NewExecutor(batch.ExecutorConfig{Store: s, Doer: d, MaxWaiting: 100, MaxRunning: 2,
+			MaxRunningFunc: func() int { mu.Lock(); defer mu.Unlock(); return limit }})
+		runCtx, stop := context.WithCancel(ctx)
+		done := make(chan struct{})
+		go func() { e.Run(runCtx); close(done) }()
+		time.Sleep(3 * time.Second)
+		if p := d.peak(); p != 2 {
+			t.Errorf("%d ran at once under a bound of 2", p)
+		}
+		setLimit(6)
+		time.Sleep(3 * time.Second)
+		if p := d.peak(); p != 6 {
+			t.Errorf("%d ran at once after the bound rose to 6", p)
+		}
+		setLimit(3)
+		time.Sleep(1500 * time.Millisecond) // the six running end within a second
+		d.peak()
+		time.Sleep(2 * time.Second)
+		if p := d.peak(); p != 3 {
+			t.Errorf("%d ran at once after the bound fell to 3", p)
+		}
+		stop()
+		<-done
+	})
+}

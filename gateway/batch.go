@@ -23,17 +23,20 @@ import (
 	"github.com/sluicehq/sluice/admission"
 	"github.com/sluicehq/sluice/batch"
 	"github.com/sluicehq/sluice/contract"
+	"github.com/sluicehq/sluice/store"
 )
 
 // The Batch API (OpenAI's /v1/files and /v1/batches), served by the
 // gateway itself: files and batches are the tenant's own, kept in a
-// batch.JobStore on local disk, and each item runs through the same chain
+// batch.JobStore on local disk (or in Redis, shared by the replicas, with
+// store.redis), and each item runs through the same chain
 // as a live call at a class ranked below every live one, when live work
 // leaves a slot idle.
 
 // BatchConfig configures the Batch API.
 type BatchConfig struct {
-	// Path is the store's file (bbolt). Empty means the Batch API is off
+	// Path is the store's file (bbolt), unused with store.redis (which
+	// keeps the batches for every replica). Empty without store.redis means the Batch API is off
 	// in a Gateway built by New (/v1/files and /v1/batches answer 404
 	// naming this field); `sluice serve` fills in DefaultBatchPath().
 	Path string `yaml:"path"`
@@ -95,6 +98,13 @@ func DefaultBatchPath() (string, error) {
 
 func (b BatchConfig) on() bool { return b.Path != "" && !b.Disabled }
 
+// batchOn says whether the Batch API is on: batch.path is set, or
+// store.redis is (which then keeps the batches) and passthrough does not
+// forward the Batch API's paths; and batch.disabled is not.
+func (c Config) batchOn() bool {
+	return !c.Batch.Disabled && (c.Batch.Path != "" || c.Store != nil && c.Store.Redis != nil && !c.PassesBatchThrough())
+}
+
 func (b BatchConfig) withDefaults() BatchConfig {
 	if b.Class == "" {
 		b.Class = defaultBatchClass
@@ -133,7 +143,7 @@ func (b BatchConfig) withDefaults() BatchConfig {
 // tenant restricted to some classes, when the Batch API is on. It copies
 // what it changes: c shares its maps and slices with the caller's.
 func (c Config) batchClassDefaults() Config {
-	if !c.Batch.on() {
+	if !c.batchOn() {
 		return c
 	}
 	class := c.Batch.Class
@@ -157,8 +167,8 @@ func (c Config) batchClassDefaults() Config {
 	return c
 }
 
-func (b BatchConfig) validate() error {
-	if !b.on() {
+func (b BatchConfig) validate(on bool) error {
+	if !on {
 		return nil
 	}
 	for _, err := range []error{
@@ -190,31 +200,63 @@ type batchAPI struct {
 }
 
 // openBatch opens the store when the Batch API is on; nil when it is off.
-func (g *Gateway) openBatch() (*batchAPI, error) {
+// With store.redis the batches live in Redis, shared by the replicas (each
+// claims items as a consumer named by its replica id); otherwise in the
+// bbolt file at batch.path.
+func (g *Gateway) openBatch(getenv func(string) string) (*batchAPI, error) {
 	cfg := g.cfg.Batch
-	if !cfg.on() {
+	if !g.cfg.batchOn() {
 		return nil, nil
 	}
-	store, err := batch.OpenBolt(cfg.Path, 500*time.Millisecond)
-	if err != nil {
-		if errors.Is(err, batch.ErrLocked) {
-			return nil, fmt.Errorf("config: batch.path: %w (another sluice holds it; give each its own batch.path)", err)
+	var js batch.JobStore
+	owner, lease := "", time.Duration(0)
+	if sc := g.cfg.Store; sc != nil && sc.Redis != nil {
+		opened := g.books.redis != nil
+		if err := g.openRedis(sc.Redis, getenv); err != nil {
+			return nil, err
 		}
-		return nil, fmt.Errorf("config: batch.path: %w", err)
+		if !opened { // neither the books nor the lease opened it: its metrics are not registered yet
+			g.metrics.reg.MustRegister(g.books.redis.Collector())
+		}
+		js = store.NewJobs(g.books.redis, store.JobsOptions{})
+		owner = replicaID()
+		if g.books.cluster != nil {
+			owner = g.books.cluster.id
+		}
+		// An item's call ends by limits.max_timeout: a claim older than
+		// that and the time to write its result is a replica's that died,
+		// and another takes it over.
+		lease = g.cfg.Limits.MaxTimeout.D() + batchLeaseMargin
+	} else {
+		bs, err := batch.OpenBolt(cfg.Path, 500*time.Millisecond)
+		if err != nil {
+			if errors.Is(err, batch.ErrLocked) {
+				return nil, fmt.Errorf("config: batch.path: %w (another sluice holds it; give each its own batch.path)", err)
+			}
+			return nil, fmt.Errorf("config: batch.path: %w", err)
+		}
+		js = bs
 	}
 	rank, err := g.gate.Rank(admission.Request{Class: cfg.Class})
 	if err != nil { // the class was added to classes: cannot happen
-		store.Close()
+		js.Close()
 		return nil, fmt.Errorf("config: batch.class: %w", err)
 	}
-	b := &batchAPI{g: g, cfg: cfg, store: store, rank: rank, now: time.Now}
+	b := &batchAPI{g: g, cfg: cfg, store: js, rank: rank, now: time.Now}
 	// Claimed items are what a crash runs again: no more than the slots
-	// and the waiting places, counting those whose answer is being written.
-	b.exec = batch.NewExecutor(batch.ExecutorConfig{Store: store, Doer: b, MaxWaiting: cfg.MaxWaiting,
-		MaxRunning: g.cfg.Admission.Concurrency + cfg.MaxWaiting, Grace: g.cfg.ShutdownGrace.D(), Log: g.log})
+	// and the waiting places, counting those whose answer is being
+	// written — the slots as they are now, moved by a reload or the
+	// cluster's lease.
+	b.exec = batch.NewExecutor(batch.ExecutorConfig{Store: js, Doer: b, Owner: owner, Lease: lease, MaxWaiting: cfg.MaxWaiting,
+		MaxRunningFunc: func() int { return g.gate.Stats().Concurrency + cfg.MaxWaiting },
+		Grace:          g.cfg.ShutdownGrace.D(), Log: g.log})
 	g.metrics.reg.MustRegister(batchCollector{b})
 	return b, nil
 }
+
+// batchLeaseMargin is the time past limits.max_timeout a replica's claim
+// on an item lasts in the shared store: for the answer to be written.
+const batchLeaseMargin = 5 * time.Second
 
 var (
 	descBatchBacklog = prometheus.NewDesc("sluice_batch_backlog_items", "Batch items not yet run (queued or running), all batches.", nil, nil)
@@ -360,7 +402,7 @@ func (g *Gateway) serveBatchAPI(w http.ResponseWriter, r *http.Request, tenant s
 	if b == nil {
 		g.metrics.badInput.WithLabelValues("not_found").Inc()
 		writeError(w, http.StatusNotFound, contract.ErrorTypeInvalidRequest, "not_found",
-			"the Batch API is off: set batch.path in the config (sluice serve keeps it under the state directory unless batch.disabled is set)")
+			"the Batch API is off: set batch.path or store.redis in the config (sluice serve keeps it under the state directory unless batch.disabled is set)")
 		return
 	}
 	parts := strings.Split(strings.Trim(r.URL.Path, "/"), "/") // v1, files|batches, id?, sub?
@@ -940,10 +982,10 @@ func (b *batchAPI) cancel(w http.ResponseWriter, r *http.Request, tenant, id str
 // validateBatch checks the batch section, and that passthrough does not
 // forward the paths the Batch API serves.
 func (c Config) validateBatch() error {
-	if err := c.Batch.validate(); err != nil {
+	if err := c.Batch.validate(c.batchOn()); err != nil {
 		return err
 	}
-	if !c.Batch.on() {
+	if !c.batchOn() {
 		return nil
 	}
 	if i, path := c.batchPassthrough(); i >= 0 {

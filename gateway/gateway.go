@@ -146,7 +146,7 @@ func New(cfg Config, opts Options) (*Gateway, error) {
 		g.metrics.reg.MustRegister(g.spend.Collector())
 	}
 	g.books.register(g.metrics.reg)
-	if g.batch, err = g.openBatch(); err != nil { // last: nothing fails after the store is open
+	if g.batch, err = g.openBatch(opts.Getenv); err != nil { // last: nothing fails after the store is open
 		return nil, err
 	}
 	return g, nil

@@ -279,7 +279,8 @@ func (b *books) register(reg *prometheus.Registry) {
 // RunStore keeps the books and the lease: with Redis it syncs the books
 // and renews the lease of the cluster's concurrency until ctx ends, then
 // writes what is queued, releases the lease and closes the connection;
-// with a snapshot it writes the file every interval and once more at the
+// with Redis keeping only the batches it holds the connection open until
+// then; with a snapshot it writes the file every interval and once more at the
 // end. Server.Serve runs it, stopping it after the in-flight requests have
 // settled; a program that mounts the Gateway itself must too (with Redis
 // its gate has one slot until the first lease). Without a store it returns
@@ -295,6 +296,8 @@ func (g *Gateway) RunStore(ctx context.Context) error {
 			}
 			if l := g.books.ledger; l != nil {
 				err = l.Run(ctx)
+			} else {
+				<-ctx.Done() // Redis keeps the batches alone: open until the end
 			}
 			wg.Wait()
 			if cerr := g.books.redis.Close(); err == nil {

@@ -11,17 +11,20 @@
 # capacity (capacity − live rate).
 #
 #   scripts/batch.sh [items] [seed]
+#   MEDIAN=100ms scripts/batch.sh 10000   # a faster provider, for a large batch in minutes
 set -euo pipefail
 cd "$(dirname "$0")/.."
 items=${1:-600}
 seed=${2:-1}
+median=${MEDIAN:-1s}
 slots=16
 tmp=$(mktemp -d)
 bin=$tmp/sluice
 go build -o "$bin" ./cmd/sluice
 # The mock's median is 1 s; gpt-4o-mini runs at 0.5× (500 ms median,
 # lognormal sigma 0.5: mean = 0.5·e^0.125 s).
-cap=$(python3 -c "import math; print(round($slots / (0.5 * math.exp(0.125)), 2))")
+msec=$(python3 -c "s='$median'; print(float(s[:-2])/1000 if s.endswith('ms') else float(s[:-1]))")
+cap=$(python3 -c "import math; print(round($slots / ($msec * 0.5 * math.exp(0.125)), 2))")
 live=$(python3 -c "print(round(0.6 * $cap, 1))")
 spare=$(python3 -c "print(round($cap - $live, 2))")
 # Long enough for the batch to end inside the live load.
@@ -42,7 +45,7 @@ run() { # name with-batch
   local name=$1 with=$2
   local mport pport aport
   mport=$(free_port); pport=$(free_port); aport=$(free_port)
-  "$bin" mock --listen 127.0.0.1:$mport --slots $slots --median 1s --sigma 0.5 --seed $seed >/dev/null 2>&1 &
+  "$bin" mock --listen 127.0.0.1:$mport --slots $slots --median $median --sigma 0.5 --seed $seed >/dev/null 2>&1 &
   local mpid=$!
   "$bin" serve --upstream http://127.0.0.1:$mport --concurrency $slots --batch-db "$tmp/$name.db" \
     --listen 127.0.0.1:$pport --admin 127.0.0.1:$aport >/dev/null 2>&1 &
@@ -85,6 +88,6 @@ print(f"{name:16s} interactive success {100*c['success_ratio']:6.2f}% ({c['reque
 PY
 }
 
-echo "provider: $slots slots, 500 ms median calls (capacity ≈ $cap/s); live interactive $live/s (60%), spare ≈ $spare/s; $duration per run, seed $seed"
+echo "provider: $slots slots, mock median $median (gpt-4o-mini at half of it) (capacity ≈ $cap/s); live interactive $live/s (60%), spare ≈ $spare/s; $duration per run, seed $seed"
 run live-alone 0
 run live+batch 1

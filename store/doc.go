@@ -42,6 +42,12 @@
 // time an input, for the simulator and as the script's reference: the
 // tests run both on the same renewals.
 //
+// Jobs is a batch.JobStore on Redis Streams, shared by a fleet: each
+// batch's items a stream read by one consumer group (a replica per
+// consumer), each result written once by a script that acknowledges the
+// item, lapsed claims handed over with XCLAIM by the callers' clock, and
+// every key either deleted when its batch ends or kept for a retention.
+//
 // Snapshots write a MemoryLedger to a file (a temporary file renamed over
 // it) every interval and at shutdown, and read it at start: one process's
 // books surviving a restart without Redis.

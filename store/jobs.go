@@ -1,0 +1,862 @@
+package store
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	jobq "github.com/sluicehq/sluice/batch"
+)
+
+// Jobs is a jobq.JobStore on Redis, shared by every replica of a fleet: a
+// batch created on one is run by all of them.
+//
+// Each batch's items are a stream, written (XADD, ids 0-1, 0-2, … in line
+// order) when the batch is created and read by a consumer group, each
+// replica a consumer (XREADGROUP): a claimed item is a pending entry owned
+// by the replica that read it. Its result is written once — a Lua script
+// that writes it into the batch's results hash only when the item has none
+// (HSETNX), and in the same script acknowledges and deletes the entry
+// (XACK, XDEL), so the stream holds exactly the items still without a
+// result. Leases are a sorted set scored by when each claim lapses, by the
+// caller's clock (time is an input, as everywhere in sluice): a lapsed
+// claim — its replica crashed, or released it — is moved to the next
+// claimer with XCLAIM, which hands the pending entry over as XAUTOCLAIM
+// would. XAUTOCLAIM itself is not used: it judges idleness by Redis's own
+// clock, which the callers' time does not drive.
+//
+// Batches, files and their metadata are hashes; tenants' listings and the
+// queue of batches with unread items are sorted sets by creation
+// sequence. Every operation is one short script or a few, each touching at
+// most ChunkItems items, so that no call holds Redis (or outlasts the
+// client's timeout) however large a batch is.
+//
+// What stays, and for how long: an uploaded file for Retention after its
+// upload; a batch, its results, its output and error files for Retention
+// after it ends (and at most its window plus Retention from its creation);
+// its stream and attempt counts are deleted when it ends. The leases, the
+// deadlines, the queues and the set of unfinished batches hold only
+// unfinished batches' entries; a tenant's listing drops ended batches as
+// their records expire.
+type Jobs struct {
+	r         *Redis
+	prefix    string // every key of the store starts with it
+	route     string // a key of the fleet's slot: routes the scripts on a Redis Cluster
+	retention time.Duration
+}
+
+var _ jobq.JobStore = (*Jobs)(nil)
+
+// JobsOptions configure Jobs.
+type JobsOptions struct {
+	// Retention is how long files, and batches after they end, are kept.
+	// Zero means 30 days, as OpenAI keeps batch output.
+	Retention time.Duration
+}
+
+// ChunkItems bounds the items one call to Redis writes or reads.
+const ChunkItems = 256
+
+// chunkBytes bounds the bytes of a file one call writes or reads.
+const chunkBytes = 1 << 20
+
+// stagingTTL bounds how long the items of a batch being created (or a
+// file being uploaded) stay when the creation never finishes.
+const stagingTTL = time.Hour
+
+// NewJobs returns the job store on r. Close does not close r.
+func NewJobs(r *Redis, o JobsOptions) *Jobs {
+	if o.Retention <= 0 {
+		o.Retention = 30 * 24 * time.Hour
+	}
+	return &Jobs{r: r, prefix: r.Key("batch") + ":", route: r.Key("batch", "seq"), retention: o.Retention}
+}
+
+// Close does nothing: the Redis connection is the caller's.
+func (j *Jobs) Close() error { return nil }
+
+func (j *Jobs) key(parts ...string) string { return j.prefix + strings.Join(parts, ":") }
+
+// luaPrelude names the keys and holds the helpers the scripts share. ARGV[1]
+// is the prefix; ARGV[2] now (RFC 3339, as Go writes it); ARGV[3] the
+// retention in seconds.
+const luaPrelude = `
+local P, NOW, RET = ARGV[1], ARGV[2], tonumber(ARGV[3])
+local G = 'runners'
+local LEASES, DEADLINES, ACTIVE, TENANTS = P .. 'leases', P .. 'deadlines', P .. 'active', P .. 'tenants'
+local function bkey(id) return P .. 'b:' .. id end
+local function skey(id) return P .. 's:' .. id end
+local function rkey(id) return P .. 'r:' .. id end
+local function akey(id) return P .. 'a:' .. id end
+local function fkey(id) return P .. 'f:' .. id end
+local function qkey(t) return P .. 'q:' .. t end
+local function sid(i) return '0-' .. (i + 1) end
+local function member(id, i) return i .. ':' .. id end
+-- errline is jobq.ErrorLine: the same keys in the same order.
+local function errline(id, i, c, code, msg)
+  return '{"id":' .. cjson.encode('batch_req_' .. id .. '_' .. i) .. ',"custom_id":' .. cjson.encode(c) ..
+    ',"response":null,"error":{"code":"' .. code .. '","message":"' .. msg .. '"}}'
+end
+local function field(e, name)
+  for k = 1, #e[2], 2 do if e[2][k] == name then return e[2][k + 1] end end
+  return ''
+end
+local CANCELLED = 'the batch was cancelled before this request ran'
+
+-- result writes item i's result unless it has one; false when it had.
+local function result(id, i, kind, line)
+  if redis.call('HSETNX', rkey(id), tostring(i), kind .. line) == 0 then return false end
+  local b = bkey(id)
+  local ttl = redis.call('TTL', b)
+  if ttl > 0 then redis.call('EXPIRE', rkey(id), ttl) end
+  local e = redis.call('XRANGE', skey(id), sid(i), sid(i))
+  if #e > 0 then
+    local f = e[1][2]
+    for k = 1, #f, 2 do
+      if f[k] == 'n' then redis.call('HINCRBY', b, 'bytes', -tonumber(f[k + 1])) end
+    end
+    redis.call('XACK', skey(id), G, sid(i))
+    redis.call('XDEL', skey(id), sid(i))
+  end
+  redis.call('ZREM', LEASES, member(id, i))
+  redis.call('HINCRBY', b, 'done', 1)
+  if kind == '1' then
+    redis.call('HINCRBY', b, 'completed', 1)
+    redis.call('HINCRBY', b, 'out_bytes', #line + 1)
+  else
+    if kind == '2' then redis.call('HINCRBY', b, 'failed', 1)
+    elseif kind == '3' then
+      redis.call('HINCRBY', b, 'failed', 1)
+      redis.call('HINCRBY', b, 'expired', 1)
+    else redis.call('HINCRBY', b, 'cancelled', 1) end
+    redis.call('HINCRBY', b, 'err_bytes', #line + 1)
+  end
+  return true
+end
+
+-- finish ends the batch when every item has a result: its status, its
+-- files (made from the results when read), and the keys' retention.
+local function finish(id)
+  local b = bkey(id)
+  local h = redis.call('HMGET', b, 'done', 'total', 'status', 'expired', 'out_bytes', 'err_bytes', 'tenant', 'expired_at')
+  if not h[1] or tonumber(h[1]) < tonumber(h[2]) then return end
+  redis.call('HSET', b, 'finalizing_at', NOW)
+  if h[3] == 'cancelling' then
+    redis.call('HSET', b, 'status', 'cancelled', 'cancelled_at', NOW)
+  elseif tonumber(h[4] or '0') > 0 then
+    redis.call('HSET', b, 'status', 'expired')
+    if not h[8] then redis.call('HSET', b, 'expired_at', NOW) end
+  else
+    redis.call('HSET', b, 'status', 'completed', 'completed_at', NOW)
+  end
+  for _, f in ipairs({{'file-out-' .. id, tonumber(h[5] or '0'), '_output.jsonl', 'out_file'}, {'file-err-' .. id, tonumber(h[6] or '0'), '_error.jsonl', 'err_file'}}) do
+    if f[2] > 0 then
+      redis.call('HSET', fkey(f[1]), 'tenant', h[7], 'purpose', 'batch_output', 'filename', 'batch_' .. id .. f[3],
+        'bytes', f[2], 'created_at', NOW, 'batch', id)
+      redis.call('EXPIRE', fkey(f[1]), RET)
+      redis.call('HSET', b, f[4], f[1])
+    end
+  end
+  redis.call('ZREM', DEADLINES, id)
+  redis.call('SREM', ACTIVE, id)
+  redis.call('ZREM', qkey(h[7]), id)
+  if redis.call('ZCARD', qkey(h[7])) == 0 then redis.call('ZREM', TENANTS, h[7]) end
+  redis.call('DEL', skey(id), akey(id))
+  redis.call('EXPIRE', b, RET)
+  redis.call('EXPIRE', rkey(id), RET)
+end
+`
+
+func script(body string) *redis.Script {
+	return redis.NewScript(luaPrelude + strings.ReplaceAll(body, "${chunk}", strconv.Itoa(ChunkItems)))
+}
+
+// putChunk appends to a file's content being uploaded (ARGV[4]: the chunk;
+// ARGV[5]: the file id).
+var putChunk = script(`
+local c = P .. 'up:' .. ARGV[5]
+redis.call('APPEND', c, ARGV[4])
+redis.call('EXPIRE', c, RET)
+return 1
+`)
+
+// putFile makes the uploaded content a file (ARGV[4..]: id, tenant,
+// purpose, filename, bytes, created_at, staging key suffix or "").
+var putFile = script(`
+local id = ARGV[4]
+if redis.call('EXISTS', fkey(id)) == 1 then return 0 end
+local c = P .. 'c:' .. id
+if ARGV[10] ~= '' then
+  redis.call('RENAME', P .. 'up:' .. ARGV[10], c)
+else
+  redis.call('SET', c, '')
+end
+redis.call('HSET', fkey(id), 'tenant', ARGV[5], 'purpose', ARGV[6], 'filename', ARGV[7], 'bytes', ARGV[8], 'created_at', ARGV[9])
+redis.call('EXPIRE', fkey(id), RET)
+redis.call('EXPIRE', c, RET)
+return 1
+`)
+
+// PutFile stores a file, its content written in chunks of at most a MiB
+// and made visible by the last call.
+func (j *Jobs) PutFile(ctx context.Context, f jobq.File, content []byte) error {
+	if n, err := j.exists(ctx, j.key("f", f.ID)); err != nil {
+		return err
+	} else if n {
+		return fmt.Errorf("%w: file %s exists", jobq.ErrConflict, f.ID)
+	}
+	staging := ""
+	if len(content) > 0 {
+		staging = f.ID + ":" + strconv.FormatInt(time.Now().UnixNano(), 36)
+		for off := 0; off < len(content); off += chunkBytes {
+			chunk := content[off:min(off+chunkBytes, len(content))]
+			if err := j.run(ctx, putChunk, int64(stagingTTL/time.Second), chunk, staging); err != nil {
+				return err
+			}
+		}
+	}
+	ok, err := j.runInt(ctx, putFile, int64(j.retention/time.Second), f.ID, f.Tenant, f.Purpose, f.Filename, f.Bytes, f.CreatedAt.Format(time.RFC3339Nano), staging)
+	if err != nil {
+		return err
+	}
+	if ok == 0 {
+		return fmt.Errorf("%w: file %s exists", jobq.ErrConflict, f.ID)
+	}
+	return nil
+}
+
+func (j *Jobs) exists(ctx context.Context, key string) (bool, error) {
+	var n int64
+	err := j.r.Do(ctx, func(ctx context.Context, c redis.UniversalClient) error {
+		var err error
+		n, err = c.Exists(ctx, key).Result()
+		return err
+	})
+	return n > 0, err
+}
+
+// run runs s with the prelude's arguments (now is not used by it) then args.
+func (j *Jobs) run(ctx context.Context, s *redis.Script, retention int64, args ...any) error {
+	_, err := j.eval(ctx, s, time.Time{}, retention, args...)
+	return err
+}
+
+func (j *Jobs) runInt(ctx context.Context, s *redis.Script, retention int64, args ...any) (int64, error) {
+	v, err := j.eval(ctx, s, time.Time{}, retention, args...)
+	n, _ := v.(int64)
+	return n, err
+}
+
+func (j *Jobs) eval(ctx context.Context, s *redis.Script, now time.Time, retention int64, args ...any) (any, error) {
+	if retention <= 0 {
+		retention = int64(j.retention / time.Second)
+	}
+	argv := append([]any{j.prefix, now.Format(time.RFC3339Nano), retention}, args...)
+	var out any
+	err := j.r.Do(ctx, func(ctx context.Context, c redis.UniversalClient) error {
+		var err error
+		out, err = s.Run(ctx, c, []string{j.route}, argv...).Result()
+		return err
+	})
+	return out, err
+}
+
+func (j *Jobs) fileMeta(ctx context.Context, tenant, id string) (jobq.File, string, error) {
+	var h map[string]string
+	err := j.r.Do(ctx, func(ctx context.Context, c redis.UniversalClient) error {
+		var err error
+		h, err = c.HGetAll(ctx, j.key("f", id)).Result()
+		return err
+	})
+	if err != nil {
+		return jobq.File{}, "", err
+	}
+	if len(h) == 0 || h["tenant"] != tenant {
+		return jobq.File{}, "", jobq.ErrNotFound
+	}
+	n, _ := strconv.ParseInt(h["bytes"], 10, 64)
+	at, _ := time.Parse(time.RFC3339Nano, h["created_at"])
+	return jobq.File{ID: id, Tenant: tenant, Purpose: h["purpose"], Filename: h["filename"], Bytes: n, CreatedAt: at}, h["batch"], nil
+}
+
+// File returns the tenant's file.
+func (j *Jobs) File(ctx context.Context, tenant, id string) (jobq.File, error) {
+	f, _, err := j.fileMeta(ctx, tenant, id)
+	return f, err
+}
+
+// FileContent returns the tenant's file's content: an upload's bytes read
+// a MiB at a time, or a batch's output or error file made from its results
+// in line order.
+func (j *Jobs) FileContent(ctx context.Context, tenant, id string) ([]byte, error) {
+	f, from, err := j.fileMeta(ctx, tenant, id)
+	if err != nil {
+		return nil, err
+	}
+	if from != "" {
+		return j.resultsFile(ctx, from, id == jobq.OutputFileID(from))
+	}
+	out := make([]byte, 0, f.Bytes)
+	for off := int64(0); ; off += chunkBytes {
+		var part string
+		err := j.r.Do(ctx, func(ctx context.Context, c redis.UniversalClient) error {
+			var err error
+			part, err = c.GetRange(ctx, j.key("c", id), off, off+chunkBytes-1).Result()
+			return err
+		})
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, part...)
+		if len(part) < chunkBytes {
+			return out, nil
+		}
+	}
+}
+
+// resultsFile is a batch's output (the successes) or error file (the rest).
+func (j *Jobs) resultsFile(ctx context.Context, id string, successes bool) ([]byte, error) {
+	var total int
+	err := j.r.Do(ctx, func(ctx context.Context, c redis.UniversalClient) error {
+		var err error
+		total, err = c.HGet(ctx, j.key("b", id), "total").Int()
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	var out bytes.Buffer
+	for from := 0; from < total; from += ChunkItems {
+		fields := make([]string, 0, ChunkItems)
+		for i := from; i < min(from+ChunkItems, total); i++ {
+			fields = append(fields, strconv.Itoa(i))
+		}
+		var vals []any
+		err := j.r.Do(ctx, func(ctx context.Context, c redis.UniversalClient) error {
+			var err error
+			vals, err = c.HMGet(ctx, j.key("r", id), fields...).Result()
+			return err
+		})
+		if err != nil {
+			return nil, err
+		}
+		for _, v := range vals {
+			s, _ := v.(string)
+			if s == "" || (s[0] == '1') != successes {
+				continue
+			}
+			out.WriteString(s[1:])
+			out.WriteByte('\n')
+		}
+	}
+	return out.Bytes(), nil
+}
+
+// stageItems writes items to a new batch's stream (ARGV[4]: batch id;
+// ARGV[5]: whether to start afresh; then index, custom_id, method, url,
+// body per item).
+var stageItems = script(`
+local s = skey(ARGV[4])
+if redis.call('EXISTS', bkey(ARGV[4])) == 1 then return 0 end
+if ARGV[5] == '1' then redis.call('DEL', s) end
+for k = 6, #ARGV, 5 do
+  redis.call('XADD', s, sid(tonumber(ARGV[k])), 'i', ARGV[k], 'c', ARGV[k + 1], 'm', ARGV[k + 2], 'u', ARGV[k + 3], 'b', ARGV[k + 4], 'n', #ARGV[k + 4])
+end
+redis.call('EXPIRE', s, 3600)
+return 1
+`)
+
+// commitBatch makes the staged batch visible and claimable (ARGV[4..]: id,
+// tenant, rec, total, bytes, expires_at (unix ms), ttl (s)).
+var commitBatch = script(`
+local id, tenant = ARGV[4], ARGV[5]
+local b = bkey(id)
+if redis.call('EXISTS', b) == 1 then return 0 end
+if redis.call('XLEN', skey(id)) ~= tonumber(ARGV[7]) then return -1 end
+redis.call('XGROUP', 'CREATE', skey(id), G, '0')
+local seq = redis.call('INCR', P .. 'seq')
+redis.call('HSET', b, 'rec', ARGV[6], 'tenant', tenant, 'seq', seq, 'status', 'in_progress', 'total', ARGV[7], 'bytes', ARGV[8],
+  'done', 0, 'completed', 0, 'failed', 0, 'expired', 0, 'cancelled', 0, 'out_bytes', 0, 'err_bytes', 0)
+local ttl = tonumber(ARGV[10])
+redis.call('EXPIRE', b, ttl)
+redis.call('EXPIRE', skey(id), ttl)
+redis.call('ZADD', DEADLINES, ARGV[9], id)
+redis.call('SADD', ACTIVE, id)
+redis.call('ZADD', qkey(tenant), seq, id)
+redis.call('ZADD', TENANTS, 0, tenant)
+local l = P .. 'l:' .. tenant
+redis.call('ZADD', l, seq, id)
+-- The listing keeps ids whose records have expired: drop a few of the
+-- oldest at each creation, so that it does not grow past the live ones.
+for _, old in ipairs(redis.call('ZRANGE', l, 0, 9)) do
+  if redis.call('EXISTS', bkey(old)) == 0 then redis.call('ZREM', l, old) end
+end
+redis.call('EXPIRE', l, ttl)
+return 1
+`)
+
+// batchRec is the part of a batch that never changes, kept as JSON.
+type batchRec struct {
+	ID               string            `json:"id"`
+	Endpoint         string            `json:"endpoint"`
+	InputFileID      string            `json:"input_file_id"`
+	CompletionWindow string            `json:"completion_window"`
+	Metadata         map[string]string `json:"metadata"`
+	CreatedAt        time.Time         `json:"created_at"`
+	InProgressAt     time.Time         `json:"in_progress_at"`
+	ExpiresAt        time.Time         `json:"expires_at"`
+}
+
+// CreateBatch writes the items to the batch's stream, ChunkItems at a
+// time, then creates the batch, its consumer group and its places in the
+// queues in one script: until then no replica sees it, and a creation cut
+// short leaves only a stream that expires within an hour.
+func (j *Jobs) CreateBatch(ctx context.Context, b jobq.Batch, reqs []jobq.Request) error {
+	if len(reqs) == 0 {
+		return errors.New("batch: a batch needs at least one request")
+	}
+	if b.InProgressAt.IsZero() {
+		b.InProgressAt = b.CreatedAt
+	}
+	var size int64
+	for i := 0; i < len(reqs); i += ChunkItems {
+		fresh := "0"
+		if i == 0 {
+			fresh = "1"
+		}
+		args := []any{b.ID, fresh}
+		for k, r := range reqs[i:min(i+ChunkItems, len(reqs))] {
+			args = append(args, i+k, r.CustomID, r.Method, r.URL, []byte(r.Body))
+			size += int64(len(r.Body))
+		}
+		ok, err := j.runInt(ctx, stageItems, 0, args...)
+		if err != nil {
+			return err
+		}
+		if ok == 0 {
+			return fmt.Errorf("%w: batch %s exists", jobq.ErrConflict, b.ID)
+		}
+	}
+	rec, err := json.Marshal(batchRec{ID: b.ID, Endpoint: b.Endpoint, InputFileID: b.InputFileID, CompletionWindow: b.CompletionWindow,
+		Metadata: b.Metadata, CreatedAt: b.CreatedAt, InProgressAt: b.InProgressAt, ExpiresAt: b.ExpiresAt})
+	if err != nil {
+		return err
+	}
+	ttl := max(int64((time.Until(b.ExpiresAt)+j.retention)/time.Second), int64(j.retention/time.Second))
+	ok, err := j.runInt(ctx, commitBatch, 0, b.ID, b.Tenant, rec, len(reqs), size, b.ExpiresAt.UnixMilli(), ttl)
+	switch {
+	case err != nil:
+		return err
+	case ok == 0:
+		return fmt.Errorf("%w: batch %s exists", jobq.ErrConflict, b.ID)
+	case ok < 0:
+		return fmt.Errorf("batch: creating %s: its items were not all written (created twice at once?)", b.ID)
+	}
+	return nil
+}
+
+var batchFields = []string{"rec", "tenant", "status", "total", "completed", "failed", "cancelled", "out_file", "err_file",
+	"finalizing_at", "completed_at", "expired_at", "cancelling_at", "cancelled_at"}
+
+func (j *Jobs) readBatch(ctx context.Context, c redis.Cmdable, id string) *redis.SliceCmd {
+	return c.HMGet(ctx, j.key("b", id), batchFields...)
+}
+
+// parseBatch reads HMGET batchFields; ok is false for a batch that does
+// not exist.
+func parseBatch(vals []any) (jobq.Batch, bool) {
+	s := make([]string, len(vals))
+	for i, v := range vals {
+		s[i], _ = v.(string)
+	}
+	if s[0] == "" {
+		return jobq.Batch{}, false
+	}
+	var rec batchRec
+	if json.Unmarshal([]byte(s[0]), &rec) != nil {
+		return jobq.Batch{}, false
+	}
+	atoi := func(x string) int { n, _ := strconv.Atoi(x); return n }
+	at := func(x string) time.Time { t, _ := time.Parse(time.RFC3339Nano, x); return t }
+	return jobq.Batch{ID: rec.ID, Tenant: s[1], Endpoint: rec.Endpoint, InputFileID: rec.InputFileID, CompletionWindow: rec.CompletionWindow,
+		Metadata: rec.Metadata, Status: jobq.Status(s[2]), Counts: jobq.Counts{Total: atoi(s[3]), Completed: atoi(s[4]), Failed: atoi(s[5])},
+		Cancelled: atoi(s[6]), OutputFileID: s[7], ErrorFileID: s[8], CreatedAt: rec.CreatedAt, InProgressAt: rec.InProgressAt,
+		ExpiresAt: rec.ExpiresAt, FinalizingAt: at(s[9]), CompletedAt: at(s[10]), ExpiredAt: at(s[11]), CancellingAt: at(s[12]), CancelledAt: at(s[13])}, true
+}
+
+// Batch returns the tenant's batch.
+func (j *Jobs) Batch(ctx context.Context, tenant, id string) (jobq.Batch, error) {
+	var vals []any
+	err := j.r.Do(ctx, func(ctx context.Context, c redis.UniversalClient) error {
+		var err error
+		vals, err = j.readBatch(ctx, c, id).Result()
+		return err
+	})
+	if err != nil {
+		return jobq.Batch{}, err
+	}
+	b, ok := parseBatch(vals)
+	if !ok || b.Tenant != tenant {
+		return jobq.Batch{}, jobq.ErrNotFound
+	}
+	return b, nil
+}
+
+// Batches lists the tenant's batches, newest first, from its listing.
+func (j *Jobs) Batches(ctx context.Context, tenant, after string, limit int) ([]jobq.Batch, bool, error) {
+	l := j.key("l", tenant)
+	top := "+inf"
+	if after != "" {
+		var seq float64
+		found := false
+		err := j.r.Do(ctx, func(ctx context.Context, c redis.UniversalClient) error {
+			var err error
+			seq, err = c.ZScore(ctx, l, after).Result()
+			found = err == nil
+			return err
+		})
+		if err != nil {
+			return nil, false, err
+		}
+		if !found {
+			return nil, false, jobq.ErrNotFound
+		}
+		top = "(" + strconv.FormatFloat(seq, 'f', -1, 64)
+	}
+	var list []jobq.Batch
+	more := false
+	err := j.r.Do(ctx, func(ctx context.Context, c redis.UniversalClient) error {
+		list, more = nil, false
+		ids, err := c.ZRevRangeByScore(ctx, l, &redis.ZRangeBy{Max: top, Min: "-inf", Count: int64(limit) + 1}).Result()
+		if err != nil || len(ids) == 0 {
+			return err
+		}
+		cmds := make([]*redis.SliceCmd, len(ids))
+		if _, err := c.Pipelined(ctx, func(p redis.Pipeliner) error {
+			for i, id := range ids {
+				cmds[i] = j.readBatch(ctx, p, id)
+			}
+			return nil
+		}); err != nil {
+			return err
+		}
+		for _, cmd := range cmds {
+			b, ok := parseBatch(cmd.Val())
+			if !ok || b.Tenant != tenant {
+				continue // its record expired
+			}
+			if len(list) == limit {
+				more = true
+				break
+			}
+			list = append(list, b)
+		}
+		return nil
+	})
+	return list, more, err
+}
+
+// cancelChunk cancels up to ChunkItems of a batch's queued items (ARGV[4]:
+// id, [5]: tenant, [6]: the stream id to start after, "" for the first
+// call). It returns {status, next start or ""}: status 0 not found, -1
+// conflict.
+var cancelChunk = script(`
+local id = ARGV[4]
+local b = bkey(id)
+local h = redis.call('HMGET', b, 'tenant', 'status')
+if not h[1] or h[1] ~= ARGV[5] then return {0, ''} end
+if ARGV[6] == '' then
+  if h[2] == 'cancelling' then return {1, ''} end
+  if h[2] ~= 'in_progress' then return {-1, h[2]} end
+  redis.call('HSET', b, 'status', 'cancelling', 'cancelling_at', NOW)
+  redis.call('ZREM', qkey(h[1]), id)
+elseif h[2] ~= 'cancelling' then
+  return {1, ''}
+end
+local start = '-'
+if ARGV[6] ~= '' then start = '(' .. ARGV[6] end
+local es = redis.call('XRANGE', skey(id), start, '+', 'COUNT', ${chunk})
+for _, e in ipairs(es) do
+  local i = tonumber(string.sub(e[1], 3)) - 1
+  local score = redis.call('ZSCORE', LEASES, member(id, i))
+  -- Queued: never read, or released (lease 0). Claimed ones finish.
+  if not score or tonumber(score) == 0 then
+    result(id, i, '4', errline(id, i, field(e, 'c'), 'batch_cancelled', CANCELLED))
+  end
+end
+finish(id)
+if #es < ${chunk} then return {1, ''} end
+return {1, es[#es][1]}
+`)
+
+// Cancel marks the batch cancelling and cancels its queued items, a chunk
+// per call; the claimed ones finish (or are released, and cancelled then).
+func (j *Jobs) Cancel(ctx context.Context, tenant, id string, now time.Time) (jobq.Batch, error) {
+	after := ""
+	for {
+		v, err := j.eval(ctx, cancelChunk, now, 0, id, tenant, after)
+		if err != nil {
+			return jobq.Batch{}, err
+		}
+		res, _ := v.([]any)
+		if len(res) != 2 {
+			return jobq.Batch{}, fmt.Errorf("batch: cancel: unexpected answer %v", v)
+		}
+		st, _ := res[0].(int64)
+		next, _ := res[1].(string)
+		switch st {
+		case 0:
+			return jobq.Batch{}, jobq.ErrNotFound
+		case -1:
+			return jobq.Batch{}, fmt.Errorf("%w: batch %s is %s", jobq.ErrConflict, id, next)
+		}
+		if next == "" {
+			break
+		}
+		after = next
+	}
+	return j.Batch(ctx, tenant, id)
+}
+
+// jobsClaim hands out items (ARGV[4]: owner, [5]: now in unix ms, [6]:
+// the lease's end in unix ms, [7]: max): lapsed claims first (XCLAIM),
+// then unread items (XREADGROUP), the tenants taking turns in name order
+// from the one after the tenant served last, each one's oldest batch
+// first. Each claim is {batch, index, custom_id, method, url, body,
+// attempts, tenant, rec}.
+var jobsClaim = script(`
+local owner, now, untl, max = ARGV[4], tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
+local out = {}
+local function add(id, e)
+  local f = {}
+  for k = 1, #e[2], 2 do f[e[2][k]] = e[2][k + 1] end
+  local i = tonumber(f['i'])
+  local h = redis.call('HMGET', bkey(id), 'tenant', 'rec')
+  if not h[1] then return end -- its record expired
+  redis.call('ZADD', LEASES, untl, member(id, i))
+  out[#out + 1] = {id, i, f['c'], f['m'], f['u'], f['b'], tonumber(redis.call('HGET', akey(id), tostring(i)) or '0'), h[1], h[2]}
+end
+for _, m in ipairs(redis.call('ZRANGEBYSCORE', LEASES, '-inf', now, 'LIMIT', 0, max)) do
+  local sep = string.find(m, ':', 1, true)
+  local i, id = tonumber(string.sub(m, 1, sep - 1)), string.sub(m, sep + 1)
+  local ok, got = pcall(redis.call, 'XCLAIM', skey(id), G, owner, 0, sid(i))
+  if ok and #got > 0 and got[1] then add(id, got[1]) else redis.call('ZREM', LEASES, m) end
+end
+if #out >= max then return out end
+local last = redis.call('GET', P .. 'last')
+local order
+if last then
+  order = redis.call('ZRANGEBYLEX', TENANTS, '(' .. last, '+')
+  for _, t in ipairs(redis.call('ZRANGEBYLEX', TENANTS, '-', '[' .. last)) do order[#order + 1] = t end
+else
+  order = redis.call('ZRANGEBYLEX', TENANTS, '-', '+')
+end
+local done = {}
+local took = true
+while took and #out < max do
+  took = false
+  for _, t in ipairs(order) do
+    if #out >= max then break end
+    while not done[t] do
+      local bs = redis.call('ZRANGE', qkey(t), 0, 0)
+      if #bs == 0 then
+        done[t] = true
+        redis.call('ZREM', TENANTS, t)
+      else
+        local ok, r = pcall(redis.call, 'XREADGROUP', 'GROUP', G, owner, 'COUNT', 1, 'STREAMS', skey(bs[1]), '>')
+        if ok and r and r[1] and #r[1][2] > 0 then
+          add(bs[1], r[1][2][1])
+          redis.call('SET', P .. 'last', t)
+          took = true
+          break
+        end
+        redis.call('ZREM', qkey(t), bs[1])
+      end
+    end
+  end
+end
+return out
+`)
+
+// Claim hands out up to max items to owner until now+lease.
+func (j *Jobs) Claim(ctx context.Context, now time.Time, owner string, lease time.Duration, max int) ([]jobq.Claim, error) {
+	if max <= 0 {
+		return nil, nil
+	}
+	v, err := j.eval(ctx, jobsClaim, now, 0, owner, now.UnixMilli(), now.Add(lease).UnixMilli(), max)
+	if err != nil {
+		return nil, err
+	}
+	rows, _ := v.([]any)
+	out := make([]jobq.Claim, 0, len(rows))
+	for _, row := range rows {
+		f, _ := row.([]any)
+		if len(f) < 9 {
+			return out, fmt.Errorf("batch: claim: unexpected answer %v", row)
+		}
+		str := func(x any) string { s, _ := x.(string); return s }
+		num := func(x any) int { n, _ := x.(int64); return int(n) }
+		var rec batchRec
+		_ = json.Unmarshal([]byte(str(f[8])), &rec)
+		out = append(out, jobq.Claim{Batch: str(f[0]), Index: num(f[1]), Tenant: str(f[7]), Deadline: rec.ExpiresAt,
+			Request:  jobq.Request{CustomID: str(f[2]), Method: str(f[3]), URL: str(f[4]), Body: []byte(str(f[5]))},
+			Attempts: num(f[6]), Owner: owner})
+	}
+	return out, nil
+}
+
+// jobsRelease gives a claim back (ARGV[4]: id, [5]: index, [6]: owner,
+// [7]: "1" when attempted): its lease is set to lapse at once, so that the
+// next claim takes it first; the pending entry stays, owned by owner until
+// then. An item of a batch cancelled meanwhile is cancelled.
+var jobsRelease = script(`
+local id, i, owner = ARGV[4], tonumber(ARGV[5]), ARGV[6]
+local p = redis.pcall('XPENDING', skey(id), G, sid(i), sid(i), 1)
+if type(p) ~= 'table' or p.err or #p == 0 or p[1][2] ~= owner then return 0 end
+if redis.call('HGET', rkey(id), tostring(i)) then return 0 end
+local st = redis.call('HGET', bkey(id), 'status')
+if st ~= 'in_progress' then
+  local e = redis.call('XRANGE', skey(id), sid(i), sid(i))
+  local c = ''
+  if #e > 0 then c = field(e[1], 'c') end
+  result(id, i, '4', errline(id, i, c, 'batch_cancelled', CANCELLED))
+  finish(id)
+  return 1
+end
+if ARGV[7] == '1' then
+  redis.call('HINCRBY', akey(id), tostring(i), 1)
+  local ttl = redis.call('TTL', bkey(id))
+  if ttl > 0 then redis.call('EXPIRE', akey(id), ttl) end
+end
+redis.call('ZADD', LEASES, 0, member(id, i))
+return 1
+`)
+
+// Release puts a claimed item back.
+func (j *Jobs) Release(ctx context.Context, c jobq.Claim, attempted bool, now time.Time) error {
+	a := "0"
+	if attempted {
+		a = "1"
+	}
+	_, err := j.eval(ctx, jobsRelease, now, 0, c.Batch, c.Index, c.Owner, a)
+	return err
+}
+
+// completeScript writes a result once (ARGV[4]: id, [5]: index, [6]: kind,
+// [7]: line): 1 written, 0 it had one, -1 no such item.
+var completeScript = script(`
+local id, i = ARGV[4], tonumber(ARGV[5])
+local total = redis.call('HGET', bkey(id), 'total')
+if not total or i < 0 or i >= tonumber(total) then return -1 end
+if not result(id, i, ARGV[6], ARGV[7]) then return 0 end
+finish(id)
+return 1
+`)
+
+// Complete writes the item's result once.
+func (j *Jobs) Complete(ctx context.Context, c jobq.Claim, r jobq.Result, now time.Time) (bool, error) {
+	if r.Kind < jobq.Succeeded || r.Kind > jobq.Cancelled || len(r.Line) == 0 {
+		return false, fmt.Errorf("batch: Complete: result kind %d with %d bytes of line", r.Kind, len(r.Line))
+	}
+	n, err := j.eval(ctx, completeScript, now, 0, c.Batch, c.Index, strconv.Itoa(int(r.Kind)), r.Line)
+	if err != nil {
+		return false, err
+	}
+	switch n {
+	case int64(-1):
+		return false, jobq.ErrNotFound
+	case int64(1):
+		return true, nil
+	}
+	return false, nil
+}
+
+// expireChunk expires up to ChunkItems of a due batch's items without a
+// result (ARGV[4]: id): it returns how many, and -1 when none was left.
+var expireChunk = script(`
+local id = ARGV[4]
+local b = bkey(id)
+local st = redis.call('HGET', b, 'status')
+if not st or (st ~= 'in_progress' and st ~= 'cancelling') then
+  redis.call('ZREM', DEADLINES, id)
+  return -1
+end
+if not redis.call('HGET', b, 'expired_at') then
+  redis.call('HSET', b, 'expired_at', NOW)
+  redis.call('ZREM', qkey(redis.call('HGET', b, 'tenant')), id)
+end
+local es = redis.call('XRANGE', skey(id), '-', '+', 'COUNT', ${chunk})
+for _, e in ipairs(es) do
+  local i = tonumber(string.sub(e[1], 3)) - 1
+  result(id, i, '3', errline(id, i, field(e, 'c'), 'batch_expired', 'this request could not be executed before the completion window expired'))
+end
+finish(id)
+if #es == 0 then return -1 end
+return #es
+`)
+
+// ExpireDue expires the items of the batches whose window has passed.
+func (j *Jobs) ExpireDue(ctx context.Context, now time.Time) (int, error) {
+	var due []string
+	err := j.r.Do(ctx, func(ctx context.Context, c redis.UniversalClient) error {
+		var err error
+		due, err = c.ZRangeByScore(ctx, j.key("deadlines"), &redis.ZRangeBy{Min: "-inf", Max: strconv.FormatInt(now.UnixMilli(), 10)}).Result()
+		return err
+	})
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, id := range due {
+		for {
+			v, err := j.eval(ctx, expireChunk, now, 0, id)
+			if err != nil {
+				return n, err
+			}
+			k, _ := v.(int64)
+			if k <= 0 {
+				break
+			}
+			n += int(k)
+		}
+	}
+	return n, nil
+}
+
+// backlogScript sums the unfinished batches' items without a result and
+// their bytes (ARGV[4]: the tenant, "" for all).
+var backlogScript = script(`
+local n, size = 0, 0
+for _, id in ipairs(redis.call('SMEMBERS', ACTIVE)) do
+  local h = redis.call('HMGET', bkey(id), 'tenant', 'total', 'done', 'bytes')
+  if not h[1] then
+    redis.call('SREM', ACTIVE, id)
+  elseif ARGV[4] == '' or h[1] == ARGV[4] then
+    n = n + tonumber(h[2]) - tonumber(h[3])
+    size = size + tonumber(h[4])
+  end
+end
+return {n, size}
+`)
+
+// Backlog counts the items without a result of the unfinished batches.
+func (j *Jobs) Backlog(ctx context.Context, tenant string) (int, int64, error) {
+	v, err := j.eval(ctx, backlogScript, time.Time{}, 0, tenant)
+	if err != nil {
+		return 0, 0, err
+	}
+	res, _ := v.([]any)
+	if len(res) != 2 {
+		return 0, 0, fmt.Errorf("batch: backlog: unexpected answer %v", v)
+	}
+	n, _ := res[0].(int64)
+	size, _ := res[1].(int64)
+	return int(n), size, nil
+}
