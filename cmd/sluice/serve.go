@@ -46,7 +46,7 @@ func (f *serveFlags) register(fs *flag.FlagSet) {
 	fs.IntVar(&f.concurrency, "concurrency", 0, "upstream calls allowed at once")
 	fs.StringVar(&f.listen, "listen", "", "proxy `address` (default 127.0.0.1:8080)")
 	fs.StringVar(&f.admin, "admin", "", "admin `address` for /metrics, /healthz, /readyz, /admin/v1/state (default 127.0.0.1:9090)")
-	fs.IntVar(&f.maxQueue, "max-queue", -1, "hard bound on waiting requests; 0: no waiting room (default from the config, else concurrency × the longest class timeout ÷ the initial service time (1s when unset), between the concurrency and 1024)")
+	fs.IntVar(&f.maxQueue, "max-queue", 0, "hard bound on waiting requests; 0: no waiting room (default from the config, else concurrency × the longest class timeout ÷ the initial service time (1s when unset), between the concurrency and 1024)")
 	fs.StringVar(&f.apiKeyEnv, "api-key-env", "", "environment `variable` holding the provider's API key")
 	fs.DurationVar(&f.initial, "initial-service-time", 0, "service time assumed before the first call completes")
 	fs.BoolVar(&f.pprof, "admin-pprof", false, "serve the Go runtime's profiles at /debug/pprof/ on the admin listener (admin_pprof)")
