@@ -3,6 +3,7 @@ package chain
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -15,7 +16,8 @@ import (
 // gate; the Permit's Done settles the call with every stage and releases
 // its slot. Safe for concurrent use.
 type Chain struct {
-	gate   *admission.Gate
+	gate   *admission.Gate   // the only one, or the first pool's
+	gates  []*admission.Gate // the pools' with routing, in RoutingConfig.Pools order
 	stages *stages
 	now    func() time.Time
 	reconf sync.Mutex // serializes Reconfigure
@@ -23,15 +25,44 @@ type Chain struct {
 
 // New returns a Chain for cfg, or an error naming the invalid field.
 func New(cfg Config) (*Chain, error) {
-	gate, err := admission.New(cfg.Admission)
+	c := &Chain{now: time.Now}
+	var rt *router
+	if cfg.Routing != nil {
+		views := make([]poolGate, len(cfg.Routing.Pools))
+		for i, pc := range cfg.Routing.Pools {
+			g, err := admission.New(pc.Admission)
+			if err != nil {
+				return nil, fmt.Errorf("routing: pools[%d] (%s): %w", i, pc.Name, err)
+			}
+			c.gates = append(c.gates, g)
+			views[i] = realGate{g}
+		}
+		var err error
+		if rt, err = newRouter(cfg.Routing, views, c.now()); err != nil {
+			return nil, err
+		}
+		c.gate = c.gates[0]
+	} else {
+		g, err := admission.New(cfg.Admission)
+		if err != nil {
+			return nil, err
+		}
+		c.gate = g
+	}
+	st, err := newStages(cfg, c.gate, rt)
 	if err != nil {
 		return nil, err
 	}
-	st, err := newStages(cfg, gate)
-	if err != nil {
-		return nil, err
+	c.stages = st
+	return c, nil
+}
+
+// gateOf is the gate of the call's pool.
+func (c *Chain) gateOf(r *Request) *admission.Gate {
+	if c.gates != nil {
+		return c.gates[r.Pool]
 	}
-	return &Chain{gate: gate, stages: st, now: time.Now}, nil
+	return c.gate
 }
 
 // Gate returns the admission gate, for its statistics and estimates, and
@@ -60,21 +91,47 @@ func (c *Chain) Acquire(ctx context.Context, req Request) (*Permit, error) {
 	if d, err := c.stages.admit(c.now(), &p.req, &p.holds); err != nil {
 		return nil, err
 	} else if d.Verdict == admission.Rejected {
-		c.stages.spread.assign(c.now(), d.Rejection, &p.req, c.gate)
+		c.stages.spread.assign(c.now(), d.Rejection, &p.req, c.gateOf(&p.req))
 		return nil, d.Rejection
 	}
-	gp, err := c.gate.Acquire(ctx, p.req.admission())
+	gate := c.gateOf(&p.req)
+	if !pace(ctx, p.req.NotBefore, c.now) {
+		p.holds.cancel(c.now())
+		return nil, ctx.Err()
+	}
+	gp, err := gate.Acquire(ctx, p.req.admission())
 	if err != nil {
 		now := c.now()
 		p.holds.cancel(now)
 		var rej *admission.Rejection
 		if errors.As(err, &rej) {
-			c.stages.spread.assign(now, rej, &p.req, c.gate)
+			c.stages.spread.assign(now, rej, &p.req, gate)
 		}
 		return nil, err
 	}
 	p.gp = gp
 	return p, nil
+}
+
+// pace waits until notBefore (zero: not at all), the time the call's
+// requests and tokens per minute allow it to be sent, and reports false
+// when ctx ended first.
+func pace(ctx context.Context, notBefore time.Time, now func() time.Time) bool {
+	if notBefore.IsZero() {
+		return ctx.Err() == nil
+	}
+	d := notBefore.Sub(now())
+	if d <= 0 {
+		return ctx.Err() == nil
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
 }
 
 // UpstreamRetry takes a token from the global retry budget for a retry the

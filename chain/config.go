@@ -32,6 +32,11 @@ type Config struct {
 	// DefaultRefusalSpread (30s); negative turns the spread off: every
 	// caller refused together is told the same time.
 	RefusalSpread time.Duration
+	// Routing spreads calls over pools of their own, one per (deployment,
+	// model), each with its own gate built from its PoolConfig.Admission
+	// (Admission is then unused). Nil means one pool: the gate of
+	// Admission, for every model.
+	Routing *RoutingConfig
 }
 
 // stages are a chain's stages before the gate.
@@ -40,11 +45,17 @@ type stages struct {
 	seen     *seen
 	retries  *retries
 	spend    *spendStage
+	route    *router // nil without routing
 	all      []Stage // list(), computed once
 	spread   *spread // the retry calendar of every refusal, the gate's included
 }
 
-func newStages(cfg Config, gate GateView) (*stages, error) {
+// newStages builds the stages before the gate; rt is the route stage (nil
+// without routing), whose view of the pools' gates the other stages get.
+func newStages(cfg Config, gate GateView, rt *router) (*stages, error) {
+	if rt != nil {
+		gate = rt.gateView
+	}
 	id, err := newIdentify(cfg.Tenants, gate)
 	if err != nil {
 		return nil, err
@@ -59,6 +70,7 @@ func newStages(cfg Config, gate GateView) (*stages, error) {
 	if cfg.Spend != nil {
 		s.spend = &spendStage{l: cfg.Spend, gate: gate}
 	}
+	s.route = rt
 	s.all = s.list()
 	if len(s.all) > maxStages {
 		return nil, fmt.Errorf("chain: %d stages, at most %d", len(s.all), maxStages)

@@ -1,6 +1,8 @@
 package chain
 
 import (
+	"fmt"
+	"slices"
 	"time"
 
 	"github.com/sluicehq/sluice/admission"
@@ -12,9 +14,15 @@ import (
 // Release, Cancel, SetConcurrency). It is what the simulator drives. Not
 // safe for concurrent use.
 type Core struct {
-	gate   *admission.Core
+	gate   *admission.Core   // the only one, or the first pool's
+	gates  []*admission.Core // the pools' with routing
 	stages *stages
 	events []*Ticket
+	// paced are the tickets waiting for their pool's requests or tokens
+	// per minute (Request.NotBefore) before they reach its gate; due are
+	// those Advance decided at once, for Events.
+	paced []*Ticket
+	due   []*Ticket
 	// now is the time of the last call that could decide queued tickets:
 	// Events gives back what refused tickets held as of then.
 	now time.Time
@@ -31,13 +39,16 @@ type Ticket struct {
 	gt    admission.Ticket
 	holds holds
 	rej   *admission.Rejection // the gate's refusal of it while queued, with its time on the calendar
+	// paced: waiting for its NotBefore; granted: granted by the gate when
+	// its pacing ended.
+	paced, granted bool
 }
 
 // Request returns the call as the stages left it (tenant, tier, model).
 func (t *Ticket) Request() *Request { return &t.req }
 
 // Granted says a queued ticket was granted a slot.
-func (t *Ticket) Granted() bool { return t.gt.Granted() }
+func (t *Ticket) Granted() bool { return t.granted || t.gt.Granted() }
 
 // Rejection returns the refusal of a ticket the gate refused while queued.
 func (t *Ticket) Rejection() *admission.Rejection {
@@ -60,16 +71,49 @@ type Decision struct {
 
 // NewCore returns a Core for cfg, or an error naming the invalid field.
 func NewCore(cfg Config) (*Core, error) {
-	gate, err := admission.NewCore(cfg.Admission)
+	c := &Core{}
+	var rt *router
+	if cfg.Routing != nil {
+		views := make([]poolGate, len(cfg.Routing.Pools))
+		for i, pc := range cfg.Routing.Pools {
+			g, err := admission.NewCore(pc.Admission)
+			if err != nil {
+				return nil, fmt.Errorf("routing: pools[%d] (%s): %w", i, pc.Name, err)
+			}
+			c.gates = append(c.gates, g)
+			views[i] = coreGate{g}
+		}
+		var err error
+		if rt, err = newRouter(cfg.Routing, views, time.Time{}); err != nil {
+			return nil, err
+		}
+		c.gate = c.gates[0]
+	} else {
+		g, err := admission.NewCore(cfg.Admission)
+		if err != nil {
+			return nil, err
+		}
+		c.gate = g
+	}
+	st, err := newStages(cfg, c.gate, rt)
 	if err != nil {
 		return nil, err
 	}
-	st, err := newStages(cfg, gate)
-	if err != nil {
-		return nil, err
-	}
-	return &Core{gate: gate, stages: st}, nil
+	c.stages = st
+	return c, nil
 }
+
+// gateOf is the gate of the call's pool.
+func (c *Core) gateOf(r *Request) *admission.Core {
+	if c.gates != nil {
+		return c.gates[r.Pool]
+	}
+	return c.gate
+}
+
+// Pools returns the pools' gates with routing, in RoutingConfig.Pools
+// order; nil without.
+func (c *Core) Pools() []*admission.Core { return c.gates }
 
 // Gate returns the admission core, for its statistics and estimates.
 func (c *Core) Gate() *admission.Core { return c.gate }
@@ -83,13 +127,27 @@ func (c *Core) Arrive(now time.Time, req Request, t *Ticket, wait bool) (Decisio
 	t.req = req
 	t.gt.Owner = t
 	t.rej = nil
+	t.paced, t.granted = false, false
 	if d, err := c.stages.admit(now, &t.req, &t.holds); d.Verdict != 0 || err != nil {
 		if d.Rejection != nil {
-			c.stages.spread.assign(now, d.Rejection, &t.req, c.gate)
+			c.stages.spread.assign(now, d.Rejection, &t.req, c.gateOf(&t.req))
 		}
 		return d, err
 	}
-	d, err := c.gate.Arrive(now, t.req.admission(), &t.gt, wait)
+	if t.req.NotBefore.After(now) {
+		// Its pool's rate limits pace it: it reaches the gate at
+		// NotBefore (Advance), waiting until then as if queued.
+		t.paced = true
+		c.paced = append(c.paced, t)
+		return Decision{Verdict: admission.Queued}, nil
+	}
+	return c.enter(now, t, wait)
+}
+
+// enter presents a ticket the stages admitted to its pool's gate.
+func (c *Core) enter(now time.Time, t *Ticket, wait bool) (Decision, error) {
+	gate := c.gateOf(&t.req)
+	d, err := gate.Arrive(now, t.req.admission(), &t.gt, wait)
 	if err != nil {
 		t.holds.cancel(now)
 		return Decision{}, err
@@ -97,10 +155,58 @@ func (c *Core) Arrive(now time.Time, req Request, t *Ticket, wait bool) (Decisio
 	if d.Verdict == admission.Rejected {
 		t.holds.cancel(now)
 		rej := d.Rejection()
-		c.stages.spread.assign(now, rej, &t.req, c.gate)
+		c.stages.spread.assign(now, rej, &t.req, gate)
 		return Decision{Verdict: admission.Rejected, Rejection: rej}, nil
 	}
 	return Decision{Verdict: d.Verdict}, nil
+}
+
+// NextPaced is the earliest NotBefore of the paced tickets, and false when
+// none is paced: the shell calls Advance then.
+func (c *Core) NextPaced() (time.Time, bool) {
+	var first time.Time
+	for _, t := range c.paced {
+		if first.IsZero() || t.req.NotBefore.Before(first) {
+			first = t.req.NotBefore
+		}
+	}
+	return first, !first.IsZero()
+}
+
+// Advance presents the paced tickets whose NotBefore has come to their
+// gates; those granted or refused at once, like those the gates decide
+// later, come back from Events.
+func (c *Core) Advance(now time.Time) error {
+	c.now = now
+	kept := c.paced[:0]
+	var first error
+	for _, t := range c.paced {
+		if t.req.NotBefore.After(now) {
+			kept = append(kept, t)
+			continue
+		}
+		t.paced = false
+		d, err := c.enter(now, t, true)
+		switch {
+		case err != nil:
+			// The gate refused what the stages let by: the same bad
+			// input Arrive would have reported.
+			t.rej = &admission.Rejection{Reason: admission.ReasonQueueFull}
+			c.due = append(c.due, t)
+			if first == nil {
+				first = err
+			}
+		case d.Verdict == admission.Granted:
+			t.granted = true
+			c.due = append(c.due, t)
+		case d.Verdict == admission.Rejected:
+			t.rej = d.Rejection
+			c.due = append(c.due, t)
+		}
+	}
+	clear(c.paced[len(kept):])
+	c.paced = kept
+	return first
 }
 
 // Cancel withdraws a queued ticket whose caller left (reason expired when
@@ -108,7 +214,14 @@ func (c *Core) Arrive(now time.Time, req Request, t *Ticket, wait bool) (Decisio
 // took. It returns false when the ticket was not queued.
 func (c *Core) Cancel(now time.Time, t *Ticket, reason admission.Reason) bool {
 	c.now = now
-	if !c.gate.Cancel(now, &t.gt, reason) {
+	if t.paced {
+		i := slices.Index(c.paced, t)
+		c.paced = slices.Delete(c.paced, i, i+1)
+		t.paced = false
+		t.holds.cancel(now)
+		return true
+	}
+	if !c.gateOf(&t.req).Cancel(now, &t.gt, reason) {
 		return false
 	}
 	t.holds.cancel(now)
@@ -119,18 +232,29 @@ func (c *Core) Cancel(now time.Time, t *Ticket, reason admission.Reason) bool {
 // refused (what their stages took already given back). The slice is reused
 // by the next call.
 func (c *Core) Events() []*Ticket {
-	c.events = c.events[:0]
-	now := c.now
-	for _, gt := range c.gate.Events() {
+	c.events = append(c.events[:0], c.due...)
+	clear(c.due)
+	c.due = c.due[:0]
+	if c.gates == nil {
+		c.collect(c.gate)
+	}
+	for _, g := range c.gates {
+		c.collect(g)
+	}
+	return c.events
+}
+
+// collect adds the tickets gate g decided to the events.
+func (c *Core) collect(g *admission.Core) {
+	for _, gt := range g.Events() {
 		t := gt.Owner.(*Ticket)
 		if !gt.Granted() {
-			t.holds.cancel(now)
+			t.holds.cancel(c.now)
 			t.rej = gt.Rejection()
-			c.stages.spread.assign(now, t.rej, &t.req, c.gate)
+			c.stages.spread.assign(c.now, t.rej, &t.req, g)
 		}
 		c.events = append(c.events, t)
 	}
-	return c.events
 }
 
 // Settle books a granted call's outcome with its stages (usage, cost,
@@ -145,7 +269,8 @@ func (c *Core) Settle(now time.Time, t *Ticket, o Outcome) error {
 func (c *Core) Release(now time.Time, t *Ticket, o Outcome) error {
 	c.now = now
 	err := t.holds.settle(now, o)
-	c.gate.Release(now, t.req.admission(), admission.Outcome{Result: o.Result, ServiceTime: o.ServiceTime})
+	t.granted = false
+	c.gateOf(&t.req).Release(now, t.req.admission(), admission.Outcome{Result: o.Result, ServiceTime: o.ServiceTime})
 	return err
 }
 

@@ -40,7 +40,7 @@ type Estimate struct {
 // refusal is the answer; the gate's figures (rank, wait, service times)
 // come with it when the gate can give them. Errors are the caller's bad
 // input, as Acquire and Arrive report it.
-func (s *stages) estimate(now time.Time, r Request, estimate func(admission.Request) (admission.Decision, error), gate calendarGate) (Estimate, error) {
+func (s *stages) estimate(now time.Time, r Request, gateOf func(*Request) (func(admission.Request) (admission.Decision, error), calendarGate)) (Estimate, error) {
 	var refused *admission.Rejection
 	for _, st := range s.all {
 		p, ok := st.(Peeker)
@@ -54,6 +54,7 @@ func (s *stages) estimate(now time.Time, r Request, estimate func(admission.Requ
 			break
 		}
 	}
+	estimate, gate := gateOf(&r) // the pool the route stage chose
 	d, err := estimate(r.admission())
 	switch {
 	case err != nil && refused == nil:
@@ -79,14 +80,18 @@ func (s *stages) estimate(now time.Time, r Request, estimate func(admission.Requ
 // Errors are what Acquire would report as bad input (ErrUnknownKey, a
 // *ClassError, an unknown class, a model without a price).
 func (c *Chain) Estimate(req Request) (Estimate, error) {
-	return c.stages.estimate(c.now(), req, c.gate.Estimate, c.gate)
+	return c.stages.estimate(c.now(), req, func(r *Request) (func(admission.Request) (admission.Decision, error), calendarGate) {
+		g := c.gateOf(r)
+		return g.Estimate, g
+	})
 }
 
 // Estimate is [Chain.Estimate] at now.
 func (c *Core) Estimate(now time.Time, req Request) (Estimate, error) {
-	return c.stages.estimate(now, req, func(ar admission.Request) (admission.Decision, error) {
-		return c.gate.Estimate(now, ar)
-	}, c.gate)
+	return c.stages.estimate(now, req, func(r *Request) (func(admission.Request) (admission.Decision, error), calendarGate) {
+		g := c.gateOf(r)
+		return func(ar admission.Request) (admission.Decision, error) { return g.Estimate(now, ar) }, g
+	})
 }
 
 // Peek sets the call's tenant and tier as Admit does; Admit takes nothing.

@@ -55,6 +55,13 @@ type Request struct {
 	// Unpriced says the provider does not bill the call (a metadata call
 	// passed through): the spend stage lets it by without a reservation.
 	Unpriced bool
+	// Flavour is the API the call came on ("openai", "anthropic"): with
+	// routing, only pools of that flavour serve it. Empty means any.
+	Flavour string
+	// AllowDegrade says the caller accepts a cheaper model when its own
+	// cannot be served in time (X-Sluice-Degrade: allow), whatever its
+	// class (see RoutingConfig.DegradeClasses).
+	AllowDegrade bool
 
 	// Set by the stages.
 
@@ -64,9 +71,20 @@ type Request struct {
 	// OverQuota says the tenant is past its own quota: the gate ranks the
 	// call at the over-quota rank.
 	OverQuota bool
-	// Degraded says Model was moved down the spend ladder from AskedModel.
+	// Degraded says Model was moved down the ladder from AskedModel, by
+	// the spend stage (DegradedBy "spend") or the route stage under load
+	// ("load").
 	Degraded   bool
 	AskedModel string
+	DegradedBy string
+	// With routing (Config.Routing), the route stage sets the call's pool
+	// (an index into RoutingConfig.Pools), the deployment that serves it
+	// and the model's name there, and NotBefore when the call must wait
+	// for the pool's requests or tokens per minute before it is sent.
+	Pool          int
+	Upstream      string
+	UpstreamModel string
+	NotBefore     time.Time
 	// EstimatedUSD is the cost the spend stage reserved (zero without one).
 	EstimatedUSD float64
 }
@@ -79,9 +97,18 @@ func (r *Request) admission() admission.Request {
 		OverQuota: r.OverQuota,
 		Attempt:   r.Attempt,
 		Deadline:  r.Deadline,
-		Key:       r.Model,
+		Key:       r.gateKey(),
 		Cost:      r.GateCost(),
 	}
+}
+
+// gateKey keys the call's service-time statistics: the model as its
+// deployment names it when routed, else as asked.
+func (r *Request) gateKey() string {
+	if r.UpstreamModel != "" {
+		return r.UpstreamModel
+	}
+	return r.Model
 }
 
 // GateCost is the call's cost in the gate's fair shares: Cost when set,
@@ -114,4 +141,9 @@ type Outcome struct {
 	// Usage is what the provider reported, when UsageKnown.
 	Usage      contract.Usage
 	UsageKnown bool
+	// With Result Failure: RateLimited says the provider refused the call
+	// for its rate limits (a 429), Unreachable that it could not be
+	// reached at all. A pool's health counts the other failures, and an
+	// unreachable deployment is down at once.
+	RateLimited, Unreachable bool
 }

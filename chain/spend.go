@@ -56,7 +56,7 @@ func (s *spendStage) decide(now time.Time, r *Request, ask func(time.Time, spend
 		r.OverQuota = true
 	}
 	if d.Degraded {
-		r.AskedModel, r.Model, r.Degraded = r.Model, d.Model, true
+		r.AskedModel, r.Model, r.Degraded, r.DegradedBy = r.Model, d.Model, true, DegradedBySpend
 	}
 	r.EstimatedUSD = d.EstimatedUSD
 	return d, nil

@@ -55,6 +55,12 @@ func (s *stages) list() []Stage {
 	if s.spend != nil {
 		l = append(l, s.spend)
 	}
+	if s.route != nil {
+		// Last: the pool is chosen for the call as the earlier stages
+		// leave it (its class, its model degraded for spend or not), and a
+		// refusal by them takes nothing from the pool's buckets.
+		l = append(l, s.route)
+	}
 	return l
 }
 

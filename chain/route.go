@@ -1,0 +1,687 @@
+package chain
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/sluicehq/sluice/admission"
+	"github.com/sluicehq/sluice/spend"
+)
+
+// poolGate is what the route stage asks of a pool's gate: admission.Core
+// in the simulator, admission.Gate in the gateway.
+type poolGate interface {
+	GateView
+	calendarGate
+	estimate(now time.Time, r admission.Request) (admission.Decision, error)
+}
+
+type coreGate struct{ *admission.Core }
+
+func (g coreGate) estimate(now time.Time, r admission.Request) (admission.Decision, error) {
+	return g.Estimate(now, r)
+}
+
+type realGate struct{ *admission.Gate }
+
+// estimate asks the gate at its own clock: the gate's times are its own.
+func (g realGate) estimate(_ time.Time, r admission.Request) (admission.Decision, error) {
+	return g.Estimate(r)
+}
+
+// pool is one (deployment, model) pool: its gate, its buckets, its health,
+// the output it has seen.
+type pool struct {
+	cfg  PoolConfig
+	idx  int
+	gate poolGate
+	// rpm and tpm are nil without a limit, configured or learned.
+	rpm, tpm atomic.Pointer[bucket]
+	health   health
+	// output is the mean output tokens of its calls (an EWMA), what a
+	// call that names no max_tokens is charged against tpm.
+	output struct {
+		sync.Mutex
+		mean float64
+	}
+}
+
+// charge is what a call is charged against the pool's tokens per minute:
+// its prompt plus its max_tokens — what the providers charge on arrival —
+// or, without max_tokens, the output the pool's calls have produced.
+func (p *pool) charge(r *Request) float64 {
+	out := float64(r.MaxOutputTokens)
+	if out <= 0 {
+		p.output.Lock()
+		out = p.output.mean
+		p.output.Unlock()
+		if out <= 0 {
+			out = spend.DefaultOutputTokens
+		}
+	}
+	return float64(max(r.InputTokens, 0)) + out
+}
+
+// tokenWait is how long a call charged tokens must wait for the pool's
+// buckets at now, taking nothing.
+func (p *pool) tokenWait(now time.Time, tokens float64) time.Duration {
+	var w time.Duration
+	if b := p.tpm.Load(); b != nil {
+		w = b.wait(now, tokens)
+	}
+	if b := p.rpm.Load(); b != nil {
+		w = max(w, b.wait(now, 1))
+	}
+	return w
+}
+
+// health is a pool's passive health check: a deployment that cannot be
+// reached, or that failed downCount calls in a row, is down. A down pool
+// gets no calls but one probe per interval, the interval doubling on each
+// failed probe up to a bound, until a call succeeds.
+type health struct {
+	mu       sync.Mutex
+	fails    int
+	down     bool
+	probing  bool
+	next     time.Time // the next probe, while down
+	interval time.Duration
+}
+
+// downCount is how many failed calls in a row take a pool down (a
+// connection failure does at once).
+const downCount = 3
+
+// usable says whether the pool may take a call at now, and whether that
+// call would be its probe.
+func (h *health) usable(now time.Time) (ok, probe bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if !h.down {
+		return true, false
+	}
+	if !h.probing && !now.Before(h.next) {
+		return true, true
+	}
+	return false, false
+}
+
+// takeProbe makes the next call the probe; false when another took it.
+func (h *health) takeProbe(now time.Time) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if !h.down || h.probing || now.Before(h.next) {
+		return false
+	}
+	h.probing = true
+	return true
+}
+
+// result books a call's outcome: ok, or a failure (unreachable: no
+// connection could be made). A call whose outcome says nothing of the
+// deployment (the caller left, a rate limit) is neither.
+func (h *health) result(now time.Time, ok, unreachable, probe bool, base, most time.Duration) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if probe {
+		h.probing = false
+	}
+	if ok {
+		h.fails, h.down, h.interval = 0, false, 0
+		return
+	}
+	h.fails++
+	switch {
+	case h.down && probe:
+		h.interval = min(2*h.interval, most)
+		h.next = now.Add(h.interval)
+	case !h.down && (unreachable || h.fails >= downCount):
+		h.down, h.interval = true, base
+		h.next = now.Add(base)
+	}
+}
+
+// endProbe gives the probe back when its call said nothing of the
+// deployment.
+func (h *health) endProbe() {
+	h.mu.Lock()
+	h.probing = false
+	h.mu.Unlock()
+}
+
+func (h *health) isDown() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.down
+}
+
+// router is the route stage, the last before the gate: it picks the pool
+// of each call — the first of its model's route whose estimate (the gate's
+// wait and p95, plus the wait for its tokens) meets the call's deadline —
+// degrades the call one rung down the ladder when none can and the call
+// allows it, and reserves the call's requests and tokens from the pool's
+// buckets.
+type router struct {
+	pools    []*pool
+	routes   map[string][]*pool
+	ladder   map[string]string
+	degrade  map[string]bool // classes degraded without asking
+	probe    time.Duration
+	maxProbe time.Duration
+	gateView GateView // the stages' view: the pools' gates by model
+}
+
+func newRouter(cfg *RoutingConfig, gates []poolGate, now time.Time) (*router, error) {
+	rt := &router{routes: map[string][]*pool{}, ladder: cfg.Ladder, degrade: map[string]bool{},
+		probe: cfg.ProbeInterval, maxProbe: cfg.MaxProbeInterval}
+	if rt.probe == 0 {
+		rt.probe = DefaultProbeInterval
+	}
+	if rt.maxProbe == 0 {
+		rt.maxProbe = DefaultMaxProbeInterval
+	}
+	if rt.probe < 0 || rt.maxProbe < rt.probe {
+		return nil, fmt.Errorf("routing: probe intervals %v and %v, want 0 < probe ≤ max", rt.probe, rt.maxProbe)
+	}
+	byName := map[string]*pool{}
+	for i, pc := range cfg.Pools {
+		switch {
+		case pc.Name == "" || pc.Deployment == "" || pc.Model == "":
+			return nil, fmt.Errorf("routing: pools[%d]: name, deployment and model are required", i)
+		case byName[pc.Name] != nil:
+			return nil, fmt.Errorf("routing: pools[%d]: the name %q is taken", i, pc.Name)
+		case pc.RPM < 0 || pc.TPM < 0:
+			return nil, fmt.Errorf("routing: pools[%d] (%s): rpm %d, tpm %d: want ≥ 0", i, pc.Name, pc.RPM, pc.TPM)
+		}
+		p := &pool{cfg: pc, idx: i, gate: gates[i]}
+		if pc.RPM > 0 {
+			p.rpm.Store(newBucket(pc.RPM, now))
+		}
+		if pc.TPM > 0 {
+			p.tpm.Store(newBucket(pc.TPM, now))
+		}
+		byName[pc.Name] = p
+		rt.pools = append(rt.pools, p)
+	}
+	if len(rt.pools) == 0 {
+		return nil, errors.New("routing: no pools")
+	}
+	routed := map[*pool]bool{}
+	for model, names := range cfg.Routes {
+		if len(names) == 0 {
+			return nil, fmt.Errorf("routing: routes[%q]: no pools", model)
+		}
+		for _, n := range names {
+			p := byName[n]
+			if p == nil {
+				return nil, fmt.Errorf("routing: routes[%q]: no pool %q", model, n)
+			}
+			if slices.Contains(rt.routes[model], p) {
+				return nil, fmt.Errorf("routing: routes[%q]: pool %q twice", model, n)
+			}
+			rt.routes[model] = append(rt.routes[model], p)
+			routed[p] = true
+		}
+	}
+	for _, p := range rt.pools {
+		if !routed[p] {
+			return nil, fmt.Errorf("routing: pool %q is on no route", p.cfg.Name)
+		}
+	}
+	for from, to := range cfg.Ladder {
+		if rt.routes[from] == nil || rt.routes[to] == nil {
+			return nil, fmt.Errorf("routing: ladder[%q] = %q: both must be routed models", from, to)
+		}
+		for m, n := to, 0; m != ""; m, n = cfg.Ladder[m], n+1 {
+			if m == from || n > len(cfg.Ladder) {
+				return nil, fmt.Errorf("routing: ladder[%q]: the ladder loops back to %q", from, from)
+			}
+		}
+	}
+	for _, c := range cfg.DegradeClasses {
+		rt.degrade[c] = true
+	}
+	rt.gateView = poolsView{rt}
+	return rt, nil
+}
+
+// candidates are the pools that may serve model for the call's flavour.
+func (rt *router) candidates(model, flavour string) ([]*pool, error) {
+	ps := rt.routes[model]
+	if len(ps) == 0 {
+		return nil, &UnknownModelError{Model: model}
+	}
+	if flavour == "" {
+		return ps, nil
+	}
+	for _, p := range ps {
+		if p.cfg.Flavour == "" || p.cfg.Flavour == flavour {
+			continue
+		}
+		// Some pool of the model speaks another API: keep only the
+		// call's (the common case allocates nothing).
+		var out []*pool
+		for _, q := range ps {
+			if q.cfg.Flavour == "" || q.cfg.Flavour == flavour {
+				out = append(out, q)
+			}
+		}
+		if len(out) == 0 {
+			return nil, &UnknownModelError{Model: model, Flavour: flavour}
+		}
+		return out, nil
+	}
+	return ps, nil
+}
+
+// choice is one pool considered for a call.
+type choice struct {
+	p      *pool
+	tokens float64       // the call's charge against its tpm
+	wait   time.Duration // for tokens, before the gate
+	d      admission.Decision
+	probe  bool
+	fits   bool // the estimate meets the deadline
+}
+
+// consider estimates the call at p.
+func (rt *router) consider(now time.Time, r *Request, p *pool) (choice, error) {
+	c := choice{p: p, tokens: p.charge(r)}
+	c.wait = p.tokenWait(now, c.tokens)
+	ar := r.admission()
+	ar.Key = p.cfg.Model
+	d, err := p.gate.estimate(now, ar)
+	if err != nil {
+		return c, err
+	}
+	c.d = d
+	c.fits = d.Verdict != admission.Rejected &&
+		(r.Deadline.IsZero() || !now.Add(c.wait+d.EstimatedWait+d.ServiceP95).After(r.Deadline))
+	return c, nil
+}
+
+// pick is the pool of model the call should go to: the first usable one,
+// in route order, whose estimate meets its deadline; else the usable one
+// of the soonest estimated start, with fits false. skip leaves pools out
+// (those a failover tried). With every pool down and none due a probe, the
+// first is chosen: a call is better sent than refused for a health check.
+func (rt *router) pick(now time.Time, r *Request, model string, skip func(*pool) bool) (choice, error) {
+	ps, err := rt.candidates(model, r.Flavour)
+	if err != nil {
+		return choice{}, err
+	}
+	saved := r.Model
+	r.Model = model
+	defer func() { r.Model = saved }()
+	var best choice
+	found := false
+	for _, p := range ps {
+		if skip != nil && skip(p) {
+			continue
+		}
+		ok, probe := p.health.usable(now)
+		if !ok {
+			continue
+		}
+		c, err := rt.consider(now, r, p)
+		if err != nil {
+			return choice{}, err
+		}
+		c.probe = probe
+		if c.fits {
+			return c, nil
+		}
+		if !found || soonest(c) < soonest(best) {
+			best, found = c, true
+		}
+	}
+	if found {
+		return best, nil
+	}
+	for _, p := range ps {
+		if skip == nil || !skip(p) {
+			return rt.consider(now, r, p)
+		}
+	}
+	return choice{}, errNoPool
+}
+
+// errNoPool: a failover found every pool of the route tried.
+var errNoPool = errors.New("routing: every pool of the route was tried")
+
+// soonest orders choices that do not fit: a refusal last, then by
+// estimated wait.
+func soonest(c choice) time.Duration {
+	if c.d.Verdict == admission.Rejected {
+		return maxWait + c.wait + c.d.EstimatedWait
+	}
+	return c.wait + c.d.EstimatedWait
+}
+
+const maxWait = time.Duration(1 << 61)
+
+// mayDegrade says whether the call may be sent down the ladder under load.
+func (rt *router) mayDegrade(r *Request) bool {
+	return !r.Degraded && (r.AllowDegrade || rt.degrade[r.Class]) && rt.ladder[r.Model] != ""
+}
+
+// route chooses the call's pool and applies it to r: the pool, the
+// deployment's model and, when the call is degraded under load, the rung's
+// model. A call no pool can serve in time, and that may not be degraded,
+// goes to the pool of the soonest start, whose gate then decides — unless
+// the wait for its tokens alone passes its deadline, which is refused here.
+func (rt *router) route(now time.Time, r *Request) (choice, error) {
+	c, err := rt.pick(now, r, r.Model, nil)
+	if err != nil {
+		return c, err
+	}
+	if !c.fits && rt.mayDegrade(r) {
+		lower := rt.ladder[r.Model]
+		if lc, err := rt.pick(now, r, lower, nil); err == nil && lc.fits {
+			r.AskedModel, r.Model, r.Degraded, r.DegradedBy = r.Model, lower, true, DegradedByLoad
+			c = lc
+		}
+	}
+	r.Pool, r.Upstream, r.UpstreamModel = c.p.idx, c.p.cfg.Deployment, c.p.cfg.Model
+	if !c.fits && c.wait > 0 && c.d.Verdict != admission.Rejected {
+		// Its gate would take it; its tokens could not be had in time.
+		return c, &admission.Rejection{Reason: admission.ReasonQueueWait, EstimatedWait: c.wait + c.d.EstimatedWait,
+			RetryAfter: c.wait, Rank: c.d.Rank}
+	}
+	return c, nil
+}
+
+// Admit routes the call and reserves its requests and tokens.
+func (rt *router) Admit(now time.Time, r *Request) (Hold, error) {
+	c, err := rt.route(now, r)
+	if err != nil {
+		return nil, err
+	}
+	return rt.reserve(now, r, c), nil
+}
+
+// reserve takes the call's requests and tokens from c's pool and, when
+// it is due one, its probe; the wait for them becomes the call's NotBefore.
+func (rt *router) reserve(now time.Time, r *Request, c choice) *routeHold {
+	h := &routeHold{rt: rt, p: c.p, tokens: c.tokens, maxTokens: r.MaxOutputTokens}
+	var w time.Duration
+	if b := c.p.tpm.Load(); b != nil {
+		w = b.reserve(now, c.tokens)
+		h.tpm = b
+	}
+	if b := c.p.rpm.Load(); b != nil {
+		w = max(w, b.reserve(now, 1))
+		h.rpm = b
+	}
+	h.probe = c.probe && c.p.health.takeProbe(now)
+	r.NotBefore = time.Time{}
+	if w > 0 {
+		r.NotBefore = now.Add(w)
+	}
+	return h
+}
+
+// Peek routes the call as Admit would, taking nothing.
+func (rt *router) Peek(now time.Time, r *Request) error {
+	_, err := rt.route(now, r)
+	return err
+}
+
+// routeHold is a call's pool and what it took from the pool's buckets.
+type routeHold struct {
+	rt        *router
+	p         *pool
+	tpm, rpm  *bucket // the buckets charged (nil: none)
+	tokens    float64
+	maxTokens int64
+	probe     bool
+	tried     uint64 // pools a failover left, by index (the first 64)
+}
+
+// Cancel gives back what was reserved: the call never went upstream.
+func (h *routeHold) Cancel(now time.Time) {
+	h.refund(now)
+	if h.probe {
+		h.p.health.endProbe()
+	}
+}
+
+func (h *routeHold) refund(now time.Time) {
+	if h.tpm != nil {
+		h.tpm.give(now, h.tokens)
+	}
+	if h.rpm != nil {
+		h.rpm.give(now, 1)
+	}
+}
+
+// Settle books the call's outcome with its pool: its health, and the
+// tokens charged reconciled with the usage reported (the prompt as
+// counted; the output as produced when the call named no max_tokens,
+// since a provider charges max_tokens on arrival). A call refused by the
+// provider or that never reached it gives its requests and tokens back;
+// the provider's rate-limit headers (Permit.ObserveLimits) correct the
+// level when the provider counted otherwise.
+func (h *routeHold) Settle(now time.Time, o Outcome) error {
+	p := h.p
+	switch {
+	case o.Result == admission.Success:
+		p.health.result(now, true, false, h.probe, h.rt.probe, h.rt.maxProbe)
+	case o.Result == admission.Failure && !o.RateLimited:
+		p.health.result(now, false, o.Unreachable, h.probe, h.rt.probe, h.rt.maxProbe)
+	case h.probe:
+		p.health.endProbe()
+	}
+	if o.Result == admission.Failure || o.Result == admission.Unused {
+		h.refund(now)
+		return nil
+	}
+	if !o.UsageKnown {
+		return nil
+	}
+	if o.Usage.Output > 0 {
+		p.output.Lock()
+		if p.output.mean == 0 {
+			p.output.mean = float64(o.Usage.Output)
+		} else {
+			p.output.mean += (float64(o.Usage.Output) - p.output.mean) / 16
+		}
+		p.output.Unlock()
+	}
+	if h.tpm != nil {
+		actual := float64(o.Usage.Input)
+		if h.maxTokens > 0 {
+			actual += float64(h.maxTokens)
+		} else {
+			actual += float64(o.Usage.Output)
+		}
+		if actual > 0 {
+			h.tpm.give(now, h.tokens-actual)
+		}
+	}
+	return nil
+}
+
+// poolsView is the stages' view of the gates when there are several: the
+// rank (the same in every pool, which share their classes) and a model's
+// service times, from the first pool of its route.
+type poolsView struct{ rt *router }
+
+func (v poolsView) Rank(r admission.Request) (int, error) { return v.rt.pools[0].gate.Rank(r) }
+
+func (v poolsView) KeyStats(key string) admission.KeyStats {
+	if ps := v.rt.routes[key]; len(ps) > 0 {
+		return ps[0].gate.KeyStats(ps[0].cfg.Model)
+	}
+	return v.rt.pools[0].gate.KeyStats(key)
+}
+
+var (
+	_ Stage  = (*router)(nil)
+	_ Peeker = (*router)(nil)
+)
+
+// Failover moves an admitted call to the next pool of its route after its
+// deployment failed it — o is the failed attempt's outcome: a connection
+// failure, a 5xx or a 429, received before any byte reached the caller —
+// and reports whether it did. The next pool is the first of the route not
+// tried yet whose estimate meets the call's deadline; moving there takes a
+// token of the global retry budget (when there are retry budgets), waits
+// for its requests and tokens per minute and for its gate (within ctx),
+// and only then gives back the failed pool's slot, booking the failure
+// with the pool's health. When it cannot, the call keeps its pool and
+// slot, and the shell answers with the failure. Without routing it never
+// moves a call. Not to be called concurrently with Done or Drop.
+func (p *Permit) Failover(ctx context.Context, o Outcome) bool {
+	rt := p.c.stages.route
+	i := p.routeHold()
+	if rt == nil || i < 0 {
+		return false
+	}
+	old := p.holds.h[i].(*routeHold)
+	now := p.c.now()
+	tried := old.tried
+	if old.p.idx < 64 {
+		tried |= 1 << old.p.idx
+	}
+	skip := func(q *pool) bool { return q.idx < 64 && tried&(1<<q.idx) != 0 }
+	r := p.req
+	c, err := rt.pick(now, &r, r.Model, skip)
+	if err != nil || !c.fits {
+		return false
+	}
+	if rb := p.c.stages.retries; rb != nil && !rb.global.TryWithdraw(now) {
+		return false
+	}
+	nh := rt.reserve(now, &r, c)
+	nh.tried = tried
+	r.Pool, r.Upstream, r.UpstreamModel = c.p.idx, c.p.cfg.Deployment, c.p.cfg.Model
+	if !pace(ctx, r.NotBefore, p.c.now) {
+		nh.Cancel(p.c.now())
+		return false
+	}
+	gp, err := p.c.gates[c.p.idx].Acquire(ctx, r.admission())
+	if err != nil {
+		nh.Cancel(p.c.now())
+		return false
+	}
+	now = p.c.now()
+	_ = old.Settle(now, o) // a route hold's Settle cannot fail
+	// A refusal or an unreachable deployment is no service time: its
+	// sample would tell the pool's estimates that calls are quick.
+	res := o.Result
+	if o.Unreachable || o.RateLimited {
+		res = admission.Unused
+	}
+	p.gp.Done(admission.Outcome{Result: res, ServiceTime: now.Sub(p.gp.Start())})
+	p.holds.h[i], p.gp, p.req = nh, gp, r
+	return true
+}
+
+// routeHold is the index of the call's route hold among its holds, -1
+// without one.
+func (p *Permit) routeHold() int {
+	for i := p.holds.n - 1; i >= 0; i-- {
+		if _, ok := p.holds.h[i].(*routeHold); ok {
+			return i
+		}
+	}
+	return -1
+}
+
+// Limits are a provider's counts of a rate limit, as its headers give them
+// on an answer: the limit per minute and what remains of it. Zero Limit
+// means not sent; Remaining is meaningful only with Known.
+type Limits struct {
+	Limit, Remaining int64
+	Known            bool
+}
+
+// ObserveLimits aligns the call's pool on what its provider says remains of
+// its requests and tokens per minute: the pool's buckets never hold more
+// than the provider would accept. A pool without a configured limit learns
+// one from the first answer that gives it, so that it paces the calls it
+// sends before the provider refuses them. Without routing it does nothing.
+func (p *Permit) ObserveLimits(requests, tokens Limits) {
+	i := p.routeHold()
+	if i < 0 {
+		return
+	}
+	pl := p.holds.h[i].(*routeHold).p
+	now := p.c.now()
+	for _, x := range [...]struct {
+		b *atomic.Pointer[bucket]
+		l Limits
+	}{{&pl.rpm, requests}, {&pl.tpm, tokens}} {
+		if !x.l.Known {
+			continue
+		}
+		b := x.b.Load()
+		if b == nil {
+			if x.l.Limit <= 0 {
+				continue
+			}
+			nb := newBucket(x.l.Limit, now)
+			nb.learned = true
+			if !x.b.CompareAndSwap(nil, nb) {
+				b = x.b.Load()
+			} else {
+				b = nb
+			}
+		}
+		b.observe(now, x.l.Limit, x.l.Remaining)
+	}
+}
+
+// PoolInfo describes one pool of a routing chain.
+type PoolInfo struct {
+	Name, Deployment, Model, Flavour string
+	// Gate is the pool's gate, for its statistics.
+	Gate *admission.Gate
+}
+
+// Pools lists the pools with routing, in RoutingConfig.Pools order; nil
+// without.
+func (c *Chain) Pools() []PoolInfo {
+	rt := c.stages.route
+	if rt == nil {
+		return nil
+	}
+	out := make([]PoolInfo, len(rt.pools))
+	for i, p := range rt.pools {
+		out[i] = PoolInfo{Name: p.cfg.Name, Deployment: p.cfg.Deployment, Model: p.cfg.Model, Flavour: p.cfg.Flavour, Gate: c.gates[i]}
+	}
+	return out
+}
+
+// PoolState is a pool's state at now: the tokens and requests its buckets
+// hold (false without a bucket) and whether it is down.
+type PoolState struct {
+	Tokens, Requests           float64
+	TokensKnown, RequestsKnown bool
+	Down                       bool
+}
+
+// PoolState returns pool i's state (see Pools).
+func (c *Chain) PoolState(i int) PoolState {
+	p := c.stages.route.pools[i]
+	now := c.now()
+	var s PoolState
+	if b := p.tpm.Load(); b != nil {
+		s.Tokens, s.TokensKnown = b.available(now), true
+	}
+	if b := p.rpm.Load(); b != nil {
+		s.Requests, s.RequestsKnown = b.available(now), true
+	}
+	s.Down = p.health.isDown()
+	return s
+}
+
+// SetPoolConcurrency sets pool i's concurrency: the gateway's adaptive
+// limit acts on each pool's gate.
+func (c *Chain) SetPoolConcurrency(i, n int) error { return c.gates[i].SetConcurrency(n) }
