@@ -66,6 +66,23 @@ type State struct {
 	Spend       *spend.Snapshot         `json:"spend,omitempty"`
 	Store       *StoreState             `json:"store,omitempty"`
 	Reloads     *ReloadState            `json:"reloads,omitempty"`
+	// Pools are the (deployment, model) pools with upstreams:, each with
+	// its own gate and buckets.
+	Pools []PoolStatus `json:"pools,omitempty"`
+}
+
+// PoolStatus is one pool's state in State.
+type PoolStatus struct {
+	Name        string   `json:"name"`
+	Deployment  string   `json:"deployment"`
+	Model       string   `json:"model"`
+	Upstream    string   `json:"upstream"` // the deployment's URL, without credentials
+	Concurrency int      `json:"concurrency"`
+	InFlight    int      `json:"in_flight"`
+	Queued      int      `json:"queued"`
+	Tokens      *float64 `json:"tokens_available,omitempty"`
+	Requests    *float64 `json:"requests_available,omitempty"`
+	Down        bool     `json:"down"`
 }
 
 type RankState struct {
@@ -98,7 +115,7 @@ func (g *Gateway) State() State {
 	s := State{
 		Time:        time.Now().UTC(),
 		Draining:    g.draining.Load(),
-		Upstream:    g.upstream.Redacted(),
+		Upstream:    g.deps[0].url.Redacted(),
 		APIKeyEnv:   g.cfg.Upstream.APIKeyEnv,
 		Concurrency: st.Concurrency,
 		InFlight:    st.InFlight,
@@ -121,6 +138,19 @@ func (g *Gateway) State() State {
 	}
 	for result, n := range st.Completed {
 		s.Counters["completed_"+result.String()] = n
+	}
+	for i, p := range g.pools {
+		pst := p.info.Gate.Stats()
+		ps := g.chain.PoolState(i)
+		e := PoolStatus{Name: p.info.Name, Deployment: p.info.Deployment, Model: p.info.Model, Upstream: p.dep.url.Redacted(),
+			Concurrency: pst.Concurrency, InFlight: pst.InFlight, Queued: pst.Queued, Down: ps.Down}
+		if ps.TokensKnown {
+			e.Tokens = &ps.Tokens
+		}
+		if ps.RequestsKnown {
+			e.Requests = &ps.Requests
+		}
+		s.Pools = append(s.Pools, e)
 	}
 	for _, model := range g.gate.Keys() {
 		ks := g.gate.KeyStats(model)

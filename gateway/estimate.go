@@ -61,7 +61,7 @@ func (g *Gateway) serveEstimate(w http.ResponseWriter, r *http.Request, global b
 			return
 		}
 	}
-	g.limit.refresh(time.Now(), g) // estimate against the recovered concurrency
+	g.refreshLimits(time.Now()) // estimate against the recovered concurrency
 	q := r.URL.Query()
 	// The query parameters mirror the request headers, and are checked by
 	// the same code.

@@ -11,8 +11,8 @@ import (
 	"net/http"
 	"net/http/httptrace"
 	"net/http/httputil"
-	"net/url"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -34,10 +34,10 @@ import (
 type Gateway struct {
 	cfg      Config
 	chain    *chain.Chain
-	gate     *admission.Gate // the chain's
-	upstream *url.URL
+	gate     *admission.Gate // the chain's (the first pool's with upstreams:)
+	deps     []*deployment   // where calls go (pools.go)
+	pools    []*gatewayPool  // the route stage's pools; nil with upstream:
 	routes   *routes
-	apiKey   string // the provider's key: never logged, never returned
 	proxy    *httputil.ReverseProxy
 	metrics  *metrics
 	log      *slog.Logger
@@ -83,20 +83,17 @@ func New(cfg Config, opts Options) (*Gateway, error) {
 	}
 	written := cfg // as written, for reloads to name what they change
 	cfg = cfg.withDefaults()
-	up, _ := url.Parse(cfg.Upstream.URL) // validated
-	g := &Gateway{cfg: cfg, upstream: up, log: opts.Logger, routes: newRoutes(cfg.Passthrough), tracer: newTracer(opts.TracerProvider)}
+	g := &Gateway{cfg: cfg, log: opts.Logger, routes: newRoutes(cfg.Passthrough), tracer: newTracer(opts.TracerProvider)}
 	if g.log == nil {
 		g.log = slog.Default()
 	}
-	if cfg.Upstream.APIKeyEnv != "" {
-		getenv := opts.Getenv
-		if getenv == nil {
-			getenv = os.Getenv
-		}
-		g.apiKey = getenv(cfg.Upstream.APIKeyEnv)
-		if g.apiKey == "" {
-			return nil, fmt.Errorf("config: upstream.api_key_env: the environment variable %s is empty or unset", cfg.Upstream.APIKeyEnv)
-		}
+	getenv := opts.Getenv
+	if getenv == nil {
+		getenv = os.Getenv
+	}
+	var err error
+	if g.deps, err = cfg.openDeployments(getenv); err != nil {
+		return nil, err
 	}
 	if sc, err := cfg.spendConfig(); err != nil {
 		return nil, err
@@ -111,6 +108,9 @@ func New(cfg Config, opts Options) (*Gateway, error) {
 		g.alerter = spend.NewAlerter(g.spend, spend.AlerterOptions{Logger: g.log, Claim: g.books.alertClaim()})
 	}
 	ccfg, err := cfg.chainConfig(g.spend)
+	if err == nil {
+		ccfg.Routing, err = cfg.routingConfig(ccfg.Admission)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -119,6 +119,10 @@ func New(cfg Config, opts Options) (*Gateway, error) {
 	}
 	g.gate = g.chain.Gate()
 	g.limit = newAIMD(cfg.UpstreamLimit, cfg.Admission.Concurrency)
+	for _, p := range g.chain.Pools() {
+		d := g.deps[slices.IndexFunc(g.deps, func(d *deployment) bool { return d.name == p.Deployment })]
+		g.pools = append(g.pools, &gatewayPool{info: p, dep: d, limit: newAIMD(cfg.UpstreamLimit, p.Gate.Stats().Concurrency)})
+	}
 	if err := g.openCluster(cfg.Store, opts.Getenv); err != nil { // the cluster's concurrency (cluster.go)
 		return nil, err
 	}
@@ -209,6 +213,12 @@ type call struct {
 	// provider, a failed attempt is not retried.
 	headersWritten atomic.Int32
 	trace          httptrace.ClientTrace
+	// in is the caller's request, which a failover points again at
+	// another deployment (retry.go).
+	in *http.Request
+	// How a failed call failed, for its pool's health: the provider
+	// refused it for its rate limits (429), or could not be reached.
+	rateLimited, unreachable bool
 }
 
 type callKey struct{}
@@ -219,7 +229,7 @@ func (c *call) finish(result admission.Result) {
 		return
 	}
 	d := time.Since(c.start)
-	o := chain.Outcome{Result: result, ServiceTime: d}
+	o := chain.Outcome{Result: result, ServiceTime: d, RateLimited: c.rateLimited, Unreachable: c.unreachable}
 	if c.unbilled {
 		// Its service time is not an LLM call's: it must not move the
 		// estimates. The slot is given back all the same.
@@ -338,16 +348,26 @@ func (g *Gateway) serveCall(w http.ResponseWriter, r *http.Request, rt *route, t
 		Model:           body.model,
 		MaxOutputTokens: body.maxTokens,
 		Unpriced:        !rt.billed,
+		AllowDegrade:    hdr.degrade,
 	}
-	if g.spend != nil && rt.billed {
+	if (g.spend != nil || g.pools != nil) && rt.billed {
+		// Priced by the spend stage, charged against a pool's tokens
+		// per minute by the route stage.
 		req.InputTokens = spend.EstimateInputTokens(body.raw)
 	}
-	g.limit.refresh(time.Now(), g) // the climb back up that accrued while idle
+	if g.pools != nil {
+		req.Flavour = flavourOpenAI
+		if x.anthropic {
+			req.Flavour = flavourAnthropic
+		}
+	}
+	g.refreshLimits(time.Now()) // the climb back up that accrued while idle
 	// chain.Acquire, in a span of its own when tracing (trace.go).
 	permit, err := g.acquire(ctx, req)
 	if err != nil {
 		var rej *admission.Rejection
 		var classErr *chain.ClassError
+		var unknownModel *chain.UnknownModelError
 		switch {
 		case errors.As(err, &rej):
 			if r.Context().Err() != nil {
@@ -359,6 +379,9 @@ func (g *Gateway) serveCall(w http.ResponseWriter, r *http.Request, rt *route, t
 		case errors.As(err, &classErr):
 			g.badInput(w, &badRequest{status: http.StatusForbidden, code: "class_not_allowed",
 				msg: fmt.Sprintf("%s: tenant %s may not use class %s (allowed: %s)", contract.HeaderPriority, tenant, echo(classErr.Class), strings.Join(classErr.Allowed, ", "))})
+		case errors.As(err, &unknownModel):
+			g.metrics.badInput.WithLabelValues("model_not_found").Inc()
+			writeError(w, http.StatusNotFound, "invalid_request_error", "model_not_found", unknownModel.Error())
 		case errors.Is(err, spend.ErrUnknownModel):
 			g.badInput(w, &badRequest{status: http.StatusBadRequest, code: "model_not_priced",
 				msg: fmt.Sprintf("model: %q has no price in spend.prices (and spend.unknown_model is reject)", body.model)})
@@ -369,19 +392,23 @@ func (g *Gateway) serveCall(w http.ResponseWriter, r *http.Request, rt *route, t
 	}
 	admitted := permit.Request()
 	hdr.class = admitted.Class // the class applied, which the tenant may not have asked for
-	if admitted.Degraded {
-		raw, err := rewriteModel(body.raw, admitted.Model)
+	if sent := servedModel(admitted); sent != body.model && sent != "" {
+		// Degraded (by spend or load), or an alias its deployment knows
+		// by another name.
+		raw, err := rewriteModel(body.raw, sent)
 		if err != nil { // the body was parsed already: cannot happen
 			permit.Drop()
 			g.badInput(w, &badRequest{status: http.StatusBadRequest, code: "invalid_json", msg: err.Error()})
 			return
 		}
-		body.raw, body.model = raw, admitted.Model
-		g.metrics.degraded.Inc()
+		body.raw, body.model = raw, sent
+	}
+	if admitted.Degraded {
+		g.metrics.degraded.WithLabelValues(admitted.DegradedBy).Inc()
 	}
 	c := &call{g: g, permit: permit, class: hdr.class, tenant: tenant, model: body.model, body: body.raw, maxTokens: body.maxTokens,
 		unbilled: !rt.billed, deadline: deadline, start: time.Now(), queue: permit.QueueTime(), caller: r.Context(),
-		idem: idem, x: x}
+		idem: idem, x: x, in: r}
 	if x != nil {
 		x.call = c
 	}
@@ -434,24 +461,24 @@ func (c *call) wroteHeaders() { c.headersWritten.Add(1) }
 // rewrite turns the caller's request into the provider's: the upstream URL,
 // the provider's key in place of the caller's, and no sluice headers.
 func (g *Gateway) rewrite(pr *httputil.ProxyRequest) {
-	pr.SetURL(g.upstream)
-	pr.Out.Host = g.upstream.Host
+	c, _ := pr.In.Context().Value(callKey{}).(*call)
+	g.deploymentOf(c).target(pr.In, pr.Out)
 	h := pr.Out.Header
-	if c, ok := pr.In.Context().Value(callKey{}).(*call); ok {
+	if c != nil {
 		c.x.forwardRequestID(h)
 	}
-	for _, name := range []string{contract.HeaderPriority, contract.HeaderTimeoutMs, contract.HeaderAttempt} {
+	for _, name := range []string{contract.HeaderPriority, contract.HeaderTimeoutMs, contract.HeaderAttempt, contract.HeaderDegrade} {
 		h.Del(name)
 	}
-	if g.apiKey != "" {
-		h.Del("Authorization")
-		h.Del("X-Api-Key")
-		if g.cfg.Upstream.AuthHeader == "x-api-key" {
-			h.Set("X-Api-Key", g.apiKey)
-		} else {
-			h.Set("Authorization", "Bearer "+g.apiKey)
-		}
+}
+
+// servedModel is the model a call is sent with: its deployment's name for
+// it when routed, else the model the chain left (degraded or not).
+func servedModel(r *chain.Request) string {
+	if r.UpstreamModel != "" {
+		return r.UpstreamModel
 	}
+	return r.Model
 }
 
 // modifyResponse stamps the contract's headers on a proxied response and
@@ -463,12 +490,14 @@ func (g *Gateway) modifyResponse(resp *http.Response) error {
 		resp.Header.Set(contract.HeaderModel, c.model)
 	}
 	resp.Header.Set(contract.HeaderClass, c.class)
+	c.stampUpstream(resp.Header)
 	c.stampUpstreamID(resp.Header) // the provider's X-Request-Id (accesslog.go)
 	g.metrics.response(c.class, resp.StatusCode).Inc()
 	c.idem.respond(resp.StatusCode, resp.Header) // Idempotency-Key: after the stamps, so replays carry them
 	result := admission.Success
 	if resp.StatusCode >= 500 || resp.StatusCode == http.StatusTooManyRequests {
 		result = admission.Failure
+		c.rateLimited = resp.StatusCode == http.StatusTooManyRequests
 	}
 	c.meter = newUsageMeter(resp.Header.Get("Content-Type"))
 	resp.Body = &releasingBody{ReadCloser: resp.Body, c: c, result: result}
@@ -497,9 +526,10 @@ func (g *Gateway) proxyError(w http.ResponseWriter, r *http.Request, err error) 
 			"the request's deadline (X-Sluice-Timeout-Ms) passed before the provider answered; the upstream call was cancelled")
 		return
 	}
+	kind := upstreamFailure(err)
+	c.unreachable = kind == failUnreachable
 	c.finish(admission.Failure)
 	g.metrics.responses.WithLabelValues(c.class, "0").Inc()
-	kind := upstreamFailure(err)
 	g.metrics.upstreamFailures.WithLabelValues(kind.code).Inc()
 	g.log.Warn("upstream call failed", "path", r.URL.Path, "kind", kind.code, "request_id", c.x.requestID(), "err", err)
 	writeError(w, kind.status, "upstream_error", kind.code, kind.msg)

@@ -121,31 +121,35 @@ func (a *aimd) next(now time.Time, limited bool, set func(int)) (level int, chan
 	return level, true, lowered
 }
 
-// refresh applies the level at now to the gate: the climb back up that
-// accrued while no answer came. The gateway calls it before each
-// admission, so the first request after a quiet spell is admitted against
-// the recovered concurrency.
-func (a *aimd) refresh(now time.Time, g *Gateway) {
+// refresh applies the level at now to the gate (through set): the climb
+// back up that accrued while no answer came. The gateway calls it before
+// each admission, so the first request after a quiet spell is admitted
+// against the recovered concurrency.
+func (a *aimd) refresh(now time.Time, set func(int)) {
 	if a.off {
 		return
 	}
-	a.next(now, false, g.setConcurrency)
+	a.next(now, false, set)
 }
 
-// observe feeds one upstream answer (nil after a transport error) to the
-// controller and applies its decision to the gate.
-func (a *aimd) observe(now time.Time, resp *http.Response, g *Gateway) {
-	if resp == nil || a.off {
+// observe feeds one upstream answer (nil after a transport error) of call
+// c to the concurrency controller of its pool, and the provider's
+// rate-limit counts to its pool's buckets.
+func (g *Gateway) observe(now time.Time, resp *http.Response, c *call) {
+	if resp == nil {
 		return
 	}
-	var c *call
-	if resp.Request != nil {
-		c, _ = resp.Request.Context().Value(callKey{}).(*call)
+	if c != nil && g.pools != nil {
+		c.permit.ObserveLimits(providerLimits(resp.Header))
+	}
+	a, set := g.limitOf(c)
+	if a.off {
+		return
 	}
 	limited := resp.StatusCode == http.StatusTooManyRequests || exhausted(resp.Header, c.charge)
-	if n, _, lowered := a.next(now, limited, g.setConcurrency); lowered {
+	if n, _, lowered := a.next(now, limited, set); lowered {
 		g.metrics.limitDecreases.Inc()
-		g.log.Warn("the provider is rate limiting: concurrency lowered", "concurrency", n)
+		g.log.Warn("the provider is rate limiting: concurrency lowered", "concurrency", n, "upstream", g.deploymentOf(c).name, "model", c.modelName())
 	}
 }
 

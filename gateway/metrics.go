@@ -9,6 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/sluicehq/sluice/admission"
+	"github.com/sluicehq/sluice/chain"
 )
 
 // metrics are registered on the gateway's own registry, never the global
@@ -27,7 +28,8 @@ type metrics struct {
 	upstreamFailures *prometheus.CounterVec   // kind: upstream_unreachable, upstream_reset, upstream_timeout
 	limitDecreases   prometheus.Counter
 	tokens           *prometheus.CounterVec // model, kind
-	degraded         prometheus.Counter
+	degraded         *prometheus.CounterVec // cause: spend, load
+	failovers        *prometheus.CounterVec // pool: the pool a call left
 	recognised       *recognisedRetries // how: header, stainless, fingerprint (seen.go)
 	models           *labelLimiter
 	// dash is the admin dashboard's sampler: it reads these metrics and the
@@ -157,15 +159,21 @@ func newMetrics(g *Gateway) *metrics {
 		tokens: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sluice_upstream_tokens_total", Help: "Tokens the provider reported in usage, by model and kind (input, cached_input, output).",
 		}, []string{"model", "kind"}),
-		degraded: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "sluice_degraded_requests_total", Help: "Requests rewritten to a cheaper model by the spend policy.",
-		}),
+		degraded: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_degraded_requests_total", Help: "Requests sent one rung down the model ladder, by cause: spend (the spend policy's degrade stage) or load (no pool of the model could serve them in time, and their class or X-Sluice-Degrade allowed it).",
+		}, []string{"cause"}),
+		failovers: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_upstream_failovers_total", Help: "Calls moved to the next deployment of their model's route after a connection failure, a 5xx or a 429 before any byte reached the caller, by the pool they left.",
+		}, []string{"pool"}),
 		recognised: &recognisedRetries{chain: g.chain},
 		models:     newLabelLimiter(32),
 	}
-	m.reg.MustRegister(m.recognised, m.tokens, m.degraded, m.attempts, m.upstreamRetries, m.upstreamFailures, m.limitDecreases, m.admissions, m.rejections, m.responses, m.service, m.queue, m.badInput,
+	m.reg.MustRegister(m.recognised, m.tokens, m.degraded, m.failovers, newPoolCollector(g), m.attempts, m.upstreamRetries, m.upstreamFailures, m.limitDecreases, m.admissions, m.rejections, m.responses, m.service, m.queue, m.badInput,
 		&gateCollector{g: g, classes: classRanks(g)},
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	for _, cause := range []string{chain.DegradedBySpend, chain.DegradedByLoad} {
+		m.degraded.WithLabelValues(cause)
+	}
 	m.dash = newSampler(g)
 	return m
 }

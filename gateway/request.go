@@ -26,6 +26,9 @@ type callHeaders struct {
 	// as sluice_retries_recognised_total's how: header
 	// (X-Sluice-Attempt) or stainless (X-Stainless-Retry-Count).
 	attemptBy string
+	// degrade: X-Sluice-Degrade: allow — a cheaper model rather than a
+	// refusal under load.
+	degrade bool
 }
 
 // parseHeaders reads X-Sluice-Priority, the time budget (X-Sluice-Timeout-Ms,
@@ -63,6 +66,13 @@ func (g *Gateway) parseHeaders(h http.Header) (callHeaders, error) {
 		// The official SDKs' own per-attempt timeout, sent unasked: the
 		// caller gives up then, so waiting longer would serve nobody.
 		c.timeout = min(d, g.cfg.Limits.MaxTimeout.D())
+	}
+	switch v := h.Get(contract.HeaderDegrade); v {
+	case "":
+	case contract.DegradeAllow:
+		c.degrade = true
+	default:
+		return c, badHeader(contract.HeaderDegrade, "%s: the only value is %s (absent: the class's setting, degrade.classes)", echo(v), contract.DegradeAllow)
 	}
 	name, v := contract.HeaderAttempt, h.Get(contract.HeaderAttempt)
 	if v == "" {

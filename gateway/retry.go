@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/sluicehq/sluice/admission"
 	"github.com/sluicehq/sluice/chain"
 	"github.com/sluicehq/sluice/retrybudget"
 )
@@ -153,6 +154,8 @@ type upstream struct {
 
 func (u *upstream) RoundTrip(req *http.Request) (*http.Response, error) {
 	c, _ := req.Context().Value(callKey{}).(*call)
+	same := 1        // attempts at the call's current deployment
+	retarget := false // a failover moved the call: point the request again
 	for attempt := 1; ; attempt++ {
 		out := req
 		var written int32
@@ -170,26 +173,76 @@ func (u *upstream) RoundTrip(req *http.Request) (*http.Response, error) {
 			// the headers first, in a write (and a TCP segment) of their
 			// own.
 			out.Body = io.NopCloser(bytes.NewReader(c.body))
+			if retarget {
+				u2 := *req.URL
+				out.URL, out.Header = &u2, req.Header.Clone()
+				u.g.deploymentOf(c).target(c.in, out)
+				out.ContentLength = int64(len(c.body))
+				out.Header.Set("Content-Length", strconv.Itoa(len(c.body)))
+			}
 		}
 		resp, err := u.g.attempt(u.base, out, c, attempt) // in a span when tracing (trace.go)
 		now := time.Now()
-		u.g.limit.observe(now, resp, u.g)
-		if c == nil || attempt >= u.maxAttempts {
+		u.g.observe(now, resp, c)
+		if c == nil {
 			return resp, err
 		}
-		wait, why, ok := u.retryable(resp, err, c.headersWritten.Load() != written, attempt)
-		if !ok || !u.worthIt(now, c, wait) || !u.g.chain.UpstreamRetry(now) {
+		wait, why, ok := u.retryable(resp, err, c.headersWritten.Load() != written, same)
+		if !ok {
 			return resp, err
 		}
-		if resp != nil {
-			_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
-			resp.Body.Close()
+		// Another deployment of the model before the same one again
+		// (pools.go): it has no reason to fail too.
+		if u.g.pools != nil && u.failover(req, c, resp, err) {
+			discard(resp)
+			retarget, same = true, 1
+			continue
 		}
+		if same >= u.maxAttempts || !u.worthIt(now, c, wait) || !u.g.chain.UpstreamRetry(now) {
+			return resp, err
+		}
+		same++
+		discard(resp)
 		u.g.metrics.upstreamRetries.WithLabelValues(why).Inc()
 		if !sleep(req.Context(), wait) {
 			return nil, req.Context().Err()
 		}
 	}
+}
+
+// discard drains and closes an answer that is not passed on.
+func discard(resp *http.Response) {
+	if resp != nil {
+		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
+		resp.Body.Close()
+	}
+}
+
+// failover moves call c to the next pool of its model's route after its
+// deployment failed it (resp or err), and reports whether it did: within
+// the call's deadline and the retry budget, before any byte reached the
+// caller (RoundTrip returns before the proxy writes anything).
+func (u *upstream) failover(req *http.Request, c *call, resp *http.Response, err error) bool {
+	from := c.permit.Request().Pool
+	o := chain.Outcome{Result: admission.Failure}
+	switch {
+	case err != nil:
+		o.Unreachable = upstreamFailure(err) == failUnreachable
+	case resp.StatusCode == http.StatusTooManyRequests:
+		o.RateLimited = true
+	}
+	if !c.permit.Failover(req.Context(), o) {
+		return false
+	}
+	u.g.metrics.failovers.WithLabelValues(u.g.pools[from].info.Name).Inc()
+	if sent := servedModel(c.permit.Request()); sent != c.model {
+		// The next deployment knows the model by another name.
+		if raw, err := rewriteModel(c.body, sent); err == nil {
+			c.body, c.model = raw, sent
+		}
+	}
+	c.queue += c.permit.QueueTime()
+	return true
 }
 
 // retryable says whether the gateway may call the provider again, after how
@@ -217,7 +270,7 @@ func (u *upstream) worthIt(now time.Time, c *call, wait time.Duration) bool {
 	if c.deadline.IsZero() {
 		return true
 	}
-	p95 := u.g.gate.KeyStats(c.model).P95
+	p95 := u.g.gateOf(c).KeyStats(c.model).P95
 	return !now.Add(wait + p95).After(c.deadline)
 }
 

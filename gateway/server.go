@@ -109,7 +109,7 @@ func (s *Server) Serve(ctx context.Context) error {
 	}()
 	defer func() { <-batchDone }()
 	s.log.Info("sluice gateway serving", "listen", s.API.Addr().String(), "admin", s.Admin.Addr().String(),
-		"upstream", s.Gateway.upstream.Redacted(), "concurrency", s.Gateway.cfg.Admission.Concurrency, "max_queue", *s.Gateway.cfg.Admission.MaxQueue,
+		"upstream", s.Gateway.deps[0].url.Redacted(), "deployments", len(s.Gateway.deps), "pools", len(s.Gateway.pools), "concurrency", s.Gateway.cfg.Admission.Concurrency, "max_queue", *s.Gateway.cfg.Admission.MaxQueue,
 		"read_header_timeout", s.limits.readHeader, "read_body_timeout", s.limits.readBody, "idle_timeout", s.limits.idle,
 		"write_timeout", s.limits.write, "max_connections", s.limits.maxConns, "max_unauthenticated_per_ip", s.limits.maxUnauthPerIP,
 		"fd_limit", s.limits.fdLimit)

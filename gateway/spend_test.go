@@ -85,7 +85,7 @@ func TestSpendLadderAndShedOrder(t *testing.T) {
 		t.Fatalf("the provider answered as %q: it was not asked for the cheaper model", answer.Model)
 	}
 	snap := g.spend.Snapshot(time.Now())
-	if snap.Global.Degraded != 1 || snap.Global.RefusedCeiling != 1 || testutilValue(g.metrics.degraded) != 1 {
+	if snap.Global.Degraded != 1 || snap.Global.RefusedCeiling != 1 || testutilValue(g.metrics.degraded.WithLabelValues("spend")) != 1 {
 		t.Fatalf("books: %+v", snap.Global)
 	}
 	if snap.Reservations != 0 {

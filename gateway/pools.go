@@ -1,0 +1,185 @@
+package gateway
+
+import (
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"strconv"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/sluicehq/sluice/admission"
+	"github.com/sluicehq/sluice/chain"
+	"github.com/sluicehq/sluice/contract"
+)
+
+// deployment is where a call is sent: a provider's base URL and the key it
+// is called with. With `upstream:` there is one, named "default"; with
+// `upstreams:` one per entry, and each (deployment, model) is a pool of
+// the chain's route stage (chain/route.go).
+type deployment struct {
+	name    string
+	url     *url.URL
+	apiKey  string // never logged, never returned
+	xAPIKey bool   // the key goes in x-api-key (Anthropic), not Authorization
+}
+
+// defaultDeployment names the one deployment of an `upstream:` config in
+// X-Sluice-Upstream.
+const defaultDeployment = "default"
+
+// target points the outgoing request out of the caller's request in at
+// the deployment, with the deployment's key in place of the caller's.
+func (d *deployment) target(in, out *http.Request) {
+	(&httputil.ProxyRequest{In: in, Out: out}).SetURL(d.url)
+	out.Host = d.url.Host
+	if d.apiKey == "" {
+		return
+	}
+	h := out.Header
+	h.Del("Authorization")
+	h.Del("X-Api-Key")
+	if d.xAPIKey {
+		h.Set("X-Api-Key", d.apiKey)
+	} else {
+		h.Set("Authorization", "Bearer "+d.apiKey)
+	}
+}
+
+// deploymentOf is the deployment of the call's pool.
+func (g *Gateway) deploymentOf(c *call) *deployment {
+	if c != nil && len(g.pools) > 0 {
+		return g.pools[c.permit.Request().Pool].dep
+	}
+	return g.deps[0]
+}
+
+// gatewayPool is one pool of the route stage as the gateway runs it: its
+// deployment and its adaptive limit on the provider's 429s.
+type gatewayPool struct {
+	info  chain.PoolInfo
+	dep   *deployment
+	limit *aimd
+}
+
+// limitOf is the adaptive limit of the call's pool (the gate's without
+// routing).
+func (g *Gateway) limitOf(c *call) (*aimd, func(int)) {
+	if c != nil && len(g.pools) > 0 {
+		i := c.permit.Request().Pool
+		return g.pools[i].limit, func(n int) { _ = g.chain.SetPoolConcurrency(i, n) }
+	}
+	return g.limit, g.setConcurrency
+}
+
+// refreshLimits applies the climb back up that accrued while idle to every
+// gate, before an admission.
+func (g *Gateway) refreshLimits(now time.Time) {
+	g.limit.refresh(now, g.setConcurrency)
+	for i, p := range g.pools {
+		p.limit.refresh(now, func(n int) { _ = g.chain.SetPoolConcurrency(i, n) })
+	}
+}
+
+// providerLimits reads a provider's rate-limit headers: OpenAI's
+// x-ratelimit-{limit,remaining}-{requests,tokens} and Anthropic's
+// anthropic-ratelimit-{requests,tokens}-{limit,remaining} (its input- and
+// output-token limits apart are not one bucket, and are left to the
+// adaptive limit).
+func providerLimits(h http.Header) (requests, tokens chain.Limits) {
+	read := func(limit, remaining string) chain.Limits {
+		var l chain.Limits
+		r, err := strconv.ParseInt(h.Get(remaining), 10, 64)
+		if err != nil || r < 0 {
+			return l
+		}
+		l.Remaining, l.Known = r, true
+		if n, err := strconv.ParseInt(h.Get(limit), 10, 64); err == nil && n > 0 {
+			l.Limit = n
+		}
+		return l
+	}
+	requests = read("x-ratelimit-limit-requests", "x-ratelimit-remaining-requests")
+	if !requests.Known {
+		requests = read("anthropic-ratelimit-requests-limit", "anthropic-ratelimit-requests-remaining")
+	}
+	tokens = read("x-ratelimit-limit-tokens", "x-ratelimit-remaining-tokens")
+	if !tokens.Known {
+		tokens = read("anthropic-ratelimit-tokens-limit", "anthropic-ratelimit-tokens-remaining")
+	}
+	return requests, tokens
+}
+
+// stampUpstream names the deployment that answered.
+func (c *call) stampUpstream(h http.Header) {
+	h.Set(contract.HeaderUpstream, c.g.deploymentOf(c).name)
+}
+
+// poolCollector exports each pool's gate and buckets.
+type poolCollector struct {
+	g                                                  *Gateway
+	inFlight, queued, concurrency, tokens, requests, down *prometheus.Desc
+}
+
+func newPoolCollector(g *Gateway) *poolCollector {
+	l := []string{"pool", "deployment", "model"}
+	return &poolCollector{g: g,
+		inFlight:    prometheus.NewDesc("sluice_pool_in_flight", "Upstream calls in flight, per (deployment, model) pool.", l, nil),
+		queued:      prometheus.NewDesc("sluice_pool_queued", "Requests waiting for a slot, per pool.", l, nil),
+		concurrency: prometheus.NewDesc("sluice_pool_concurrency", "A pool's concurrency: its configured limit, lowered by the provider's 429s.", l, nil),
+		tokens:      prometheus.NewDesc("sluice_pool_tokens_available", "Tokens left in a pool's tokens-per-minute bucket (negative: owed by paced calls); only pools with a limit, configured or learned from the provider's headers.", l, nil),
+		requests:    prometheus.NewDesc("sluice_pool_requests_available", "Requests left in a pool's requests-per-minute bucket; only pools with a limit.", l, nil),
+		down:        prometheus.NewDesc("sluice_pool_down", "1 while a pool is down (its deployment unreachable or failing): it gets only probes.", l, nil),
+	}
+}
+
+func (pc *poolCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{pc.inFlight, pc.queued, pc.concurrency, pc.tokens, pc.requests, pc.down} {
+		ch <- d
+	}
+}
+
+func (pc *poolCollector) Collect(ch chan<- prometheus.Metric) {
+	for i, p := range pc.g.pools {
+		l := []string{p.info.Name, p.info.Deployment, p.info.Model}
+		st := p.info.Gate.Stats()
+		s := pc.g.chain.PoolState(i)
+		ch <- prometheus.MustNewConstMetric(pc.inFlight, prometheus.GaugeValue, float64(st.InFlight), l...)
+		ch <- prometheus.MustNewConstMetric(pc.queued, prometheus.GaugeValue, float64(st.Queued), l...)
+		ch <- prometheus.MustNewConstMetric(pc.concurrency, prometheus.GaugeValue, float64(st.Concurrency), l...)
+		if s.TokensKnown {
+			ch <- prometheus.MustNewConstMetric(pc.tokens, prometheus.GaugeValue, s.Tokens, l...)
+		}
+		if s.RequestsKnown {
+			ch <- prometheus.MustNewConstMetric(pc.requests, prometheus.GaugeValue, s.Requests, l...)
+		}
+		down := 0.0
+		if s.Down {
+			down = 1
+		}
+		ch <- prometheus.MustNewConstMetric(pc.down, prometheus.GaugeValue, down, l...)
+	}
+}
+
+// The API flavours of deployments (upstreams[].flavour) and of calls.
+const (
+	flavourOpenAI    = "openai"
+	flavourAnthropic = "anthropic"
+)
+
+// gateOf is the gate of the call's pool.
+func (g *Gateway) gateOf(c *call) *admission.Gate {
+	if c != nil && len(g.pools) > 0 {
+		return g.pools[c.permit.Request().Pool].info.Gate
+	}
+	return g.gate
+}
+
+// modelName is the call's model, "" outside a call.
+func (c *call) modelName() string {
+	if c == nil {
+		return ""
+	}
+	return c.model
+}
