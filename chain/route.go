@@ -374,7 +374,9 @@ func (rt *router) mayDegrade(r *Request) bool {
 // deployment's model and, when the call is degraded under load, the rung's
 // model. A call no pool can serve in time, and that may not be degraded,
 // goes to the pool of the soonest start, whose gate then decides — unless
-// the wait for its tokens alone passes its deadline, which is refused here.
+// it must wait for that pool's tokens, when it is refused here: its wait
+// for tokens and its gate's estimate together miss its deadline, or its
+// gate would refuse it (a call is not paced only to be refused).
 func (rt *router) route(now time.Time, r *Request) (choice, error) {
 	c, err := rt.pick(now, r, r.Model, nil)
 	if err != nil {
@@ -388,7 +390,13 @@ func (rt *router) route(now time.Time, r *Request) (choice, error) {
 		}
 	}
 	r.Pool, r.Upstream, r.UpstreamModel = c.p.idx, c.p.cfg.Deployment, c.p.cfg.Model
-	if !c.fits && c.wait > 0 && c.d.Verdict != admission.Rejected {
+	if !c.fits && c.wait > 0 {
+		if rej := c.d.Rejection(); rej != nil {
+			// Its gate refuses it now: refused here, before it takes
+			// tokens and waits for them only to be refused then.
+			rej.RetryAfter = max(rej.RetryAfter, c.wait)
+			return c, rej
+		}
 		// Its gate would take it; its tokens could not be had in time.
 		return c, &admission.Rejection{Reason: admission.ReasonQueueWait, EstimatedWait: c.wait + c.d.EstimatedWait,
 			RetryAfter: c.wait, Rank: c.d.Rank}
