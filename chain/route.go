@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -212,7 +213,10 @@ func newRouter(cfg *RoutingConfig, gates []poolGate, now time.Time) (*router, er
 		return nil, errors.New("routing: no pools")
 	}
 	routed := map[*pool]bool{}
-	for model, names := range cfg.Routes {
+	// In order of name, so that a configuration with several faults is
+	// told the same one every time.
+	for _, model := range slices.Sorted(maps.Keys(cfg.Routes)) {
+		names := cfg.Routes[model]
 		if len(names) == 0 {
 			return nil, fmt.Errorf("routing: routes[%q]: no pools", model)
 		}
@@ -233,7 +237,8 @@ func newRouter(cfg *RoutingConfig, gates []poolGate, now time.Time) (*router, er
 			return nil, fmt.Errorf("routing: pool %q is on no route", p.cfg.Name)
 		}
 	}
-	for from, to := range cfg.Ladder {
+	for _, from := range slices.Sorted(maps.Keys(cfg.Ladder)) {
+		to := cfg.Ladder[from]
 		if rt.routes[from] == nil || rt.routes[to] == nil {
 			return nil, fmt.Errorf("routing: ladder[%q] = %q: both must be routed models", from, to)
 		}

@@ -875,7 +875,10 @@ func TestRoutingConfigErrors(t *testing.T) {
 		{"pool on no route", func(r *RoutingConfig) {
 			r.Pools = append(r.Pools, poolCfg("lonely/x", "lonely", "x", 1, time.Second))
 		}, []string{`"lonely/x"`, "no route"}},
-		{"ladder loop", func(r *RoutingConfig) { r.Ladder = map[string]string{"big": "small", "small": "big"} }, []string{"loops"}},
+		{"ladder loop", func(r *RoutingConfig) { r.Ladder = map[string]string{"big": "small", "small": "big"} }, []string{`ladder["big"]`, "loops"}},
+		{"several faults, the first by name", func(r *RoutingConfig) {
+			r.Routes["a"], r.Routes["z"] = []string{"nowhere/a"}, []string{"nowhere/z"}
+		}, []string{`"nowhere/a"`}},
 		{"ladder to itself", func(r *RoutingConfig) { r.Ladder = map[string]string{"big": "big"} }, []string{`"big"`, "loops"}},
 		{"ladder to an unrouted model", func(r *RoutingConfig) { r.Ladder = map[string]string{"big": "medium"} }, []string{`"medium"`}},
 		{"negative rpm", func(r *RoutingConfig) { r.Pools[1].RPM = -1 }, []string{"d/small", "rpm -1"}},
