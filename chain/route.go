@@ -543,12 +543,14 @@ var (
 // deployment failed it — o is the failed attempt's outcome: a connection
 // failure, a 5xx or a 429, received before any byte reached the caller —
 // and reports whether it did. The next pool is the first of the route not
-// tried yet whose estimate meets the call's deadline; moving there takes a
+// tried yet, and not down (unless the call can be its probe), whose
+// estimate meets the call's deadline; moving there takes a
 // token of the global retry budget (when there are retry budgets), waits
 // for its requests and tokens per minute and for its gate (within ctx),
 // and only then gives back the failed pool's slot, booking the failure
 // with the pool's health. When it cannot, the call keeps its pool and
-// slot, and the shell answers with the failure. Without routing it never
+// slot (what it took for the move, retry token included, is given back),
+// and the shell answers with the failure. Without routing it never
 // moves a call. Not to be called concurrently with Done or Drop.
 func (p *Permit) Failover(ctx context.Context, o Outcome) bool {
 	rt := p.c.stages.route
@@ -565,22 +567,29 @@ func (p *Permit) Failover(ctx context.Context, o Outcome) bool {
 	skip := func(q *pool) bool { return q.idx < 64 && tried&(1<<q.idx) != 0 }
 	r := p.req
 	c, err := rt.pick(now, &r, r.Model, skip)
-	if err != nil || !c.fits {
+	if err != nil || !c.fits || (!c.probe && c.p.health.isDown()) {
+		// A pool found down takes a failover only as its probe: pick
+		// falls back on one when every pool left is down.
 		return false
 	}
-	if rb := p.c.stages.retries; rb != nil && !rb.global.TryWithdraw(now) {
+	rb := p.c.stages.retries
+	if rb != nil && !rb.global.TryWithdraw(now) {
 		return false
 	}
 	nh := rt.reserve(now, &r, c)
 	nh.tried = tried
 	r.Pool, r.Upstream, r.UpstreamModel = c.p.idx, c.p.cfg.Deployment, c.p.cfg.Model
-	if !pace(ctx, r.NotBefore, p.c.now) {
-		nh.Cancel(p.c.now())
-		return false
+	var gp *admission.Permit
+	if pace(ctx, r.NotBefore, p.c.now) {
+		gp, err = p.c.gates[c.p.idx].Acquire(ctx, r.admission())
 	}
-	gp, err := p.c.gates[c.p.idx].Acquire(ctx, r.admission())
-	if err != nil {
-		nh.Cancel(p.c.now())
+	if gp == nil || err != nil {
+		// Not moved: the retry was not made after all.
+		now = p.c.now()
+		nh.Cancel(now)
+		if rb != nil {
+			rb.global.Refund(now)
+		}
 		return false
 	}
 	now = p.c.now()

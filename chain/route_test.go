@@ -911,3 +911,89 @@ func TestRoutingConfigErrors(t *testing.T) {
 		})
 	}
 }
+
+// A failover does not go to a pool found down (pick falls back on one when
+// every pool is down, for a first attempt): the down deployment sees only
+// its probe.
+func TestFailoverNotToAPoolDown(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := failoverChain(t, RetryConfig{Disabled: true})
+		ctx := context.Background()
+		p, err := c.Acquire(ctx, Request{Model: "m", Deadline: time.Now().Add(10 * time.Second)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		q, err := c.Acquire(ctx, Request{Model: "m", Deadline: time.Now().Add(1500 * time.Millisecond)})
+		if err != nil || q.Request().Upstream != "b" {
+			t.Fatalf("second call: %v", err)
+		}
+		if err := q.Done(Outcome{Result: admission.Failure, Unreachable: true}); err != nil {
+			t.Fatal(err)
+		}
+		if !c.PoolState(1).Down {
+			t.Fatal("b unreachable is not down")
+		}
+		if p.Failover(ctx, Outcome{Result: admission.Failure}) {
+			t.Fatal("failover to b, down and not due its probe")
+		}
+		if p.Request().Upstream != "a" || inFlight(c, 0) != 1 || inFlight(c, 1) != 0 {
+			t.Fatal("a refused failover moved the call")
+		}
+		// Once b is due its probe, the failover may be it.
+		time.Sleep(DefaultProbeInterval)
+		if !p.Failover(ctx, Outcome{Result: admission.Failure}) || p.Request().Upstream != "b" {
+			t.Fatal("no failover to b as its probe")
+		}
+		p.Drop()
+	})
+}
+
+// A failover that cannot be made — its caller left while it waited for
+// the next pool's tokens — gives back the retry token and the tokens.
+func TestFailoverAbandonedGivesBack(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		rc := twoPools()
+		rc.Pools[1].TPM = 6000
+		rc.Pools[1].Admission.Concurrency = 8
+		rich := retrybudget.Config{Ratio: 1, MinPerSecond: 1e-9, MaxTokens: 1}
+		c, err := New(Config{Routing: rc, Retries: RetryConfig{Global: rich, PerTenant: rich}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx := context.Background()
+		req := Request{Model: "m", InputTokens: 1000, MaxOutputTokens: 1000, Deadline: time.Now().Add(time.Minute)}
+		p, err := c.Acquire(ctx, req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tight := req
+		tight.Deadline = time.Now().Add(1500 * time.Millisecond)
+		for range 3 { // these go to b and spend its 6000
+			if q, err := c.Acquire(ctx, tight); err != nil || q.Request().Pool != 1 {
+				t.Fatalf("filler: %v", err)
+			}
+		}
+		before, _ := c.RetryBalance(time.Now())
+		cctx, cancel := context.WithCancel(ctx)
+		moved := make(chan bool, 1)
+		go func() { moved <- p.Failover(cctx, Outcome{Result: admission.Failure}) }()
+		synctest.Wait() // waiting for b's tokens
+		if s := c.PoolState(1); s.Tokens != -2000 {
+			t.Fatalf("b while the failover waits: %v tokens, want -2000", s.Tokens)
+		}
+		cancel()
+		if <-moved {
+			t.Fatal("a cancelled failover moved the call")
+		}
+		if s := c.PoolState(1); s.Tokens != 0 {
+			t.Fatalf("b after the failover left: %v tokens, want 0", s.Tokens)
+		}
+		if after, _ := c.RetryBalance(time.Now()); after != before {
+			t.Fatalf("retry balance %v after a failover not made, want %v as before", after, before)
+		}
+		if p.Request().Upstream != "a" || inFlight(c, 0) != 1 {
+			t.Fatal("a failover not made moved the call")
+		}
+		p.Drop()
+	})
+}
