@@ -439,9 +439,14 @@ func (rt *router) reserve(now time.Time, r *Request, c choice) *routeHold {
 	return h
 }
 
-// Peek routes the call as Admit would, taking nothing.
+// Peek routes the call as Admit would, taking nothing; NotBefore is when
+// its pool's requests and tokens would let it be sent.
 func (rt *router) Peek(now time.Time, r *Request) error {
-	_, err := rt.route(now, r)
+	c, err := rt.route(now, r)
+	r.NotBefore = time.Time{}
+	if err == nil && c.wait > 0 {
+		r.NotBefore = now.Add(c.wait)
+	}
 	return err
 }
 

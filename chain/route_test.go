@@ -192,6 +192,25 @@ func TestRouteTokensPerMinutePace(t *testing.T) {
 	}
 	paced := req
 	paced.Deadline = t0.Add(time.Minute)
+	// The estimate says what Arrive does: queued, for 20s.
+	e, err := c.Estimate(t0, paced)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e.Verdict != admission.Queued || e.EstimatedWait != 20*time.Second || !e.Request.NotBefore.Equal(t0.Add(20*time.Second)) {
+		t.Fatalf("estimate of a call past the bucket: %v, wait %v, NotBefore %v; want queued, 20s", e.Verdict, e.EstimatedWait, e.Request.NotBefore.Sub(t0))
+	}
+	// Not willing to wait, it is refused, and takes nothing.
+	nd, err := c.Arrive(t0, paced, new(Ticket), false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if nd.Verdict != admission.Rejected || nd.Rejection.Reason != admission.ReasonQueueWait || nd.Rejection.RetryAfter != 20*time.Second {
+		t.Fatalf("a call past the bucket that may not wait: %v %+v; want refused queue_wait, retry after 20s", nd.Verdict, nd.Rejection)
+	}
+	if _, ok := c.NextPaced(); ok || tokensAt(c, 0, t0) != 0 {
+		t.Fatal("a call that may not wait was paced or kept its tokens")
+	}
 	d, tk := arriveAt(t, c, t0, paced)
 	if d.Verdict != admission.Queued || !tk.Request().NotBefore.Equal(t0.Add(20*time.Second)) {
 		t.Fatalf("call past the bucket: %v, NotBefore %v; want queued until t0+20s", d.Verdict, tk.Request().NotBefore.Sub(t0))
