@@ -121,7 +121,9 @@ func (c *Core) Gate() *admission.Core { return c.gate }
 // Arrive runs the call through the chain at now. A refusal by a stage or
 // the gate is a Rejected decision; an error that is not a refusal (an
 // unknown key, an unknown class, a model without a price) is returned as
-// an error, with nothing taken.
+// an error, with nothing taken. With wait false a call is refused (reason
+// queue_wait) rather than queued, whether by its gate or to wait for its
+// pool's requests or tokens per minute.
 func (c *Core) Arrive(now time.Time, req Request, t *Ticket, wait bool) (Decision, error) {
 	c.now = now
 	t.req = req
@@ -135,6 +137,14 @@ func (c *Core) Arrive(now time.Time, req Request, t *Ticket, wait bool) (Decisio
 		return d, err
 	}
 	if t.req.NotBefore.After(now) {
+		if !wait {
+			// Refused rather than queued, as the gate would.
+			t.holds.cancel(now)
+			rej := &admission.Rejection{Reason: admission.ReasonQueueWait, EstimatedWait: t.req.NotBefore.Sub(now),
+				RetryAfter: t.req.NotBefore.Sub(now)}
+			c.stages.spread.assign(now, rej, &t.req, c.gateOf(&t.req))
+			return Decision{Verdict: admission.Rejected, Rejection: rej}, nil
+		}
 		// Its pool's rate limits pace it: it reaches the gate at
 		// NotBefore (Advance), waiting until then as if queued.
 		t.paced = true

@@ -66,6 +66,10 @@ func (s *stages) estimate(now time.Time, r Request, gateOf func(*Request) (func(
 		}
 	case d.Verdict == admission.Rejected:
 		refused = d.Rejection()
+	case r.NotBefore.After(now):
+		// Paced for its pool's requests or tokens per minute: it waits
+		// for them before it reaches its gate, as Arrive queues it.
+		d.Verdict, d.EstimatedWait = admission.Queued, r.NotBefore.Sub(now)+d.EstimatedWait
 	}
 	if refused != nil {
 		d.RetryAfter = s.spread.peek(now, refused, &r, gate)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -212,7 +213,10 @@ func newRouter(cfg *RoutingConfig, gates []poolGate, now time.Time) (*router, er
 		return nil, errors.New("routing: no pools")
 	}
 	routed := map[*pool]bool{}
-	for model, names := range cfg.Routes {
+	// In order of name, so that a configuration with several faults is
+	// told the same one every time.
+	for _, model := range slices.Sorted(maps.Keys(cfg.Routes)) {
+		names := cfg.Routes[model]
 		if len(names) == 0 {
 			return nil, fmt.Errorf("routing: routes[%q]: no pools", model)
 		}
@@ -233,7 +237,8 @@ func newRouter(cfg *RoutingConfig, gates []poolGate, now time.Time) (*router, er
 			return nil, fmt.Errorf("routing: pool %q is on no route", p.cfg.Name)
 		}
 	}
-	for from, to := range cfg.Ladder {
+	for _, from := range slices.Sorted(maps.Keys(cfg.Ladder)) {
+		to := cfg.Ladder[from]
 		if rt.routes[from] == nil || rt.routes[to] == nil {
 			return nil, fmt.Errorf("routing: ladder[%q] = %q: both must be routed models", from, to)
 		}
@@ -374,7 +379,9 @@ func (rt *router) mayDegrade(r *Request) bool {
 // deployment's model and, when the call is degraded under load, the rung's
 // model. A call no pool can serve in time, and that may not be degraded,
 // goes to the pool of the soonest start, whose gate then decides — unless
-// the wait for its tokens alone passes its deadline, which is refused here.
+// it must wait for that pool's tokens, when it is refused here: its wait
+// for tokens and its gate's estimate together miss its deadline, or its
+// gate would refuse it (a call is not paced only to be refused).
 func (rt *router) route(now time.Time, r *Request) (choice, error) {
 	c, err := rt.pick(now, r, r.Model, nil)
 	if err != nil {
@@ -388,7 +395,13 @@ func (rt *router) route(now time.Time, r *Request) (choice, error) {
 		}
 	}
 	r.Pool, r.Upstream, r.UpstreamModel = c.p.idx, c.p.cfg.Deployment, c.p.cfg.Model
-	if !c.fits && c.wait > 0 && c.d.Verdict != admission.Rejected {
+	if !c.fits && c.wait > 0 {
+		if rej := c.d.Rejection(); rej != nil {
+			// Its gate refuses it now: refused here, before it takes
+			// tokens and waits for them only to be refused then.
+			rej.RetryAfter = max(rej.RetryAfter, c.wait)
+			return c, rej
+		}
 		// Its gate would take it; its tokens could not be had in time.
 		return c, &admission.Rejection{Reason: admission.ReasonQueueWait, EstimatedWait: c.wait + c.d.EstimatedWait,
 			RetryAfter: c.wait, Rank: c.d.Rank}
@@ -426,9 +439,14 @@ func (rt *router) reserve(now time.Time, r *Request, c choice) *routeHold {
 	return h
 }
 
-// Peek routes the call as Admit would, taking nothing.
+// Peek routes the call as Admit would, taking nothing; NotBefore is when
+// its pool's requests and tokens would let it be sent.
 func (rt *router) Peek(now time.Time, r *Request) error {
-	_, err := rt.route(now, r)
+	c, err := rt.route(now, r)
+	r.NotBefore = time.Time{}
+	if err == nil && c.wait > 0 {
+		r.NotBefore = now.Add(c.wait)
+	}
 	return err
 }
 
@@ -530,12 +548,14 @@ var (
 // deployment failed it — o is the failed attempt's outcome: a connection
 // failure, a 5xx or a 429, received before any byte reached the caller —
 // and reports whether it did. The next pool is the first of the route not
-// tried yet whose estimate meets the call's deadline; moving there takes a
+// tried yet, and not down (unless the call can be its probe), whose
+// estimate meets the call's deadline; moving there takes a
 // token of the global retry budget (when there are retry budgets), waits
 // for its requests and tokens per minute and for its gate (within ctx),
 // and only then gives back the failed pool's slot, booking the failure
 // with the pool's health. When it cannot, the call keeps its pool and
-// slot, and the shell answers with the failure. Without routing it never
+// slot (what it took for the move, retry token included, is given back),
+// and the shell answers with the failure. Without routing it never
 // moves a call. Not to be called concurrently with Done or Drop.
 func (p *Permit) Failover(ctx context.Context, o Outcome) bool {
 	rt := p.c.stages.route
@@ -552,22 +572,29 @@ func (p *Permit) Failover(ctx context.Context, o Outcome) bool {
 	skip := func(q *pool) bool { return q.idx < 64 && tried&(1<<q.idx) != 0 }
 	r := p.req
 	c, err := rt.pick(now, &r, r.Model, skip)
-	if err != nil || !c.fits {
+	if err != nil || !c.fits || (!c.probe && c.p.health.isDown()) {
+		// A pool found down takes a failover only as its probe: pick
+		// falls back on one when every pool left is down.
 		return false
 	}
-	if rb := p.c.stages.retries; rb != nil && !rb.global.TryWithdraw(now) {
+	rb := p.c.stages.retries
+	if rb != nil && !rb.global.TryWithdraw(now) {
 		return false
 	}
 	nh := rt.reserve(now, &r, c)
 	nh.tried = tried
 	r.Pool, r.Upstream, r.UpstreamModel = c.p.idx, c.p.cfg.Deployment, c.p.cfg.Model
-	if !pace(ctx, r.NotBefore, p.c.now) {
-		nh.Cancel(p.c.now())
-		return false
+	var gp *admission.Permit
+	if pace(ctx, r.NotBefore, p.c.now) {
+		gp, err = p.c.gates[c.p.idx].Acquire(ctx, r.admission())
 	}
-	gp, err := p.c.gates[c.p.idx].Acquire(ctx, r.admission())
-	if err != nil {
-		nh.Cancel(p.c.now())
+	if gp == nil || err != nil {
+		// Not moved: the retry was not made after all.
+		now = p.c.now()
+		nh.Cancel(now)
+		if rb != nil {
+			rb.global.Refund(now)
+		}
 		return false
 	}
 	now = p.c.now()
