@@ -30,7 +30,7 @@ type metrics struct {
 	tokens           *prometheus.CounterVec // model, kind
 	degraded         *prometheus.CounterVec // cause: spend, load
 	failovers        *prometheus.CounterVec // pool: the pool a call left
-	recognised       *recognisedRetries // how: header, stainless, fingerprint (seen.go)
+	recognised       *recognisedRetries     // how: header, stainless, fingerprint (seen.go)
 	models           *labelLimiter
 	// dash is the admin dashboard's sampler: it reads these metrics and the
 	// gate once a second while RunDashboard runs.

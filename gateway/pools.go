@@ -118,7 +118,7 @@ func (c *call) stampUpstream(h http.Header) {
 
 // poolCollector exports each pool's gate and buckets.
 type poolCollector struct {
-	g                                                  *Gateway
+	g                                                     *Gateway
 	inFlight, queued, concurrency, tokens, requests, down *prometheus.Desc
 }
 

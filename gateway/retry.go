@@ -154,7 +154,7 @@ type upstream struct {
 
 func (u *upstream) RoundTrip(req *http.Request) (*http.Response, error) {
 	c, _ := req.Context().Value(callKey{}).(*call)
-	same := 1        // attempts at the call's current deployment
+	same := 1         // attempts at the call's current deployment
 	retarget := false // a failover moved the call: point the request again
 	for attempt := 1; ; attempt++ {
 		out := req
