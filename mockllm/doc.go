@@ -39,6 +39,8 @@
 //	GET  /mock/v1/stats        Stats as JSON
 //	GET  /mock/v1/outage       the outage in force: {"mode": "off"}
 //	POST /mock/v1/outage       {"mode": "off|refuse|500|hang"}: see Outage
+//	GET  /mock/v1/slowdown     the run-time slowdowns by model
+//	POST /mock/v1/slowdown     {"model": "m", "factor": 4}: see SetSlowdown
 //
 // OpenAI streams end with a usage chunk (empty choices) only when the
 // request sets stream_options.include_usage, as OpenAI does, then

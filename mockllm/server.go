@@ -47,6 +47,7 @@ type Server struct {
 	limiters map[string]*modelLimiter
 
 	outage outageState
+	slow   slowdowns // run-time factors by model (slowdown.go)
 
 	mu struct {
 		sync.Mutex
@@ -117,8 +118,12 @@ func (s *Server) enter() bool {
 // documentation.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	var a api
-	if r.URL.Path == PathOutage {
+	switch r.URL.Path {
+	case PathOutage:
 		s.serveOutage(w, r)
+		return
+	case PathSlowdown:
+		s.serveSlowdown(w, r)
 		return
 	}
 	switch r.URL.Path {
@@ -208,7 +213,7 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, a api) {
 	defer s.release()
 
 	start := time.Now()
-	d := s.serviceTime(c.spec, start)
+	d := capServiceTime(float64(s.serviceTime(c.spec, start)) * s.slowdown(c.model))
 	if o.latencySet {
 		d = o.latency
 	}
