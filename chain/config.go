@@ -84,6 +84,9 @@ func newStages(cfg Config, gate GateView, rt *router) (*stages, error) {
 func (s *stages) admit(now time.Time, r *Request, hs *holds) (Decision, error) {
 	err := hs.admit(s.all, now, r)
 	if err == nil {
+		if r.DegradedBy == DegradedByLoad && s.spend != nil {
+			s.spend.reprice(now, r, hs)
+		}
 		return Decision{}, nil
 	}
 	var rej *admission.Rejection

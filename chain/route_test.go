@@ -3,6 +3,7 @@ package chain
 import (
 	"context"
 	"errors"
+	"math"
 	"strings"
 	"testing"
 	"testing/synctest"
@@ -1015,4 +1016,38 @@ func TestFailoverAbandonedGivesBack(t *testing.T) {
 		}
 		p.Drop()
 	})
+}
+
+// A call degraded under load is booked at the model it calls: its spend
+// reservation at the model asked is replaced by one at the rung's, and the
+// books hold the rung's cost once it is settled.
+func TestRouteLoadDegradedBookedAtTheRung(t *testing.T) {
+	l := limiter(t, prices)
+	c := routeCore(t, Config{Spend: l, Routing: &RoutingConfig{
+		Pools:          []PoolConfig{poolCfg("d/big", "d", "big", 1, time.Second), poolCfg("d/small", "d", "small", 4, time.Second)},
+		Routes:         map[string][]string{"big": {"d/big"}, "small": {"d/small"}},
+		Ladder:         map[string]string{"big": "small"},
+		DegradeClasses: []string{admission.ClassBatch},
+	}})
+	req := Request{Model: "big", InputTokens: 1000, MaxOutputTokens: 1000}
+	_, filler := arriveAt(t, c, t0, req)
+	bigUSD := filler.Request().EstimatedUSD
+	req.Class, req.Deadline = admission.ClassBatch, t0.Add(1500*time.Millisecond)
+	d, tk := arriveAt(t, c, t0, req)
+	r := tk.Request()
+	if d.Verdict != admission.Granted || r.DegradedBy != DegradedByLoad {
+		t.Fatalf("batch call: %v degraded by %q, want granted by load", d.Verdict, r.DegradedBy)
+	}
+	want := bigUSD * (0.15 + 0.6) / (2.5 + 10) // the same tokens at small's prices
+	if math.Abs(r.EstimatedUSD-want) > 1e-12 {
+		t.Fatalf("estimated $%g, want $%g (small's price), not big's $%g", r.EstimatedUSD, want, bigUSD)
+	}
+	before := l.Snapshot(t0).Global.SpentUSD
+	if err := c.Release(t0.Add(time.Second), tk, Outcome{Result: admission.Success, UsageKnown: true,
+		Usage: contract.Usage{Input: 1000, Output: 1000}}); err != nil {
+		t.Fatal(err)
+	}
+	if got := l.Snapshot(t0.Add(time.Second)).Global.SpentUSD - before; math.Abs(got-want) > 1e-9 {
+		t.Fatalf("booked $%g, want $%g at small's prices", got, want)
+	}
 }

@@ -100,3 +100,34 @@ func (h *spendHold) Settle(now time.Time, o Outcome) error {
 	}
 	return nil
 }
+
+// reprice books a call the route stage degraded under load (after this
+// stage reserved it at the model asked) at the model it will call: the
+// reservation at the asked model is replaced by one at the rung's. When the
+// limiter would not take the rung's as it stands (refused, or degraded
+// further, which the route stage did not choose a pool for) the first
+// reservation is kept: the call is booked high, never low.
+func (s *spendStage) reprice(now time.Time, r *Request, hs *holds) {
+	i := -1
+	for j := 0; j < hs.n; j++ {
+		if _, ok := hs.h[j].(*spendHold); ok {
+			i = j
+		}
+	}
+	if i < 0 {
+		return
+	}
+	rr := *r
+	rr.Degraded, rr.AskedModel, rr.DegradedBy = false, "", ""
+	d, err := s.decide(now, &rr, s.l.Admit)
+	if err != nil {
+		return
+	}
+	if rr.Model != r.Model {
+		s.l.Cancel(now, d.Reservation)
+		return
+	}
+	hs.h[i].Cancel(now)
+	hs.h[i] = &spendHold{s: s, res: d.Reservation, tenant: r.Tenant, model: r.Model, estimate: d.EstimatedUSD}
+	r.EstimatedUSD, r.OverQuota = d.EstimatedUSD, r.OverQuota || d.OverQuota
+}
