@@ -16,14 +16,27 @@ import (
 // concurrent use.
 type bucket struct {
 	mu      sync.Mutex
-	limit   float64 // units per minute; the capacity
+	limit   float64 // units per minute: this replica's share of base
+	base    float64 // the deployment's limit, for every replica
+	share   float64 // this replica's part of it, in (0, 1]
 	level   float64 // units available at at; negative: owed
 	at      time.Time
 	learned bool // built from the provider's headers, not the config
 }
 
 func newBucket(perMinute int64, now time.Time) *bucket {
-	return &bucket{limit: float64(perMinute), level: float64(perMinute), at: now}
+	return &bucket{limit: float64(perMinute), base: float64(perMinute), share: 1, level: float64(perMinute), at: now}
+}
+
+// setShare makes the bucket this replica's share of the deployment's
+// limit, when replicas share it (the level is cut to the new capacity).
+func (b *bucket) setShare(now time.Time, share float64) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.refillLocked(now)
+	b.share = share
+	b.limit = b.base * share
+	b.level = math.Min(b.level, b.limit)
 }
 
 // rate is the refill in units per second.
@@ -89,8 +102,9 @@ func (b *bucket) observe(now time.Time, limit, remaining int64) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.refillLocked(now)
-	if limit > 0 && b.learned && float64(limit) != b.limit {
-		b.limit = float64(limit)
+	if limit > 0 && b.learned && float64(limit) != b.base {
+		b.base = float64(limit)
+		b.limit = b.base * b.share
 	}
 	b.level = math.Min(b.level, float64(remaining))
 }

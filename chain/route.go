@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"maps"
 	"slices"
 	"sync"
@@ -43,6 +44,7 @@ type pool struct {
 	gate poolGate
 	// rpm and tpm are nil without a limit, configured or learned.
 	rpm, tpm atomic.Pointer[bucket]
+	share    atomic.Uint64 // float64 bits: this replica's share of the limits (0: all)
 	health   health
 	// output is the mean output tokens of its calls (an EWMA), what a
 	// call that names no max_tokens is charged against tpm.
@@ -655,6 +657,9 @@ func (p *Permit) ObserveLimits(requests, tokens Limits) {
 			}
 			nb := newBucket(x.l.Limit, now)
 			nb.learned = true
+			if sh := math.Float64frombits(pl.share.Load()); sh > 0 && sh < 1 {
+				nb.setShare(now, sh)
+			}
 			if !x.b.CompareAndSwap(nil, nb) {
 				b = x.b.Load()
 			} else {
@@ -707,6 +712,20 @@ func (c *Chain) PoolState(i int) PoolState {
 	}
 	s.Down = p.health.isDown()
 	return s
+}
+
+// SetPoolShare makes pool i's request and token buckets this replica's
+// share of its deployment's limits (in (0, 1]: 1/n with n replicas), the
+// buckets learned later included.
+func (c *Chain) SetPoolShare(i int, share float64) {
+	p := c.stages.route.pools[i]
+	now := c.now()
+	p.share.Store(math.Float64bits(share))
+	for _, b := range [...]*bucket{p.rpm.Load(), p.tpm.Load()} {
+		if b != nil {
+			b.setShare(now, share)
+		}
+	}
 }
 
 // SetPoolConcurrency sets pool i's concurrency: the gateway's adaptive

@@ -120,6 +120,7 @@ type cluster struct {
 		rejoin     bool      // back from the local share: capped at it
 		rejoinBy   time.Time // …until then (zero: not back yet)
 		rejoinLive int       // …or until this many replicas are live
+		pools      int       // the replicas the pools' limits were last divided by
 	}
 
 	leaseSlots, live, total, local prometheus.Gauge
@@ -291,8 +292,25 @@ func (c *cluster) renew(ctx context.Context, now time.Time) {
 		}
 	}
 	mode := c.mu.mode
+	replicas := max(1, c.hint, c.mu.known)
+	if c.mu.mode == modeShared {
+		replicas = max(1, c.mu.known)
+	}
 	c.mu.Unlock()
-	c.apply(n)
+	if len(c.g.pools) > 0 {
+		// With upstreams, each pool's limits are divided between the
+		// live replicas, rather than leased slot by slot: the lease
+		// table counts them.
+		c.mu.Lock()
+		changed := replicas != c.mu.pools
+		c.mu.pools = replicas
+		c.mu.Unlock()
+		if changed {
+			c.g.sharePools(now, replicas)
+		}
+	} else {
+		c.apply(n)
+	}
 	if mode == prev {
 		return
 	}

@@ -68,9 +68,37 @@ type gatewayPool struct {
 func (g *Gateway) limitOf(c *call) (*aimd, func(int)) {
 	if c != nil && len(g.pools) > 0 {
 		i := c.permit.Request().Pool
-		return g.pools[i].limit, func(n int) { _ = g.chain.SetPoolConcurrency(i, n) }
+		return g.pools[i].limit, g.poolSetter(i)
 	}
 	return g.limit, g.setConcurrency
+}
+
+// poolSetter gives pool i's gate the level of its adaptive limit: with
+// replicas sharing the deployments (store.redis, cluster.go), this
+// replica's share of it.
+func (g *Gateway) poolSetter(i int) func(int) {
+	return func(n int) { _ = g.chain.SetPoolConcurrency(i, max(1, n/g.replicas())) }
+}
+
+// replicas is how many replicas share the deployments' limits, as the
+// cluster last counted them: 1 without a shared store.
+func (g *Gateway) replicas() int {
+	if c := g.books.cluster; c != nil {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		return max(1, c.hint, c.mu.known)
+	}
+	return 1
+}
+
+// sharePools applies this replica's share of every pool's limits, after
+// the count of replicas changed: the concurrency of each pool's adaptive
+// limit and its request and token buckets divided by n.
+func (g *Gateway) sharePools(now time.Time, n int) {
+	for i, p := range g.pools {
+		_ = g.chain.SetPoolConcurrency(i, max(1, p.limit.level(now)/n))
+		g.chain.SetPoolShare(i, 1/float64(n))
+	}
 }
 
 // refreshLimits applies the climb back up that accrued while idle to every
@@ -78,7 +106,7 @@ func (g *Gateway) limitOf(c *call) (*aimd, func(int)) {
 func (g *Gateway) refreshLimits(now time.Time) {
 	g.limit.refresh(now, g.setConcurrency)
 	for i, p := range g.pools {
-		p.limit.refresh(now, func(n int) { _ = g.chain.SetPoolConcurrency(i, n) })
+		p.limit.refresh(now, g.poolSetter(i))
 	}
 }
 
