@@ -36,7 +36,25 @@ type Config struct {
 	// honours it (Server.AdminHandler), the Gateway handler does not.
 	AdminPprof bool `yaml:"admin_pprof"`
 
-	Upstream  UpstreamConfig  `yaml:"upstream"`
+	// Upstream is the one provider the gateway forwards to, every model
+	// through one gate. Required unless upstreams is set; not with it.
+	Upstream UpstreamConfig `yaml:"upstream"`
+	// Upstreams are several deployments, a pool per (deployment, model)
+	// (see DeploymentConfig in upstreams.go). Empty means the single
+	// upstream. With upstreams, upstream.url, upstream.api_key_env,
+	// upstream.auth_header and admission.concurrency must be absent (each
+	// deployment has its own); upstream.max_idle_conns bounds the idle
+	// connections kept to each deployment.
+	Upstreams []DeploymentConfig `yaml:"upstreams"`
+	// Routes maps a model as callers name it (a model's name or alias) to
+	// the deployments that serve it, in failover order. A name not listed
+	// goes to every deployment serving it, in upstreams order; each name is
+	// routed on its own (an alias does not follow its model's route). Only
+	// with upstreams.
+	Routes map[string][]string `yaml:"routes"`
+	// Degrade is degrading under load (see DegradeConfig). Only with
+	// upstreams.
+	Degrade   DegradeConfig   `yaml:"degrade"`
 	Admission AdmissionConfig `yaml:"admission"`
 	// Classes are the priority classes callers may name in
 	// X-Sluice-Priority. Empty means interactive (rank 4, 30s), batch (rank
@@ -106,7 +124,9 @@ type UpstreamConfig struct {
 type AdmissionConfig struct {
 	// Concurrency is how many upstream calls may be in flight. Required:
 	// 1 to 100000 (no provider grants more to one key; each slot is a
-	// goroutine and a connection).
+	// goroutine and a connection). With upstreams it must be absent: each
+	// pool has its own (upstreams[i].concurrency), and the gate's base is
+	// the largest of them.
 	Concurrency int `yaml:"concurrency"`
 	// MaxQueue bounds waiting requests; at most 1000000 (each waiting
 	// request holds its body in memory). Nil (absent) means a bound derived
@@ -136,6 +156,10 @@ type AdmissionConfig struct {
 	// turns the spread off; at most 60s, the longest the official SDKs
 	// honour.
 	RefusalSpread *Duration `yaml:"refusal_spread"`
+
+	// Set by withDefaults: Concurrency (with upstreams) or MaxQueue was
+	// filled in, not written. Unexported, so reloads ignore them.
+	concurrencyDerived, maxQueueDerived bool
 }
 
 // ClassConfig is one priority class.
@@ -293,9 +317,15 @@ func (c Config) withDefaults() Config {
 	if c.DefaultClass == "" {
 		c.DefaultClass = admission.ClassInteractive
 	}
+	if len(c.Upstreams) > 0 && c.Admission.Concurrency == 0 {
+		// The base gate's: each pool's is its own (routingConfig).
+		c.Admission.Concurrency = c.largestPoolConcurrency()
+		c.Admission.concurrencyDerived = true
+	}
 	if c.Admission.MaxQueue == nil {
 		n := c.DefaultMaxQueue()
 		c.Admission.MaxQueue = &n
+		c.Admission.maxQueueDerived = true
 	}
 	// After the waiting room: the batch class sends its own timeouts,
 	// and must not lengthen the derived queue.
@@ -318,6 +348,12 @@ const (
 // that could not be served within its deadline is refused by the wait
 // estimate long before the bound; the bound only caps memory.
 func (c Config) DefaultMaxQueue() int {
+	return c.defaultMaxQueueFor(c.Admission.Concurrency)
+}
+
+// defaultMaxQueueFor is DefaultMaxQueue for a gate of concurrency slots:
+// with upstreams, each pool's waiting room when max_queue is absent.
+func (c Config) defaultMaxQueueFor(concurrency int) int {
 	longest := c.Limits.MaxTimeout.D()
 	if len(c.Classes) > 0 {
 		longest = 0
@@ -333,8 +369,8 @@ func (c Config) DefaultMaxQueue() int {
 	if service <= 0 {
 		service = assumedService
 	}
-	n := float64(c.Admission.Concurrency) * float64(longest) / float64(service)
-	return int(max(float64(c.Admission.Concurrency), min(n, maxDerivedQueue)))
+	n := float64(concurrency) * float64(longest) / float64(service)
+	return int(max(float64(concurrency), min(n, maxDerivedQueue)))
 }
 
 var builtinRanks = admission.DefaultRanks().Classes
@@ -347,12 +383,17 @@ func (c Config) Validate() error {
 			return fmt.Errorf("config: %s: %q is not host:port", a.field, a.addr)
 		}
 	}
-	if c.Upstream.URL == "" {
-		return errors.New("config: upstream.url is required")
+	if len(c.Upstreams) == 0 {
+		if c.Upstream.URL == "" {
+			return errors.New("config: upstream.url is required")
+		}
+		u, err := url.Parse(c.Upstream.URL)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return fmt.Errorf("config: upstream.url: %q is not an http(s) URL", c.Upstream.URL)
+		}
 	}
-	u, err := url.Parse(c.Upstream.URL)
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return fmt.Errorf("config: upstream.url: %q is not an http(s) URL", c.Upstream.URL)
+	if err := c.validateUpstreams(); err != nil {
+		return err
 	}
 	switch c.Upstream.AuthHeader {
 	case "authorization", "x-api-key":
@@ -362,7 +403,7 @@ func (c Config) Validate() error {
 	if err := intIn("upstream.max_idle_conns", c.Upstream.MaxIdleConns, 0, maxIdleConns); err != nil {
 		return err
 	}
-	if len(c.Tenants) > 0 && c.Upstream.APIKeyEnv == "" {
+	if len(c.Tenants) > 0 && c.Upstream.APIKeyEnv == "" && len(c.Upstreams) == 0 {
 		return errors.New("config: upstream.api_key_env is required when tenants are configured: their keys must not be forwarded to the provider")
 	}
 	if err := intIn("limits.max_body_bytes", c.Limits.MaxBodyBytes, 0, maxBodyBytes); err != nil {
@@ -418,7 +459,9 @@ func (c Config) Validate() error {
 	if _, ok := c.Classes[c.DefaultClass]; !ok {
 		return fmt.Errorf("config: default_class: %q is not one of classes", c.DefaultClass)
 	}
-	if _, err := c.admissionConfig(); err != nil {
+	if base, err := c.admissionConfig(); err != nil {
+		return err
+	} else if _, err := c.routingConfig(base); err != nil {
 		return err
 	}
 	if _, err := c.spendConfig(); err != nil {

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"net/http"
 	"reflect"
 	"sort"
@@ -33,6 +34,8 @@ import (
 // provider's rate limits lowered all carry on.
 //
 // What does not: every other field — the listeners, the upstream, the
+// deployments, routes and ladder under load (upstreams, routes, degrade;
+// with upstreams also spend.ladder when degrade.ladder is empty), the
 // store, the classes and ranks, the limits, the server's bounds, the
 // idempotency store, pass-through paths, the estimator's settings, the
 // upstream limit's and the gateway's own retries, the alert webhook and
@@ -312,7 +315,20 @@ func restartField(old, next *Config) string {
 		sp.AlertWebhook, sp.AlertInterval, sp.AlertTimeout = next.Spend.AlertWebhook, next.Spend.AlertInterval, next.Spend.AlertTimeout
 		m.Spend = &sp
 	}
-	return firstDiff(reflect.ValueOf(*old), reflect.ValueOf(m), "")
+	if d := firstDiff(reflect.ValueOf(*old), reflect.ValueOf(m), ""); d != "" {
+		return d
+	}
+	// With upstreams the ladder under load is the routing's, built once:
+	// taken from spend.ladder when degrade.ladder is empty, it does not
+	// follow that reloadable field.
+	if len(next.Upstreams) > 0 {
+		ol, _ := old.degradeLadder()
+		nl, path := next.degradeLadder()
+		if !maps.Equal(ol, nl) {
+			return path
+		}
+	}
+	return ""
 }
 
 // firstDiff walks two values of one config type and returns the YAML path

@@ -9,8 +9,13 @@ import (
 	"net/http"
 	"net/http/pprof"
 	"os"
+	"sort"
+	"strconv"
+	"strings"
+	"text/tabwriter"
 	"time"
 
+	"github.com/sluicehq/sluice/chain"
 	"github.com/sluicehq/sluice/gateway"
 )
 
@@ -67,10 +72,16 @@ func (f *serveFlags) load(fs *flag.FlagSet) (gateway.Config, error) {
 	fs.Visit(func(fl *flag.Flag) {
 		switch fl.Name {
 		case "upstream":
+			if len(cfg.Upstreams) > 0 {
+				bad = fmt.Errorf("--upstream: the config (%s) sets upstreams: (several deployments); --upstream sets the single upstream.url — use one or the other", f.config)
+			}
 			cfg.Upstream.URL = f.upstream
 		case "concurrency":
 			if f.concurrency < 1 {
 				bad = fmt.Errorf("--concurrency: %d, want ≥ 1", f.concurrency)
+			}
+			if len(cfg.Upstreams) > 0 {
+				bad = fmt.Errorf("--concurrency: the config (%s) sets upstreams:, whose concurrency is set per deployment and model (upstreams[i].concurrency)", f.config)
 			}
 			cfg.Admission.Concurrency = f.concurrency
 		case "listen":
@@ -83,6 +94,9 @@ func (f *serveFlags) load(fs *flag.FlagSet) (gateway.Config, error) {
 			}
 			cfg.Admission.MaxQueue = &f.maxQueue
 		case "api-key-env":
+			if len(cfg.Upstreams) > 0 {
+				bad = fmt.Errorf("--api-key-env: the config (%s) sets upstreams:, whose keys are set per deployment (upstreams[i].api_key_env)", f.config)
+			}
 			cfg.Upstream.APIKeyEnv = f.apiKeyEnv
 		case "initial-service-time":
 			if f.initial < 0 {
@@ -212,8 +226,62 @@ func runCheckConfig(ctx context.Context, args []string, stdout, stderr io.Writer
 	if derived {
 		how = "derived: concurrency × the longest class timeout ÷ the initial service time (1s when unset), between the concurrency and 1024; set admission.max_queue to choose"
 	}
-	fmt.Fprintf(stdout, "%s: ok\nwaiting room: max_queue %d, %s\n", fs.Arg(0), n, how)
+	rc, err := cfg.Routing()
+	if err != nil {
+		return err
+	}
+	if rc == nil {
+		fmt.Fprintf(stdout, "%s: ok\nwaiting room: max_queue %d, %s\n", fs.Arg(0), n, how)
+		return nil
+	}
+	if derived {
+		how = "derived per pool: its concurrency × the longest class timeout ÷ the initial service time (1s when unset), between the concurrency and 1024; set admission.max_queue to choose"
+	}
+	fmt.Fprintf(stdout, "%s: ok\n", fs.Arg(0))
+	printRouting(stdout, rc, how)
 	return nil
+}
+
+// printRouting prints the pools of a config with upstreams, their routes
+// and the ladder under load.
+func printRouting(w io.Writer, rc *chain.RoutingConfig, how string) {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "pool\tflavour\tconcurrency\tmax_queue\trpm\ttpm")
+	limit := func(n int64) string {
+		if n == 0 {
+			return "-"
+		}
+		return strconv.FormatInt(n, 10)
+	}
+	for _, p := range rc.Pools {
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\t%s\n", p.Name, p.Flavour, p.Admission.Concurrency, p.Admission.MaxQueue, limit(p.RPM), limit(p.TPM))
+	}
+	tw.Flush()
+	fmt.Fprintf(w, "waiting room: %s\nroutes (failover order):\n", how)
+	models := make([]string, 0, len(rc.Routes))
+	for m := range rc.Routes {
+		models = append(models, m)
+	}
+	sort.Strings(models)
+	for _, m := range models {
+		fmt.Fprintf(w, "  %s → %s\n", m, strings.Join(rc.Routes[m], ", "))
+	}
+	if len(rc.Ladder) > 0 {
+		fmt.Fprintln(w, "degrade under load:")
+		from := make([]string, 0, len(rc.Ladder))
+		for m := range rc.Ladder {
+			from = append(from, m)
+		}
+		sort.Strings(from)
+		for _, m := range from {
+			fmt.Fprintf(w, "  %s → %s\n", m, rc.Ladder[m])
+		}
+		classes := "none (only calls sending X-Sluice-Degrade: allow)"
+		if len(rc.DegradeClasses) > 0 {
+			classes = strings.Join(rc.DegradeClasses, ", ")
+		}
+		fmt.Fprintf(w, "  classes degraded without asking: %s\n", classes)
+	}
 }
 
 func runHashKey(ctx context.Context, args []string, stdout, stderr io.Writer) error {
