@@ -356,9 +356,9 @@ func (g *Gateway) serveCall(w http.ResponseWriter, r *http.Request, rt *route, t
 		req.InputTokens = spend.EstimateInputTokens(body.raw)
 	}
 	if g.pools != nil {
-		req.Flavour = flavourOpenAI
+		req.Flavour = FlavourOpenAI
 		if x.anthropic {
-			req.Flavour = flavourAnthropic
+			req.Flavour = FlavourAnthropic
 		}
 	}
 	g.refreshLimits(time.Now()) // the climb back up that accrued while idle

@@ -190,11 +190,6 @@ func (pc *poolCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 }
 
-// The API flavours of deployments (upstreams[].flavour) and of calls.
-const (
-	flavourOpenAI    = "openai"
-	flavourAnthropic = "anthropic"
-)
 
 // gateOf is the gate of the call's pool.
 func (g *Gateway) gateOf(c *call) *admission.Gate {

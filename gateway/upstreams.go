@@ -86,8 +86,8 @@ const (
 
 var deploymentName = regexp.MustCompile(`^[A-Za-z0-9._-]+$`)
 
-// deployment is what the gateway needs at run time to reach one deployment.
-type deployment struct {
+// deploymentSpec is what the gateway needs at run time to reach one deployment.
+type deploymentSpec struct {
 	Name string
 	URL  *url.URL
 	// APIKeyEnv is the variable holding the key; empty: the caller's
@@ -100,14 +100,14 @@ type deployment struct {
 
 // deployments lists the configured deployments, in upstreams order, with
 // their URLs parsed and their flavours defaulted. Nil without upstreams.
-func (c Config) deployments() ([]deployment, error) {
-	var out []deployment
+func (c Config) deployments() ([]deploymentSpec, error) {
+	var out []deploymentSpec
 	for i, d := range c.Upstreams {
 		u, err := parseUpstreamURL(fmt.Sprintf("upstreams[%d].url", i), d.URL)
 		if err != nil {
 			return nil, err
 		}
-		dep := deployment{Name: d.Name, URL: u, APIKeyEnv: d.APIKeyEnv, Flavour: d.flavour(), AuthHeader: "authorization"}
+		dep := deploymentSpec{Name: d.Name, URL: u, APIKeyEnv: d.APIKeyEnv, Flavour: d.flavour(), AuthHeader: "authorization"}
 		if dep.Flavour == FlavourAnthropic {
 			dep.AuthHeader = "x-api-key"
 		}
@@ -457,4 +457,35 @@ func (c Config) Routing() (*chain.RoutingConfig, error) {
 		return nil, err
 	}
 	return d.routingConfig(base)
+}
+
+// openDeployments is where calls go: the one upstream (named "default"),
+// or each of upstreams, with its key read from its variable (an empty or
+// unset variable is an error naming the field).
+func (c Config) openDeployments(getenv func(string) string) ([]*deployment, error) {
+	if len(c.Upstreams) == 0 {
+		up, _ := url.Parse(c.Upstream.URL) // validated
+		d := &deployment{name: defaultDeployment, url: up, xAPIKey: c.Upstream.AuthHeader == "x-api-key"}
+		if c.Upstream.APIKeyEnv != "" {
+			if d.apiKey = getenv(c.Upstream.APIKeyEnv); d.apiKey == "" {
+				return nil, errorf("upstream.api_key_env: the environment variable %s is empty or unset", c.Upstream.APIKeyEnv)
+			}
+		}
+		return []*deployment{d}, nil
+	}
+	specs, err := c.deployments()
+	if err != nil {
+		return nil, err
+	}
+	out := make([]*deployment, len(specs))
+	for i, sp := range specs {
+		d := &deployment{name: sp.Name, url: sp.URL, xAPIKey: sp.AuthHeader == "x-api-key"}
+		if sp.APIKeyEnv != "" {
+			if d.apiKey = getenv(sp.APIKeyEnv); d.apiKey == "" {
+				return nil, errorf("upstreams[%d].api_key_env: the environment variable %s is empty or unset", i, sp.APIKeyEnv)
+			}
+		}
+		out[i] = d
+	}
+	return out, nil
 }
