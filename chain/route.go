@@ -4,8 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
 	"maps"
+	"math"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -372,6 +372,18 @@ func soonest(c choice) time.Duration {
 
 const maxWait = time.Duration(1 << 61)
 
+// late says a call that fits would still wait more than half its time
+// budget: past that point its queue turns newest-first under overload
+// (admission's LIFO target is half the oldest call's budget), and a call
+// that waited that long is the one left behind and dropped at its deadline.
+// A call that may be degraded is better sent one rung down at once.
+func (c choice) late(now time.Time, r *Request) bool {
+	if r.Deadline.IsZero() {
+		return false
+	}
+	return c.wait+c.d.EstimatedWait > r.Deadline.Sub(now)/2
+}
+
 // mayDegrade says whether the call may be sent down the ladder under load.
 func (rt *router) mayDegrade(r *Request) bool {
 	return !r.Degraded && (r.AllowDegrade || rt.degrade[r.Class]) && rt.ladder[r.Model] != ""
@@ -389,7 +401,7 @@ func (rt *router) route(now time.Time, r *Request) (choice, error) {
 	if err != nil {
 		return c, err
 	}
-	if !c.fits && rt.mayDegrade(r) {
+	if (!c.fits || c.late(now, r)) && rt.mayDegrade(r) {
 		lower := rt.ladder[r.Model]
 		if lc, err := rt.pick(now, r, lower, nil); err == nil && lc.fits {
 			r.AskedModel, r.Model, r.Degraded, r.DegradedBy = r.Model, lower, true, DegradedByLoad
@@ -552,7 +564,9 @@ var (
 // and reports whether it did. The next pool is the first of the route not
 // tried yet, and not down (unless the call can be its probe), whose
 // estimate meets the call's deadline; moving there takes a
-// token of the global retry budget (when there are retry budgets), waits
+// token of the global retry budget (when there are retry budgets, and
+// unless the failed deployment could not be reached at all, which never
+// had the call), waits
 // for its requests and tokens per minute and for its gate (within ctx),
 // and only then gives back the failed pool's slot, booking the failure
 // with the pool's health. When it cannot, the call keeps its pool and
@@ -579,7 +593,12 @@ func (p *Permit) Failover(ctx context.Context, o Outcome) bool {
 		// falls back on one when every pool left is down.
 		return false
 	}
+	// A deployment that could not be reached never had the call: moving
+	// it is its first attempt, not a retry, and costs no token.
 	rb := p.c.stages.retries
+	if o.Unreachable {
+		rb = nil
+	}
 	if rb != nil && !rb.global.TryWithdraw(now) {
 		return false
 	}

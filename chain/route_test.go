@@ -1051,3 +1051,27 @@ func TestRouteLoadDegradedBookedAtTheRung(t *testing.T) {
 		t.Fatalf("booked $%g, want $%g at small's prices", got, want)
 	}
 }
+
+// A call that may be degraded and would wait more than half its budget
+// for its model — in time by the estimate, but where its queue turns
+// newest-first under overload and leaves it behind — goes one rung down
+// at once; one that may not waits.
+func TestRouteDegradesRatherThanWaitHalfTheBudget(t *testing.T) {
+	c := routeCore(t, Config{Routing: degradeConfig()})
+	for range 3 { // big's slot and two queued: a newcomer waits 3s
+		arriveAt(t, c, t0, Request{Model: "big", Class: admission.ClassInteractive})
+	}
+	deadline := t0.Add(5 * time.Second) // 3s of wait + 1s of service fits; 3s > 2.5s
+	d, tk := arriveAt(t, c, t0, Request{Model: "big", Class: admission.ClassBatch, Deadline: deadline})
+	if r := tk.Request(); d.Verdict != admission.Granted || r.Model != "small" || r.DegradedBy != DegradedByLoad {
+		t.Fatalf("batch call: %v, model %s by %q; want granted at small, by load", d.Verdict, r.Model, r.DegradedBy)
+	}
+	d, tk = arriveAt(t, c, t0, Request{Model: "big", Class: admission.ClassInteractive, Deadline: deadline})
+	if r := tk.Request(); d.Verdict != admission.Queued || r.Model != "big" {
+		t.Fatalf("interactive call: %v, model %s; want queued at big", d.Verdict, r.Model)
+	}
+	d, tk = arriveAt(t, c, t0, Request{Model: "big", Class: admission.ClassBatch, Deadline: t0.Add(20 * time.Second)})
+	if r := tk.Request(); d.Verdict != admission.Queued || r.Degraded {
+		t.Fatalf("batch call with 20s: %v, degraded %v; want queued at big (4s of wait is under half)", d.Verdict, r.Degraded)
+	}
+}

@@ -154,6 +154,10 @@ func counter(t *testing.T, g *Gateway, name string, labels ...string) float64 {
 		return testutil.ToFloat64(g.metrics.rejections.WithLabelValues(labels...))
 	case "admissions":
 		return testutil.ToFloat64(g.metrics.admissions.WithLabelValues(labels...))
+	case "failovers":
+		return testutil.ToFloat64(g.metrics.failovers.WithLabelValues(labels...))
+	case "degraded":
+		return testutil.ToFloat64(g.metrics.degraded.WithLabelValues(labels...))
 	}
 	t.Fatalf("unknown counter %s", name)
 	return 0

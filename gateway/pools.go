@@ -190,7 +190,6 @@ func (pc *poolCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 }
 
-
 // gateOf is the gate of the call's pool.
 func (g *Gateway) gateOf(c *call) *admission.Gate {
 	if c != nil && len(g.pools) > 0 {

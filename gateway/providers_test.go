@@ -1,0 +1,198 @@
+package gateway
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/anthropics/anthropic-sdk-go/v2"
+	aoption "github.com/anthropics/anthropic-sdk-go/v2/option"
+	"github.com/openai/openai-go/v3"
+	"github.com/openai/openai-go/v3/option"
+
+	"github.com/sluicehq/sluice/contract"
+	"github.com/sluicehq/sluice/mockllm"
+)
+
+// upstreamsConfig is a gateway in front of deployments east and west, both
+// serving gpt-4o-mini (west also answers to the alias mini) with four
+// slots, and claude on anthropic (an Anthropic-flavoured deployment).
+func upstreamsConfig(east, west, claude string) Config {
+	return Config{
+		Upstreams: []DeploymentConfig{
+			{Name: "east", URL: east, Concurrency: 4, Models: []ModelConfig{{Name: "gpt-4o-mini"}}},
+			{Name: "west", URL: west, Concurrency: 4, Models: []ModelConfig{{Name: "gpt-4o-mini", Aliases: []string{"mini"}}}},
+			{Name: "anthropic", URL: claude, Flavour: FlavourAnthropic, Concurrency: 4, APIKeyEnv: "TEST_PROVIDER_KEY",
+				Models: []ModelConfig{{Name: "claude-3-5-haiku"}}},
+		},
+	}
+}
+
+func chatTo(t *testing.T, url, model string) (*openai.ChatCompletion, *http.Response, error) {
+	t.Helper()
+	client := openai.NewClient(option.WithBaseURL(url+"/v1/"), option.WithAPIKey("sk-test"), option.WithMaxRetries(0))
+	var resp *http.Response
+	comp, err := client.Chat.Completions.New(t.Context(), openai.ChatCompletionNewParams{
+		Model:     model,
+		Messages:  []openai.ChatCompletionMessageParamUnion{openai.UserMessage("Say hi " + t.Name() + time.Now().String())},
+		MaxTokens: openai.Int(8),
+	}, option.WithResponseInto(&resp))
+	return comp, resp, err
+}
+
+// Calls go to the first deployment of their model's route and say which
+// answered; an alias reaches the deployment that knows it, under the
+// deployment's name for the model; a model no deployment serves is a 404
+// naming it, in the caller's API shape; Anthropic's API reaches only the
+// Anthropic deployment, with the key in x-api-key.
+func TestUpstreamsRouteNameAndRefuseUnknownModels(t *testing.T) {
+	eastMock, east := startMock(t, mockllm.Config{Slots: 4, Median: 5 * time.Millisecond})
+	westMock, west := startMock(t, mockllm.Config{Slots: 4, Median: 5 * time.Millisecond})
+	_, claude := startMock(t, mockllm.Config{Slots: 4, Median: 5 * time.Millisecond})
+	_, gw := startGateway(t, upstreamsConfig(east.URL, west.URL, claude.URL))
+
+	_, resp, err := chatTo(t, gw.URL, "gpt-4o-mini")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := resp.Header.Get(contract.HeaderUpstream); got != "east" {
+		t.Fatalf("%s: %q, want east (the first of the route)", contract.HeaderUpstream, got)
+	}
+	comp, resp, err := chatTo(t, gw.URL, "mini")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if up, m := resp.Header.Get(contract.HeaderUpstream), resp.Header.Get(contract.HeaderModel); up != "west" || m != "gpt-4o-mini" || comp.Model != "gpt-4o-mini" {
+		t.Fatalf("alias mini: upstream %q, %s %q, model answered %q; want west, gpt-4o-mini", up, contract.HeaderModel, m, comp.Model)
+	}
+	if e, w := eastMock.Stats().Completed, westMock.Stats().Completed; e != 1 || w != 1 {
+		t.Fatalf("east served %d, west %d; want 1 each", e, w)
+	}
+
+	_, _, err = chatTo(t, gw.URL, "gpt-5-turbo")
+	var apiErr *openai.Error
+	if !errors.As(err, &apiErr) || apiErr.StatusCode != http.StatusNotFound || apiErr.Code != "model_not_found" || !strings.Contains(apiErr.Message, `"gpt-5-turbo"`) {
+		t.Fatalf("unknown model: %v, want 404 model_not_found naming it", err)
+	}
+	// claude-3-5-haiku on the OpenAI API: served, but not on that API.
+	if _, _, err = chatTo(t, gw.URL, "claude-3-5-haiku"); !errors.As(err, &apiErr) || apiErr.StatusCode != http.StatusNotFound || !strings.Contains(apiErr.Message, "openai API") {
+		t.Fatalf("an Anthropic model on the OpenAI API: %v, want 404 naming the API", err)
+	}
+
+	ac := anthropic.NewClient(aoption.WithBaseURL(gw.URL), aoption.WithAPIKey("sk-test"), aoption.WithMaxRetries(0))
+	msg, err := ac.Messages.New(t.Context(), anthropic.MessageNewParams{
+		Model: "claude-3-5-haiku", MaxTokens: 8,
+		Messages: []anthropic.MessageParam{anthropic.NewUserMessage(anthropic.NewTextBlock("hi"))},
+	}, aoption.WithResponseInto(&resp))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if msg.Usage.OutputTokens != 8 || resp.Header.Get(contract.HeaderUpstream) != "anthropic" {
+		t.Fatalf("messages: %+v via %q", msg.Usage, resp.Header.Get(contract.HeaderUpstream))
+	}
+	_, err = ac.Messages.New(t.Context(), anthropic.MessageNewParams{
+		Model: "gpt-4o-mini", MaxTokens: 8,
+		Messages: []anthropic.MessageParam{anthropic.NewUserMessage(anthropic.NewTextBlock("hi"))},
+	})
+	var aErr *anthropic.Error
+	if !errors.As(err, &aErr) || aErr.StatusCode != http.StatusNotFound {
+		t.Fatalf("an OpenAI model on Anthropic's API: %v, want a 404", err)
+	}
+	var body struct {
+		Type  string `json:"type"`
+		Error struct{ Type, Message string }
+	}
+	if err := json.Unmarshal([]byte(aErr.RawJSON()), &body); err != nil || body.Type != "error" || body.Error.Type != "not_found_error" || !strings.Contains(body.Error.Message, `"gpt-4o-mini"`) {
+		t.Fatalf("404 on /v1/messages: %s, want Anthropic's shape naming the model", aErr.RawJSON())
+	}
+}
+
+// A deployment that refuses connections: the call moves to the next
+// deployment of the route before any byte reached the caller, and succeeds;
+// the deployment is then down, and gets no calls but one probe a second
+// (each a connection refused, and a move to west) until it answers again.
+func TestUpstreamsFailoverAndProbe(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	eastAddr := ln.Addr().String()
+	ln.Close() // east is down: connections refused
+	var refused atomic.Int64
+	westMock, west := startMock(t, mockllm.Config{Slots: 4, Median: 5 * time.Millisecond})
+	_, claude := startMock(t, mockllm.Config{Slots: 4})
+	tr := newTransport(16)
+	dial := tr.DialContext
+	tr.DialContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
+		c, err := dial(ctx, network, addr)
+		if err != nil && addr == eastAddr {
+			refused.Add(1)
+		}
+		return c, err
+	}
+	opts := testOptions()
+	opts.Transport = tr
+	g, err := New(upstreamsConfig("http://"+eastAddr, west.URL, claude.URL), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gw := httptest.NewServer(g)
+	t.Cleanup(gw.Close)
+	start := time.Now()
+	for i := range 20 {
+		_, resp, err := chatTo(t, gw.URL, "gpt-4o-mini")
+		if err != nil {
+			t.Fatalf("call %d: %v", i, err)
+		}
+		if got := resp.Header.Get(contract.HeaderUpstream); got != "west" {
+			t.Fatalf("call %d answered by %q, want west", i, got)
+		}
+	}
+	elapsed := time.Since(start)
+	// The first call, then one probe per elapsed second at most.
+	if n, most := refused.Load(), 1+int64(elapsed/time.Second); n < 1 || n > most {
+		t.Fatalf("east was tried %d times in %v, want at most %d", n, elapsed, most)
+	}
+	if w := westMock.Stats().Completed; w != 20 {
+		t.Fatalf("west served %d, want 20", w)
+	}
+	if n := counter(t, g, "failovers", "east/gpt-4o-mini"); n < 1 {
+		t.Fatalf("failovers from east counted %v", n)
+	}
+	// East comes back on its address.
+	eastMock, err := mockllm.New(mockllm.Config{Slots: 4, Median: 5 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err = net.Listen("tcp", eastAddr)
+	if err != nil {
+		t.Skipf("east's port was taken meanwhile: %v", err)
+	}
+	eastSrv := httptest.NewUnstartedServer(eastMock)
+	eastSrv.Listener.Close()
+	eastSrv.Listener = ln
+	eastSrv.Start()
+	t.Cleanup(func() { eastMock.Close(); eastSrv.Close() })
+	eventually(t, "east back after a probe", func() bool {
+		_, resp, err := chatTo(t, gw.URL, "gpt-4o-mini")
+		return err == nil && resp.Header.Get(contract.HeaderUpstream) == "east"
+	})
+}
+
+// X-Sluice-Degrade takes only "allow".
+func TestDegradeHeaderValue(t *testing.T) {
+	_, east := startMock(t, mockllm.Config{Slots: 4})
+	_, gw := startGateway(t, upstreamsConfig(east.URL, east.URL, east.URL))
+	resp := post(t, t.Context(), gw.URL, chatBody, map[string]string{contract.HeaderDegrade: "yes"})
+	b := readAll(t, resp)
+	if resp.StatusCode != http.StatusBadRequest || !strings.Contains(string(b), contract.HeaderDegrade) {
+		t.Fatalf("X-Sluice-Degrade: yes → %d %s, want 400 naming the header", resp.StatusCode, b)
+	}
+}
