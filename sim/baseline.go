@@ -128,3 +128,6 @@ func (r *ring) pop() *attempt {
 	r.size--
 	return a
 }
+
+// pace is never asked for: a queue paces nothing.
+func (qs *queueServer) pace(time.Duration) {}

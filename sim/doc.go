@@ -22,8 +22,12 @@
 //     can tell a retry, by its copy of the request); each logical request
 //     is its own prompt, or all are one (same_prompt); each asks for a
 //     model and reports a fixed usage in tokens;
-//   - optionally the upstream's models (a service-time factor each) and a
-//     spend section: the gateway's spend.Config — prices, ladder, ceiling,
+//   - optionally the upstream's models: a service-time factor each, and
+//     optionally slots of their own at the provider (concurrency: a call
+//     sent when they are all busy waits there, first come first served,
+//     its wait part of the service time the policy sees), the provider's
+//     rpm and tpm for it, and service-time steps of its own
+//     (upstream.steps[].model); and a spend section: the gateway's spend.Config — prices, ladder, ceiling,
 //     tenants' budgets, stages, rate window, alerts — decoded by its own
 //     yaml tags. With it every call is priced by its tokens.
 //
@@ -46,7 +50,14 @@
 // retrybudget.Budget, and its recognition of retries sent without a
 // header (the rungs before it take a caller's word for its attempt); and, for scenarios with a spend section, the last
 // rung adds the real spend.Limiter (policy "spend", full sluice as the
-// gateway runs with a spend section). Every sluice rung runs package
+// gateway runs with a spend section). For scenarios whose every model has
+// a concurrency of its own, policy "pools" is full sluice with the chain's
+// route stage (chain.RoutingConfig): a pool per model — deployment
+// "upstream", a gate of the model's slots, paced on its rpm and tpm
+// (Request.NotBefore: the shell wakes at Core.NextPaced and calls
+// Core.Advance, as the gateway's sleeps) — each model routed to its own
+// pool, and, with sluice.degrade, a call sent one rung down its ladder
+// under load, taking the rung's service time. Every sluice rung runs package
 // chain's Core: the admission chain the gateway runs — tenant, retry
 // budgets (with the recognition of retries sent without a header), spend,
 // gate, settlement — with the same stages in the same
@@ -72,7 +83,8 @@
 //
 // One choice departs from the gateway on purpose: when a caller leaves
 // while its call runs, the upstream keeps generating — and billing — as real
-// providers do, and the policy's slot stays busy until the call ends. The
+// providers do, and the policy's slot stays busy until the call ends (a call
+// waiting for one of its model's provider slots is not withdrawn either). The
 // gateway releases its permit at once and the provider's own capacity stays
 // busy; holding the slot models the same capacity without a hidden second
 // queue at the provider. The spend limiter sees what the gateway would: the

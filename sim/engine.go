@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"container/heap"
 	"context"
 	"time"
 )
@@ -78,6 +79,9 @@ type server interface {
 	estimatedWait(now time.Duration) (time.Duration, bool)
 	// sweep is called at the times the server asked for with engine.wake.
 	sweep(now time.Duration)
+	// pace is called at the times the server asked for with
+	// engine.wakePaced: calls its pools' rate limits held back are due.
+	pace(now time.Duration)
 	// end is called when the run stops; an error is a broken invariant.
 	end(now time.Duration) error
 }
@@ -95,6 +99,9 @@ type engine struct {
 	freeC   []*call
 	freeA   []*attempt
 	err     error
+	// provider holds, per model with slots of its own at the provider, the
+	// times its calls in service end (see grant).
+	provider map[*modelInfo]*endHeap
 	// heard, when set (by tests that replay a script), is told what the
 	// caller of an attempt learnt of it, when it learnt it: an answer (why
 	// is then meaningless), a refusal, or refTimeout when it stopped
@@ -183,6 +190,8 @@ func (e *engine) loop(ctx context.Context) (*Result, error) {
 			e.srv.sweep(e.now)
 		case evTick:
 			e.tick()
+		case evPace:
+			e.srv.pace(e.now)
 		}
 	}
 	if e.err == nil {
@@ -204,6 +213,9 @@ func (e *engine) fail(err error) {
 
 // wake asks for a sweep call at the given time.
 func (e *engine) wake(at time.Duration) { e.q.push(event{at: at, kind: evSweep}) }
+
+// wakePaced asks for a pace call at the given time.
+func (e *engine) wakePaced(at time.Duration) { e.q.push(event{at: at, kind: evPace}) }
 
 func (e *engine) arrive(i int) {
 	src := e.s.sources[i]
@@ -257,12 +269,34 @@ func (e *engine) send(c *call) {
 	}
 }
 
-// grant starts a's upstream call now. It is billed from this moment.
+// grant starts a's upstream call now. It is billed from this moment. A
+// model with slots of its own at the provider (upstream.models.<name>.
+// concurrency) serves its calls first come first served: a call sent while
+// they are all busy waits for the first to free before its service
+// begins, and that wait is part of the time the policy sees it take.
 func (e *engine) grant(a *attempt) {
 	c := a.c
 	a.state = stServing
 	a.start = e.now
-	a.end = e.now + e.s.sampler.draw(uniform(e.s.seed, saltService, c.seq, uint64(a.n)), e.now, a.model.factor)
+	begin := e.now
+	var busy *endHeap
+	if m := a.model; m.slots > 0 {
+		if e.provider == nil {
+			e.provider = map[*modelInfo]*endHeap{}
+		}
+		busy = e.provider[m]
+		if busy == nil {
+			busy = &endHeap{}
+			e.provider[m] = busy
+		}
+		if busy.Len() >= m.slots {
+			begin = max(begin, heap.Pop(busy).(time.Duration))
+		}
+	}
+	a.end = begin + e.s.sampler.draw(uniform(e.s.seed, saltService, c.seq, uint64(a.n)), begin, a.model.factorFor(begin))
+	if busy != nil {
+		heap.Push(busy, a.end)
+	}
 	e.m.billed(a)
 	e.q.push(event{at: a.end, kind: evDone, a: a, gen: a.gen})
 	// A queued attempt already has its timeout event; one granted at
@@ -428,6 +462,20 @@ func (e *engine) freeAttempt(a *attempt) {
 	gen := a.gen + 1
 	*a = attempt{gen: gen}
 	e.freeA = append(e.freeA, a)
+}
+
+// endHeap is a min-heap of the times calls in service end.
+type endHeap []time.Duration
+
+func (h endHeap) Len() int           { return len(h) }
+func (h endHeap) Less(i, j int) bool { return h[i] < h[j] }
+func (h endHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
+func (h *endHeap) Push(x any)        { *h = append(*h, x.(time.Duration)) }
+func (h *endHeap) Pop() any {
+	old := *h
+	x := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return x
 }
 
 // politeBackoff is loadgen.Polite's wait when the server gave no

@@ -12,6 +12,7 @@ const (
 	evDone                         // attempt a's upstream call ends
 	evSweep                        // the queue-timeout baseline drops what waited too long
 	evTick                         // a time-series sample
+	evPace                         // calls a pool's rate limits held back are due (gateServer.pace)
 )
 
 // event is one scheduled happening. Events that become moot (the timeout of

@@ -31,7 +31,13 @@ type gateServer struct {
 	core    *chain.Core
 	tickets []*chain.Ticket   // free tickets
 	probe   admission.Request // what estimatedWait asks about
+	probeAt int               // the pool estimatedWait asks, with pools
 	spend   *spendShell       // nil without the spend limiter
+	// paceAt is when the pace event scheduled last is due, if paceSet:
+	// the Core's NextPaced then, for the calls the pools' rate limits
+	// hold back (policy pools).
+	paceAt  time.Duration
+	paceSet bool
 }
 
 func newGateServer(e *engine) (*gateServer, error) {
@@ -51,6 +57,14 @@ func newGateServer(e *engine) (*gateServer, error) {
 	}
 	g := &gateServer{e: e, probe: s.sources[0].req}
 	g.probe.Tenant = tenantName(g.probe.Tenant)
+	if s.policy.gate.pools {
+		cfg.Routing = s.routingConfig()
+		for i, p := range cfg.Routing.Pools {
+			if p.Model == g.probe.Key {
+				g.probeAt = i
+			}
+		}
+	}
 	if s.policy.gate.spend {
 		var err error
 		if g.spend, err = newSpendShell(e); err != nil {
@@ -113,6 +127,9 @@ func (g *gateServer) arrive(now time.Duration, a *attempt) {
 	case admission.Granted:
 		g.start(a, tk)
 	case admission.Queued:
+		if !tk.Request().NotBefore.IsZero() {
+			e.m.paced++
+		}
 		a.state = stQueued
 		a.enqAt = now
 		a.slot = tk
@@ -121,19 +138,64 @@ func (g *gateServer) arrive(now time.Duration, a *attempt) {
 		e.refuse(a, refusalOf(d.Rejection.Reason), d.Rejection.RetryAfter, true)
 	}
 	g.drain() // an eviction to make room
+	g.schedulePace()
+}
+
+// schedulePace asks the engine for a pace event when the Core holds calls
+// back for their pool's rate limits (Request.NotBefore) sooner than the
+// one already asked for: as the gateway's shell sleeps until NotBefore.
+func (g *gateServer) schedulePace() {
+	next, ok := g.core.NextPaced()
+	if !ok {
+		return
+	}
+	at := max(next.Sub(epoch), g.e.now)
+	if g.paceSet && g.paceAt <= at {
+		return
+	}
+	g.paceAt, g.paceSet = at, true
+	g.e.wakePaced(at)
+}
+
+// pace presents the calls whose pacing is over to their pools' gates.
+func (g *gateServer) pace(now time.Duration) {
+	if g.paceSet && now >= g.paceAt {
+		g.paceSet = false
+	}
+	if err := g.core.Advance(g.e.s.at(now)); err != nil {
+		g.e.fail(fmt.Errorf("policy %s: %w", g.e.s.policy.Name, err))
+	}
+	g.drain()
+	g.schedulePace()
 }
 
 // start begins a's upstream call, with the model the chain chose: the
-// source's, or the rung below it when the spend stage degraded the call.
+// source's, or the rung below it when the spend stage degraded the call
+// (the spend ladder's) or the route stage did under load (the routing
+// ladder's, sluice.degrade). With pools, the model called is the one of
+// the call's pool.
 func (g *gateServer) start(a *attempt, tk *chain.Ticket) {
 	a.slot = tk
-	if r := tk.Request(); r.Degraded {
-		src := a.c.src
+	r := tk.Request()
+	src := a.c.src
+	switch {
+	case r.Degraded && r.DegradedBy == chain.DegradedBySpend:
 		if src.rung == nil || r.Model != src.rung.name {
-			g.e.fail(fmt.Errorf("policy %s: the chain degraded %q to %q, not the ladder's rung", g.e.s.policy.Name, src.model.name, r.Model))
+			g.e.fail(fmt.Errorf("policy %s: the chain degraded %q to %q, not the spend ladder's rung", g.e.s.policy.Name, src.model.name, r.Model))
 			return
 		}
 		a.model, a.cost, a.degraded = src.rung, src.rungCost, true
+	case r.Degraded:
+		m, cost, ok := g.e.s.modelOf(src, r.Model)
+		if d := g.e.s.sc.Sluice.Degrade; !ok || d == nil || d.Ladder[src.model.name] != r.Model || r.UpstreamModel != r.Model {
+			g.e.fail(fmt.Errorf("policy %s: the chain degraded %q to %q (by %s, sent as %q), not sluice.degrade's rung", g.e.s.policy.Name, src.model.name, r.Model, r.DegradedBy, r.UpstreamModel))
+			return
+		}
+		a.model, a.cost, a.degraded = m, cost, true
+		g.e.m.degradedByLoad++
+	case r.UpstreamModel != "" && r.UpstreamModel != src.model.name:
+		g.e.fail(fmt.Errorf("policy %s: the chain sent %q as %q without degrading it", g.e.s.policy.Name, src.model.name, r.UpstreamModel))
+		return
 	}
 	g.e.grant(a)
 }
@@ -167,6 +229,7 @@ func (g *gateServer) done(now time.Duration, a *attempt) {
 		g.e.fail(fmt.Errorf("policy %s: %w", g.e.s.policy.Name, err))
 	}
 	g.drain()
+	g.schedulePace()
 }
 
 // abandoned settles the call of a caller that left: the gateway hangs up
@@ -206,10 +269,27 @@ func (g *gateServer) ticket() *chain.Ticket {
 	return new(chain.Ticket)
 }
 
-func (g *gateServer) depth() int { return g.core.Gate().Queued() }
+// depth is the calls queued at the gate, or at every pool's.
+func (g *gateServer) depth() int {
+	pools := g.core.Pools()
+	if pools == nil {
+		return g.core.Gate().Queued()
+	}
+	n := 0
+	for _, p := range pools {
+		n += p.Queued()
+	}
+	return n
+}
 
+// estimatedWait is the gate's estimate for the first source's call; with
+// pools, its model's pool's.
 func (g *gateServer) estimatedWait(now time.Duration) (time.Duration, bool) {
-	d, err := g.core.Gate().Estimate(g.e.s.at(now), g.probe)
+	gate := g.core.Gate()
+	if pools := g.core.Pools(); pools != nil {
+		gate = pools[g.probeAt]
+	}
+	d, err := gate.Estimate(g.e.s.at(now), g.probe)
 	if err != nil {
 		return 0, false
 	}

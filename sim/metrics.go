@@ -125,6 +125,11 @@ type Result struct {
 	BilledRetries     int `json:"billed_retries"`
 	// MaxDepth is the longest queue seen.
 	MaxDepth int `json:"max_depth"`
+	// Paced counts the attempts the route stage held back for their
+	// pool's requests or tokens per minute before their gate (policy
+	// pools); DegradedByLoad the attempts it sent a rung down the ladder.
+	Paced          int `json:"paced,omitempty"`
+	DegradedByLoad int `json:"degraded_by_load,omitempty"`
 	// Recovery is set when the upstream steps: see [Recovery].
 	Recovery *Recovery `json:"recovery,omitempty"`
 	// Events counts the events the run processed.
@@ -150,8 +155,12 @@ type ClassResult struct {
 	SuccessPct float64 `json:"success_pct"`
 	P50Ms      float64 `json:"p50_ms"`
 	P99Ms      float64 `json:"p99_ms"`
+	// GoodputPerSecond is its on-time answers delivered inside the
+	// arrival window, per second of the window.
+	GoodputPerSecond float64 `json:"goodput_per_second"`
 	// Degraded counts the on-time answers that came from a cheaper model
-	// than the one asked for (the spend limiter's degrade stage).
+	// than the one asked for (by the spend limiter, or by the route stage
+	// under load).
 	Degraded int `json:"degraded,omitempty"`
 }
 
@@ -195,8 +204,8 @@ type Series struct {
 }
 
 type classMetrics struct {
-	requests, attempts, onTime, degraded int
-	lat                                  hist
+	requests, attempts, onTime, degraded, inWindow int
+	lat                                            hist
 }
 
 // metrics accumulates a run.
@@ -213,6 +222,7 @@ type metrics struct {
 	retriesSeen, firstsSeen     int
 	billedRetries               int
 	maxDepth                    int
+	paced, degradedByLoad       int
 	lat                         hist
 	classes, sources            []classMetrics
 	good, offered, wastedSeries []int32
@@ -324,15 +334,17 @@ func (m *metrics) answered(c *call, a *attempt, now time.Duration, onTime bool) 
 	}
 	lat := now - c.arrival
 	m.onTime++
-	if now <= m.s.window {
-		m.inWindow++
-	}
 	cm := &m.classes[c.src.class]
 	cm.onTime++
 	cm.lat.add(lat)
 	sm := &m.sources[c.src.idx]
 	sm.onTime++
 	sm.lat.add(lat)
+	if now <= m.s.window {
+		m.inWindow++
+		cm.inWindow++
+		sm.inWindow++
+	}
 	if a.degraded {
 		cm.degraded++
 		sm.degraded++
@@ -360,29 +372,31 @@ func (m *metrics) sample(e *engine) {
 func (m *metrics) result(e *engine) *Result {
 	s := m.s
 	r := &Result{
-		Scenario:      s.sc.Name,
-		Policy:        s.policy.Name,
-		Label:         s.policy.Label,
-		Load:          s.load,
-		Seed:          s.seed,
-		WindowSeconds: s.window.Seconds(),
-		Capacity:      s.capacity,
-		Requests:      m.requests,
-		Attempts:      m.attempts,
-		OnTime:        m.onTime,
-		Late:          m.late,
-		Billed:        m.billedN,
-		Wasted:        m.wastedN,
-		BilledCost:    m.billedCost,
-		WastedCost:    m.wastedCost,
-		P50Ms:         ms(m.lat.quantile(0.50)),
-		P99Ms:         ms(m.lat.quantile(0.99)),
-		Refusals:      map[string]int{},
-		Withdrawn:     m.withdrawn,
-		Throttled:     m.throttled,
-		ClientBudget:  m.clientBudget,
-		MaxDepth:      m.maxDepth,
-		Events:        m.events,
+		Scenario:       s.sc.Name,
+		Policy:         s.policy.Name,
+		Label:          s.policy.Label,
+		Load:           s.load,
+		Seed:           s.seed,
+		WindowSeconds:  s.window.Seconds(),
+		Capacity:       s.capacity,
+		Requests:       m.requests,
+		Attempts:       m.attempts,
+		OnTime:         m.onTime,
+		Late:           m.late,
+		Billed:         m.billedN,
+		Wasted:         m.wastedN,
+		BilledCost:     m.billedCost,
+		WastedCost:     m.wastedCost,
+		P50Ms:          ms(m.lat.quantile(0.50)),
+		P99Ms:          ms(m.lat.quantile(0.99)),
+		Refusals:       map[string]int{},
+		Withdrawn:      m.withdrawn,
+		Throttled:      m.throttled,
+		ClientBudget:   m.clientBudget,
+		MaxDepth:       m.maxDepth,
+		Paced:          m.paced,
+		DegradedByLoad: m.degradedByLoad,
+		Events:         m.events,
 
 		Retries:           m.retries,
 		UndeclaredRetries: m.undeclared,
@@ -414,11 +428,11 @@ func (m *metrics) result(e *engine) *Result {
 	}
 	for i := range m.classes {
 		if s.usesClass(i) {
-			r.Classes = append(r.Classes, m.classes[i].result(s.classes[i].Name))
+			r.Classes = append(r.Classes, m.classes[i].result(s.classes[i].Name, s.window))
 		}
 	}
 	for i := range m.sources {
-		r.Sources = append(r.Sources, m.sources[i].result(s.sources[i].name))
+		r.Sources = append(r.Sources, m.sources[i].result(s.sources[i].name, s.window))
 	}
 	r.Recovery = m.recovery()
 	r.Spend = m.spendResult(e)
@@ -431,16 +445,21 @@ func (m *metrics) result(e *engine) *Result {
 	return r
 }
 
-func (cm *classMetrics) result(name string) ClassResult {
+func (cm *classMetrics) result(name string, window time.Duration) ClassResult {
+	var good float64
+	if window > 0 {
+		good = float64(cm.inWindow) / window.Seconds()
+	}
 	return ClassResult{
-		Name:       name,
-		Requests:   cm.requests,
-		Attempts:   cm.attempts,
-		OnTime:     cm.onTime,
-		SuccessPct: 100 * ratio(cm.onTime, cm.requests),
-		P50Ms:      ms(cm.lat.quantile(0.50)),
-		P99Ms:      ms(cm.lat.quantile(0.99)),
-		Degraded:   cm.degraded,
+		GoodputPerSecond: good,
+		Name:             name,
+		Requests:         cm.requests,
+		Attempts:         cm.attempts,
+		OnTime:           cm.onTime,
+		SuccessPct:       100 * ratio(cm.onTime, cm.requests),
+		P50Ms:            ms(cm.lat.quantile(0.50)),
+		P99Ms:            ms(cm.lat.quantile(0.99)),
+		Degraded:         cm.degraded,
 	}
 }
 

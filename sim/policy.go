@@ -45,6 +45,7 @@ type gateOptions struct {
 	priority    bool // classes ranked; otherwise every request ranks the same
 	retryBudget bool // per-tenant and global retry budgets before the gate
 	spend       bool // the spend limiter between the retry budgets and the gate
+	pools       bool // the route stage: a pool (a gate) per model
 }
 
 // SpendLimiter reports whether the policy runs the spend limiter, and so
@@ -74,6 +75,13 @@ var policies = []Policy{
 	// needs prices, so only scenarios with a spend section run it.
 	{Name: "spend", Label: "+ spend limiter", Sluice: true,
 		gate: gateOptions{estimator: admission.ByMean, expiry: true, lifo: true, priority: true, retryBudget: true, spend: true}},
+	// Full sluice with the route stage: a pool per model of the upstream,
+	// each with its own gate of the model's concurrency, paced on its rpm
+	// and tpm, degrading under load when sluice.degrade says. It needs a
+	// concurrency on every model (upstream.models), so only scenarios with
+	// one run it.
+	{Name: "pools", Label: "+ pools per model", Sluice: true,
+		gate: gateOptions{estimator: admission.ByMean, expiry: true, lifo: true, priority: true, retryBudget: true, pools: true}},
 }
 
 // PolicyNames lists every policy, in ladder order; a scenario without a
@@ -90,11 +98,12 @@ func PolicyNames() []string {
 func Policies() []Policy { return slices.Clone(policies) }
 
 // PolicyNames lists the policies a scenario runs when it names none: every
-// policy, but the spend limiter's only with a spend section.
+// policy, but the spend limiter's only with a spend section, and pools only
+// with a concurrency on every model and no replicas.
 func (s *Scenario) PolicyNames() []string {
 	var out []string
 	for _, p := range policies {
-		if !p.gate.spend || s.Spend != nil {
+		if (!p.gate.spend || s.Spend != nil) && (!p.gate.pools || (s.Upstream.HasPools() && s.Replicas == nil)) {
 			out = append(out, p.Name)
 		}
 	}

@@ -56,9 +56,21 @@ func newSampler(s Service, steps []resolvedStep) *sampler {
 }
 
 // factor is the step factor in force at t.
-func (s *sampler) factor(t time.Duration) float64 {
+func (s *sampler) factor(t time.Duration) float64 { return stepFactor(s.steps, t) }
+
+// factorFor is the factor on the service time of a call to model m that
+// starts at t: the model's own, and its steps'.
+func (m *modelInfo) factorFor(t time.Duration) float64 {
+	if len(m.steps) == 0 {
+		return m.factor
+	}
+	return m.factor * stepFactor(m.steps, t)
+}
+
+// stepFactor is the factor of the steps (sorted by at) in force at t.
+func stepFactor(steps []resolvedStep, t time.Duration) float64 {
 	f := 1.0
-	for _, st := range s.steps {
+	for _, st := range steps {
 		if st.at > t {
 			break
 		}

@@ -176,3 +176,7 @@ func (rs *replicaServer) result(now time.Duration) *ProviderResult {
 	}
 	return r
 }
+
+// pace is never asked for: replicas run no pools (the policy pools is not
+// run with replicas).
+func (rs *replicaServer) pace(time.Duration) {}

@@ -101,8 +101,10 @@ type Upstream struct {
 	// Service is the service-time distribution (service). Required.
 	Service Service
 	// Steps change the service time mid-run (steps): from At on, every
-	// call that starts is Factor times slower. Later steps replace earlier
-	// ones. Empty means none.
+	// call that starts is Factor times slower — every call, or only the
+	// calls to Step.Model when it names one. Later steps replace earlier
+	// ones of the same reach; a model's own steps multiply the upstream's.
+	// Empty means none.
 	Steps []Step
 	// CostPerCall is the price of one billed call, in dollars
 	// (cost_per_call). Zero means calls are counted but not priced. It
@@ -125,6 +127,21 @@ type Model struct {
 	// (service_factor), e.g. 0.5 for a model twice as fast. Required,
 	// positive.
 	ServiceFactor float64
+	// Concurrency is how many calls to this model the upstream serves at
+	// once (concurrency), in slots of the model's own: a call sent when
+	// they are all busy waits at the provider, first come first served,
+	// and its wait counts in the service time the gateway sees. Zero
+	// means the model shares the upstream's concurrency, as without
+	// models (the policies' slots are then the only limit). The policy
+	// pools gives every model a pool of this many slots, so it needs it
+	// on every model.
+	Concurrency int
+	// RPM and TPM are the provider's requests and tokens per minute for
+	// this model (rpm, tpm), which the policy pools paces its calls on
+	// (chain.PoolConfig.RPM and TPM): a call is charged its
+	// input_tokens plus max_tokens. The simulated provider does not
+	// enforce them itself. Zero means none.
+	RPM, TPM int64
 }
 
 // Service is a service-time distribution: exactly one of Lognormal and
@@ -170,6 +187,9 @@ type Step struct {
 	// Factor multiplies the base value from At on (factor). Required,
 	// positive for service times, non-negative for rates.
 	Factor float64
+	// Model, in an upstream step only, limits the step to the calls to
+	// one model of upstream.models (model). Empty means every call.
+	Model string
 }
 
 // Burst multiplies a source's arrival rate for a while.
@@ -297,7 +317,8 @@ type Source struct {
 	// the spend limiter reserves for. Zero input means a prompt of unknown
 	// size, zero max_tokens none sent (the limiter then reserves the
 	// model's observed mean output). OutputTokens must not exceed a
-	// non-zero MaxTokens. Ignored without a spend section.
+	// non-zero MaxTokens. Ignored without a spend section, except by the
+	// policy pools, which charges them against a model's tpm.
 	InputTokens, OutputTokens, MaxTokens int64
 	// Headers says whether the callers declare their retries (headers):
 	// "attempt" sends the attempt number, as X-Sluice-Attempt or the
@@ -355,6 +376,21 @@ type SluiceConfig struct {
 	// header, as the gateway's retries.recognise (recognise), in the
 	// policies with retry budgets. Zero fields take the defaults.
 	Recognise RecogniseConfig
+	// Degrade lets the route stage of the policy pools send a call one
+	// rung down a ladder when its model's pool cannot serve it in time
+	// (degrade), as the gateway's degrade under load. Nil means never.
+	Degrade *DegradeConfig
+}
+
+// DegradeConfig is degrading under load (sluice.degrade):
+// chain.RoutingConfig's Ladder and DegradeClasses.
+type DegradeConfig struct {
+	// Ladder maps a model to the cheaper model its calls may be sent to
+	// (ladder); both must be in upstream.models. Required.
+	Ladder map[string]string
+	// Classes are the classes whose calls may be degraded (classes).
+	// Required: at least one class of the scenario.
+	Classes []string
 }
 
 // RecogniseConfig is the gateway's retries.recognise (sluice.recognise).
@@ -461,6 +497,7 @@ const (
 	maxAttempts    = 20
 	maxDuration    = 24 * time.Hour
 	maxTokens      = 10_000_000
+	maxLimit       = 1 << 40 // requests or tokens per minute
 )
 
 // Validate reports the first invalid field as a *FieldError, or as the
@@ -587,6 +624,41 @@ func (s *Scenario) Validate() error {
 			return ferr("sluice.recognise.max_entries", "want 1 to %d (or disabled: true), got %d", chain.MaxRecogniseEntries, *n)
 		}
 	}
+	if d := sl.Degrade; d != nil {
+		if len(d.Ladder) == 0 {
+			return ferr("sluice.degrade.ladder", "required: a mapping of model to cheaper model")
+		}
+		for _, from := range slices.Sorted(maps.Keys(d.Ladder)) {
+			to := d.Ladder[from]
+			p := "sluice.degrade.ladder." + from
+			if _, ok := s.Upstream.Models[from]; !ok {
+				return ferr(p, "model %q is not in upstream.models", from)
+			}
+			if _, ok := s.Upstream.Models[to]; !ok {
+				return ferr(p, "model %q is not in upstream.models", to)
+			}
+			if to == from {
+				return ferr(p, "a model cannot be degraded to itself")
+			}
+		}
+		for _, from := range slices.Sorted(maps.Keys(d.Ladder)) {
+			seen := map[string]bool{from: true}
+			for m, ok := d.Ladder[from]; ok; m, ok = d.Ladder[m] {
+				if seen[m] {
+					return ferr("sluice.degrade.ladder."+from, "the ladder loops back to %q", m)
+				}
+				seen[m] = true
+			}
+		}
+		if len(d.Classes) == 0 {
+			return ferr("sluice.degrade.classes", "required: the classes whose calls may be degraded")
+		}
+		for i, c := range d.Classes {
+			if !names[c] {
+				return ferr(fmt.Sprintf("sluice.degrade.classes[%d]", i), "unknown class %q (define it under classes)", c)
+			}
+		}
+	}
 	if ts := s.Timeseries; ts != nil {
 		if ts.Load < 0 || ts.Load > maxLoad || math.IsNaN(ts.Load) {
 			return ferr("timeseries.load", "want 0 (for 1) to %g, got %v", maxLoad, ts.Load)
@@ -617,6 +689,12 @@ func (s *Scenario) checkPolicy(field, policy string) error {
 	}
 	if p.gate.spend && s.Spend == nil {
 		return ferr(field, "policy %q runs the spend limiter: the scenario needs a spend section", policy)
+	}
+	if p.gate.pools && !s.Upstream.HasPools() {
+		return ferr(field, "policy %q runs a pool per model: every model of upstream.models needs a concurrency", policy)
+	}
+	if p.gate.pools && s.Replicas != nil {
+		return ferr(field, "policy %q is not run with a replicas section", policy)
 	}
 	return nil
 }
@@ -653,6 +731,9 @@ func (u *Upstream) validate() error {
 		if !(st.Factor > 0 && st.Factor <= maxFactor) {
 			return ferr(f+".factor", "want a service-time factor in (0, %g], got %v", maxFactor, st.Factor)
 		}
+		if _, ok := u.Models[st.Model]; st.Model != "" && !ok {
+			return ferr(f+".model", "model %q is not in upstream.models", st.Model)
+		}
 	}
 	if c := u.CostPerCall; !(c >= 0) || math.IsInf(c, 0) {
 		return ferr("upstream.cost_per_call", "want a non-negative price, got %v", c)
@@ -661,11 +742,36 @@ func (u *Upstream) validate() error {
 		if name == "" {
 			return ferr("upstream.models", "a model name is empty")
 		}
-		if f := u.Models[name].ServiceFactor; !(f > 0 && f <= maxFactor) {
-			return ferr("upstream.models."+name+".service_factor", "want a service-time factor in (0, %g], got %v", maxFactor, f)
+		m := u.Models[name]
+		p := "upstream.models." + name
+		if f := m.ServiceFactor; !(f > 0 && f <= maxFactor) {
+			return ferr(p+".service_factor", "want a service-time factor in (0, %g], got %v", maxFactor, f)
+		}
+		if m.Concurrency < 0 || m.Concurrency > maxConcurrency {
+			return ferr(p+".concurrency", "want 0 (the upstream's, shared) to %d, got %d", maxConcurrency, m.Concurrency)
+		}
+		if m.RPM < 0 || m.RPM > maxLimit {
+			return ferr(p+".rpm", "want 0 (none) to %d requests per minute, got %d", int64(maxLimit), m.RPM)
+		}
+		if m.TPM < 0 || m.TPM > maxLimit {
+			return ferr(p+".tpm", "want 0 (none) to %d tokens per minute, got %d", int64(maxLimit), m.TPM)
 		}
 	}
 	return nil
+}
+
+// HasPools says whether every model of the upstream has a concurrency of
+// its own, as the policy pools needs.
+func (u *Upstream) HasPools() bool {
+	if len(u.Models) == 0 {
+		return false
+	}
+	for _, m := range u.Models {
+		if m.Concurrency == 0 {
+			return false
+		}
+	}
+	return true
 }
 
 func validPoint(field string, p TimePoint) error {

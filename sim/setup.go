@@ -2,12 +2,14 @@ package sim
 
 import (
 	"fmt"
+	"maps"
 	"math"
 	"math/rand/v2"
 	"slices"
 	"time"
 
 	"github.com/sluicehq/sluice/admission"
+	"github.com/sluicehq/sluice/chain"
 	"github.com/sluicehq/sluice/contract"
 	"github.com/sluicehq/sluice/retrybudget"
 	"github.com/sluicehq/sluice/spend"
@@ -34,13 +36,19 @@ type setup struct {
 	// completes its own; nil without one.
 	spend      *spend.Config
 	rateWindow time.Duration // spend's rate window
+	// models are the models calls are made to, by name.
+	models map[string]*modelInfo
 }
 
 // modelInfo is a model as the simulator runs it: the name the request
-// carries, and the factor on the service time drawn for a call.
+// carries, the factor on the service time drawn for a call, the steps of
+// its own (upstream.steps[].model), and the provider's slots when it has
+// a concurrency of its own.
 type modelInfo struct {
 	name   string
 	factor float64
+	steps  []resolvedStep // sorted by at
+	slots  int            // zero: the upstream's, shared
 }
 
 // source is a traffic source, resolved.
@@ -55,8 +63,9 @@ type source struct {
 	cost           float64 // of one call, in dollars
 	tenant         int
 	model          *modelInfo
-	rung           *modelInfo // the ladder's next rung below model, or nil
-	rungCost       float64    // of one call degraded to rung
+	rung           *modelInfo         // the ladder's next rung below model, or nil
+	rungCost       float64            // of one call degraded to rung
+	costs          map[string]float64 // of one call to each model, for calls the route stage degrades
 	usage          contract.Usage
 	maxTokens      int64
 	undeclared     bool              // its callers send no retry header (Source.Headers none)
@@ -102,6 +111,12 @@ func newSetup(sc *Scenario, policy string, load float64, opt Options) (*setup, e
 	}
 	if p.gate.spend && sc.Spend == nil {
 		return nil, fmt.Errorf("policy %s runs the spend limiter: scenario %s has no spend section", policy, sc.Name)
+	}
+	if p.gate.pools && !sc.Upstream.HasPools() {
+		return nil, fmt.Errorf("policy %s runs a pool per model: scenario %s needs a concurrency on every model of upstream.models", policy, sc.Name)
+	}
+	if p.gate.pools && sc.Replicas != nil {
+		return nil, fmt.Errorf("policy %s is not run with replicas (scenario %s has a replicas section)", policy, sc.Name)
 	}
 	if !(load > 0) || load > maxLoad || math.IsInf(load, 0) {
 		return nil, fmt.Errorf("load: want a factor in (0, %g], got %v", maxLoad, load)
@@ -152,16 +167,21 @@ func newSetup(sc *Scenario, policy string, load float64, opt Options) (*setup, e
 		}
 	}
 	models := map[string]*modelInfo{}
+	s.models = models
 	model := func(name string) *modelInfo {
 		m := models[name]
 		if m == nil {
 			m = &modelInfo{name: name, factor: 1}
 			if md, ok := sc.Upstream.Models[name]; ok {
 				m.factor = md.ServiceFactor
+				m.slots = md.Concurrency
 			}
 			models[name] = m
 		}
 		return m
+	}
+	for _, name := range slices.Sorted(maps.Keys(sc.Upstream.Models)) {
+		model(name)
 	}
 
 	requests := sc.Requests
@@ -209,6 +229,15 @@ func newSetup(sc *Scenario, policy string, load float64, opt Options) (*setup, e
 			r.cost = sc.Upstream.CostPerCall
 		}
 		r.model = model(src.Model)
+		r.costs = map[string]float64{}
+		for name := range models {
+			r.costs[name] = r.cost
+			if pricer != nil {
+				if c, err := pricer.Cost(name, r.usage); err == nil {
+					r.costs[name] = c
+				}
+			}
+		}
 		r.usage = contract.Usage{Input: src.InputTokens, Output: src.OutputTokens}
 		r.maxTokens = src.MaxTokens
 		if pricer != nil {
@@ -252,9 +281,19 @@ func newSetup(sc *Scenario, policy string, load float64, opt Options) (*setup, e
 	}
 	var steps []resolvedStep
 	for _, st := range sc.Upstream.Steps {
-		steps = append(steps, resolvedStep{at: st.At.Resolve(window), factor: st.Factor})
+		rs := resolvedStep{at: st.At.Resolve(window), factor: st.Factor}
+		if st.Model != "" {
+			m := models[st.Model]
+			m.steps = append(m.steps, rs)
+			continue
+		}
+		steps = append(steps, rs)
 	}
-	slices.SortStableFunc(steps, func(a, b resolvedStep) int { return cmpDur(a.at, b.at) })
+	byAt := func(a, b resolvedStep) int { return cmpDur(a.at, b.at) }
+	slices.SortStableFunc(steps, byAt)
+	for _, m := range models {
+		slices.SortStableFunc(m.steps, byAt)
+	}
 	s.sampler = newSampler(sc.Upstream.Service, steps)
 
 	// Every caller has stopped listening once its last possible attempt has
@@ -447,10 +486,17 @@ func ranksOf(classes []Class, priority bool) *admission.Ranks {
 
 // coreConfig is the admission configuration of a sluice policy.
 func (s *setup) coreConfig() admission.Config {
+	return s.coreConfigFor(s.sc.Upstream.Concurrency, s.mean)
+}
+
+// coreConfigFor is the admission configuration of a sluice policy's gate
+// of concurrency slots, for calls whose mean service time is mean (an
+// operator's starting guess when sluice.initial_service_time is unset).
+func (s *setup) coreConfigFor(concurrency int, mean time.Duration) admission.Config {
 	g := s.policy.gate
 	sl := s.sc.Sluice
 	cfg := admission.Config{
-		Concurrency:        s.sc.Upstream.Concurrency,
+		Concurrency:        concurrency,
 		MaxQueue:           sl.MaxQueue,
 		MaxQueuePerTenant:  sl.MaxQueuePerTenant,
 		Ranks:              s.ranks(g.priority),
@@ -475,9 +521,45 @@ func (s *setup) coreConfig() admission.Config {
 		}
 	}
 	if cfg.InitialServiceTime == 0 {
-		cfg.InitialServiceTime = s.mean
+		cfg.InitialServiceTime = mean
 	}
 	return cfg
+}
+
+// modelOf is the model name as the simulator runs it, and what a call of
+// source src costs on it; false when the upstream has no such model.
+func (s *setup) modelOf(src *source, name string) (*modelInfo, float64, bool) {
+	m, ok := s.models[name]
+	if !ok {
+		return nil, 0, false
+	}
+	return m, src.costs[name], true
+}
+
+// routingConfig is the route stage of the policy pools: a pool per model
+// of the upstream — deployment "upstream", the model's name, a gate of the
+// model's concurrency, its rpm and tpm — each model routed to its own, and
+// sluice.degrade's ladder and classes.
+func (s *setup) routingConfig() *chain.RoutingConfig {
+	rc := &chain.RoutingConfig{Routes: map[string][]string{}}
+	for _, name := range slices.Sorted(maps.Keys(s.sc.Upstream.Models)) {
+		md := s.sc.Upstream.Models[name]
+		pool := "upstream/" + name
+		rc.Pools = append(rc.Pools, chain.PoolConfig{
+			Name:       pool,
+			Deployment: "upstream",
+			Model:      name,
+			Admission:  s.coreConfigFor(md.Concurrency, time.Duration(float64(s.mean)*md.ServiceFactor)),
+			RPM:        md.RPM,
+			TPM:        md.TPM,
+		})
+		rc.Routes[name] = []string{pool}
+	}
+	if d := s.sc.Sluice.Degrade; d != nil {
+		rc.Ladder = maps.Clone(d.Ladder)
+		rc.DegradeClasses = slices.Clone(d.Classes)
+	}
+	return rc
 }
 
 func (b BudgetConfig) config() (retrybudget.Config, error) {

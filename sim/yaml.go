@@ -85,13 +85,16 @@ func decodeScenario(n *yaml.Node, s *Scenario) error {
 			return mapping(v, p, map[string]fieldFunc{
 				"concurrency":   intField(&s.Upstream.Concurrency),
 				"cost_per_call": float(&s.Upstream.CostPerCall),
-				"steps":         steps(&s.Upstream.Steps),
+				"steps":         upstreamSteps(&s.Upstream.Steps),
 				"models": func(v *yaml.Node, p string) error {
 					s.Upstream.Models = map[string]Model{}
 					return keyed(v, p, func(name string, v *yaml.Node, p string) error {
 						var m Model
 						err := mapping(v, p, map[string]fieldFunc{
 							"service_factor": float(&m.ServiceFactor),
+							"concurrency":    intField(&m.Concurrency),
+							"rpm":            int64Field(&m.RPM),
+							"tpm":            int64Field(&m.TPM),
 						})
 						s.Upstream.Models[name] = m
 						return err
@@ -200,6 +203,22 @@ func decodeScenario(n *yaml.Node, s *Scenario) error {
 						"max_tokens":     float(&rb.MaxTokens),
 					})
 				},
+				"degrade": func(v *yaml.Node, p string) error {
+					d := &DegradeConfig{}
+					sl.Degrade = d
+					return mapping(v, p, map[string]fieldFunc{
+						"ladder": func(v *yaml.Node, p string) error {
+							d.Ladder = map[string]string{}
+							return keyed(v, p, func(name string, v *yaml.Node, p string) error {
+								var to string
+								err := str(&to)(v, p)
+								d.Ladder[name] = to
+								return err
+							})
+						},
+						"classes": strs(&d.Classes),
+					})
+				},
 				"recognise": func(v *yaml.Node, p string) error {
 					rc := &sl.Recognise
 					return mapping(v, p, map[string]fieldFunc{
@@ -234,6 +253,20 @@ func decodeScenario(n *yaml.Node, s *Scenario) error {
 				"bucket":   duration(&ts.Bucket),
 			})
 		},
+	})
+}
+
+// upstreamSteps are service-time steps, which may name a model.
+func upstreamSteps(dst *[]Step) fieldFunc {
+	return sequence(func(v *yaml.Node, p string) error {
+		var st Step
+		err := mapping(v, p, map[string]fieldFunc{
+			"at":     timePoint(&st.At),
+			"factor": float(&st.Factor),
+			"model":  str(&st.Model),
+		})
+		*dst = append(*dst, st)
+		return err
 	})
 }
 

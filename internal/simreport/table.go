@@ -31,6 +31,11 @@ func header(sw *sim.Sweep, withLoad bool) []string {
 		h = append(h, "success "+src+" %")
 	}
 	h = append(h, "waste % billed", "p50 s", "p99 s", "attempts/req")
+	if perSource(sw) {
+		for _, src := range sourceNames(sw) {
+			h = append(h, "goodput "+src+" /s", "p99 "+src+" s")
+		}
+	}
 	if hasCost(sw) {
 		h = append(h, "billed $/h")
 	}
@@ -44,6 +49,18 @@ func header(sw *sim.Sweep, withLoad bool) []string {
 		h = append(h, "retries recognised %", "retries % billed")
 	}
 	return h
+}
+
+// perSource says whether the table shows each source's goodput and p99:
+// when the upstream's models have slots of their own, whose sources fare
+// apart.
+func perSource(sw *sim.Sweep) bool {
+	for _, m := range sw.Scenario.Upstream.Models {
+		if m.Concurrency > 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // headerless says whether some of the scenario's callers retry without a
@@ -98,6 +115,11 @@ func row(sw *sim.Sweep, r *sim.Result, withLoad bool) []string {
 		c = append(c, fmt.Sprintf("%.1f", s.SuccessPct))
 	}
 	c = append(c, fmt.Sprintf("%.2f", r.WastePct), seconds(r.P50Ms), seconds(r.P99Ms), fmt.Sprintf("%.2f", r.AttemptsPerRequest))
+	if perSource(sw) {
+		for _, s := range r.Sources {
+			c = append(c, fmt.Sprintf("%.1f", s.GoodputPerSecond), seconds(s.P99Ms))
+		}
+	}
 	if hasCost(sw) {
 		c = append(c, fmt.Sprintf("%.0f", r.BilledCost/(r.WindowSeconds/3600)))
 	}
