@@ -74,6 +74,10 @@ type Decision struct {
 	// ServiceP50 and ServiceP95 are the service-time statistics of the
 	// request's key the decision used; the p95 is its expected service time.
 	ServiceP50, ServiceP95 time.Duration
+	// Overloaded says, in an Estimate, that the queue the request would
+	// join is serving newest-first: under sustained overload the request
+	// may be left behind by later arrivals whatever its estimated wait.
+	Overloaded bool
 }
 
 // Rejection returns the decision as an error value, or nil unless rejected.
@@ -736,6 +740,9 @@ func (c *Core) Estimate(now time.Time, req Request) (Decision, error) {
 		ts = c.newTenant(req.Tenant)
 	}
 	d := c.decide(now, &req, rank, ts, cost)
+	if tq := c.levels[rank].queues[req.Tenant]; tq != nil && tq.lifo {
+		d.Overloaded = true
+	}
 	if d.Verdict == Queued {
 		switch {
 		case ts.maxQueue > 0 && ts.queued >= ts.maxQueue,

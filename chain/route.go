@@ -372,16 +372,20 @@ func soonest(c choice) time.Duration {
 
 const maxWait = time.Duration(1 << 61)
 
-// late says a call that fits would still wait more than half its time
-// budget: past that point its queue turns newest-first under overload
-// (admission's LIFO target is half the oldest call's budget), and a call
-// that waited that long is the one left behind and dropped at its deadline.
-// A call that may be degraded is better sent one rung down at once.
+// late says a call that fits may still not be served in time: it would
+// join a queue serving newest-first under overload, where later arrivals
+// leave it behind whatever its estimated wait, or wait more than half its
+// time budget, past which its queue turns newest-first (admission's LIFO
+// target is half the oldest call's budget). A call that may be degraded is
+// better sent one rung down at once.
 func (c choice) late(now time.Time, r *Request) bool {
-	if r.Deadline.IsZero() {
-		return false
+	if c.wait+c.d.EstimatedWait == 0 {
+		return false // started at once
 	}
-	return c.wait+c.d.EstimatedWait > r.Deadline.Sub(now)/2
+	if c.d.Overloaded {
+		return true
+	}
+	return !r.Deadline.IsZero() && c.wait+c.d.EstimatedWait > r.Deadline.Sub(now)/2
 }
 
 // mayDegrade says whether the call may be sent down the ladder under load.
