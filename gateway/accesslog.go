@@ -233,7 +233,11 @@ func (g *Gateway) end(x *exchange) {
 		if cost, ok := g.cost(c); ok {
 			a = append(a, slog.Float64("cost_usd", cost))
 		}
-		a = append(a, slog.String("outcome", c.outcome.Result.String()), slog.Int("upstream_attempts", c.attempts))
+		a = append(a, slog.String("outcome", c.outcome.Result.String()), slog.Int("upstream_attempts", c.attempts),
+			slog.String("upstream", g.deploymentOf(c).name))
+		if by := c.permit.Request().DegradedBy; by != "" {
+			a = append(a, slog.String("degraded_by", by))
+		}
 		if c.upstreamID != "" {
 			a = append(a, slog.String("upstream_request_id", c.upstreamID))
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -139,6 +140,8 @@ func TestUpstreamsFailoverAndProbe(t *testing.T) {
 	}
 	opts := testOptions()
 	opts.Transport = tr
+	var logs logBuffer
+	opts.Logger = slog.New(slog.NewJSONHandler(&logs, nil))
 	g, err := New(upstreamsConfig("http://"+eastAddr, west.URL, claude.URL), opts)
 	if err != nil {
 		t.Fatal(err)
@@ -146,16 +149,23 @@ func TestUpstreamsFailoverAndProbe(t *testing.T) {
 	gw := httptest.NewServer(g)
 	t.Cleanup(gw.Close)
 	start := time.Now()
+	var resp0 *http.Response
 	for i := range 20 {
 		_, resp, err := chatTo(t, gw.URL, "gpt-4o-mini")
 		if err != nil {
 			t.Fatalf("call %d: %v", i, err)
+		}
+		if i == 0 {
+			resp0 = resp
 		}
 		if got := resp.Header.Get(contract.HeaderUpstream); got != "west" {
 			t.Fatalf("call %d answered by %q, want west", i, got)
 		}
 	}
 	elapsed := time.Since(start)
+	if l := logs.line(t, resp0.Header.Get(contract.HeaderRequestID)); l["upstream"] != "west" || l["upstream_attempts"] != 2.0 {
+		t.Fatalf("the access log of the first call: upstream %v after %v attempts, want west after 2", l["upstream"], l["upstream_attempts"])
+	}
 	// The first call, then one probe per elapsed second at most.
 	if n, most := refused.Load(), 1+int64(elapsed/time.Second); n < 1 || n > most {
 		t.Fatalf("east was tried %d times in %v, want at most %d", n, elapsed, most)

@@ -68,6 +68,8 @@ const (
 	attrQueueMs     = attribute.Key("sluice.queue_ms")
 	attrCost        = attribute.Key("sluice.cost_usd")
 	attrDegraded    = attribute.Key("sluice.degraded")
+	attrDegradedBy  = attribute.Key("sluice.degraded_by")
+	attrDeployment  = attribute.Key("sluice.upstream")
 	attrUpstreamTry = attribute.Key("sluice.upstream.attempt")
 	attrUpstreamID  = attribute.Key("sluice.upstream.request_id")
 	attrOutcome     = attribute.Key("sluice.outcome")
@@ -131,7 +133,8 @@ func (g *Gateway) endServerSpan(x *exchange) {
 		attrs = append(attrs, attrErrorCode.String(x.code))
 	}
 	if c := x.call; c != nil {
-		attrs = append(attrs, attrModel.String(c.model), attrQueueMs.Float64(ms(c.queue)), attrOutcome.String(c.outcome.Result.String()))
+		attrs = append(attrs, attrModel.String(c.model), attrQueueMs.Float64(ms(c.queue)), attrOutcome.String(c.outcome.Result.String()),
+			attrDeployment.String(g.deploymentOf(c).name))
 		if c.outcome.UsageKnown {
 			attrs = append(attrs, attrTokensIn.Int64(c.outcome.Usage.Input), attrTokensOut.Int64(c.outcome.Usage.Output))
 		}
@@ -177,7 +180,7 @@ func (g *Gateway) acquire(ctx context.Context, req chain.Request) (*chain.Permit
 		a := p.Request()
 		sp.SetAttributes(attrClass.String(a.Class), attrQueueMs.Float64(ms(p.QueueTime())))
 		if a.Degraded {
-			sp.SetAttributes(attrDegraded.Bool(true), attrModel.String(a.Model))
+			sp.SetAttributes(attrDegraded.Bool(true), attrDegradedBy.String(a.DegradedBy), attrModel.String(a.Model))
 		}
 	case errors.As(err, &rej):
 		sp.SetAttributes(attrReason.String(rej.Reason.String()))
