@@ -41,9 +41,12 @@
 // [HeaderEstimatedWaitMs], and an [ErrorBody] that repeats the reason, the
 // estimated wait and the retry delay.
 //
-// Some of these the gateway does not handle yet: it neither reads
-// HeaderDegrade nor sends HeaderUpstream. They are declared here so that the
-// contract is written down in one place before its parts are built.
+// [HeaderUpstream] names the deployment that answered (upstreams[].name;
+// "default" for a gateway with one upstream); after a failover it is the
+// deployment the call moved to. [HeaderModel] is the model the call was
+// sent with: the one asked, the deployment's name for an alias, or the rung
+// it was degraded to, for spend or under load. [HeaderDegrade] takes only
+// [DegradeAllow]; any other value is a 400 naming the header.
 //
 // # Rejections
 //
