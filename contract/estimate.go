@@ -54,4 +54,8 @@ type Estimate struct {
 	// would be degraded to (what X-Sluice-Model would say); omitted when
 	// it would not be.
 	ModelCalled string `json:"model_called,omitempty"`
+	// Upstream is the deployment the request would be sent to, with
+	// several deployments (what X-Sluice-Upstream would say); omitted with
+	// one.
+	Upstream string `json:"upstream,omitempty"`
 }

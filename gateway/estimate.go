@@ -17,7 +17,8 @@ import (
 
 // estimateHeaders are the estimate's query parameters that stand for
 // request headers, and the headers.
-var estimateHeaders = map[string]string{"priority": contract.HeaderPriority, "timeout_ms": contract.HeaderTimeoutMs, "attempt": contract.HeaderAttempt}
+var estimateHeaders = map[string]string{"priority": contract.HeaderPriority, "timeout_ms": contract.HeaderTimeoutMs, "attempt": contract.HeaderAttempt,
+	"degrade": contract.HeaderDegrade}
 
 // digits says s is plain decimal digits.
 func digits(s string) bool {
@@ -86,7 +87,7 @@ func (g *Gateway) serveEstimate(w http.ResponseWriter, r *http.Request, global b
 	// and the gate, taking nothing.
 	model := q.Get("model")
 	req := chain.Request{Tenant: tenant, Tier: tier, Class: hdr.class, Attempt: hdr.attempt,
-		Deadline: time.Now().Add(hdr.timeout), Model: model}
+		Deadline: time.Now().Add(hdr.timeout), Model: model, AllowDegrade: hdr.degrade}
 	for _, f := range []struct {
 		param string
 		dst   *int64
@@ -106,7 +107,10 @@ func (g *Gateway) serveEstimate(w http.ResponseWriter, r *http.Request, global b
 	e, err := g.chain.Estimate(req)
 	if err != nil {
 		var classErr *chain.ClassError
+		var unknownModel *chain.UnknownModelError
 		switch {
+		case errors.As(err, &unknownModel):
+			g.badInput(w, &badRequest{status: http.StatusNotFound, code: "model_not_found", msg: "model: " + unknownModel.Error()})
 		case errors.As(err, &classErr):
 			g.badInput(w, &badRequest{status: http.StatusForbidden, code: "class_not_allowed",
 				msg: fmt.Sprintf("priority: tenant %s may not use class %s (allowed: %s)", tenant, echo(classErr.Class), strings.Join(classErr.Allowed, ", "))})
@@ -119,7 +123,11 @@ func (g *Gateway) serveEstimate(w http.ResponseWriter, r *http.Request, global b
 		return
 	}
 	d := e.Decision
-	st := g.gate.Stats()
+	gate := g.gate
+	if g.pools != nil {
+		gate = g.pools[e.Request.Pool].info.Gate // the pool the call would go to
+	}
+	st := gate.Stats()
 	est := contract.Estimate{
 		Priority:        e.Request.Class,
 		Rank:            d.Rank,
@@ -132,6 +140,9 @@ func (g *Gateway) serveEstimate(w http.ResponseWriter, r *http.Request, global b
 	}
 	if e.Request.Degraded {
 		est.ModelCalled = e.Request.Model
+	}
+	if g.pools != nil {
+		est.Upstream = e.Request.Upstream
 	}
 	if global {
 		est.QueueDepth, est.InFlight, est.Concurrency, est.Mode = &st.Queued, &st.InFlight, &st.Concurrency, st.Mode.String()

@@ -206,3 +206,31 @@ func TestDegradeHeaderValue(t *testing.T) {
 		t.Fatalf("X-Sluice-Degrade: yes → %d %s, want 400 naming the header", resp.StatusCode, b)
 	}
 }
+
+// The estimate endpoint answers for the pool the call would go to: the
+// deployment, and a 404 naming a model no deployment serves.
+func TestEstimateNamesTheDeployment(t *testing.T) {
+	_, east := startMock(t, mockllm.Config{Slots: 4})
+	_, west := startMock(t, mockllm.Config{Slots: 4})
+	_, gw := startGateway(t, upstreamsConfig(east.URL, west.URL, east.URL))
+	get := func(q string) (*http.Response, contract.Estimate) {
+		t.Helper()
+		resp, err := http.Get(gw.URL + contract.EstimatePath + "?" + q)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var e contract.Estimate
+		if resp.StatusCode == http.StatusOK {
+			decodeJSON(t, resp, &e)
+		} else {
+			resp.Body.Close()
+		}
+		return resp, e
+	}
+	if resp, e := get("model=mini"); resp.StatusCode != http.StatusOK || e.Upstream != "west" || !e.Admit {
+		t.Fatalf("estimate for mini: %d %+v, want admitted at west", resp.StatusCode, e)
+	}
+	if resp, _ := get("model=nope"); resp.StatusCode != http.StatusNotFound {
+		t.Fatalf("estimate for an unknown model: %d, want 404", resp.StatusCode)
+	}
+}
