@@ -166,3 +166,46 @@ func TestClusterLeaseShrinkLetsCallsFinish(t *testing.T) {
 		t.Errorf("the provider had %d calls at once, want ≤ 17", peak)
 	}
 }
+
+// TestClusterDividesThePools: with upstreams, two replicas on one Redis
+// each take half of every pool's concurrency and of its token bucket; when
+// one leaves, the other takes the whole again.
+func TestClusterDividesThePools(t *testing.T) {
+	rs := redistest.Start(t)
+	_, up := startMock(t, mockllm.Config{})
+	cfg := leasedConfig(t, up.URL, rs.URL())
+	cfg.Upstream, cfg.Admission.Concurrency = UpstreamConfig{}, 0
+	cfg.Upstreams = []DeploymentConfig{{Name: "east", URL: up.URL, Concurrency: 8,
+		Models: []ModelConfig{{Name: "gpt-4o-mini", TPM: 60000}, {Name: "gpt-4.1", Concurrency: 4}}}}
+	a, b := serve(t, cfg), serve(t, cfg)
+	pools := func(s *served) (mini, big int, tokens float64) {
+		st := s.g.State()
+		for _, p := range st.Pools {
+			switch p.Model {
+			case "gpt-4o-mini":
+				mini = p.Concurrency
+				if p.Tokens != nil {
+					tokens = *p.Tokens
+				}
+			case "gpt-4.1":
+				big = p.Concurrency
+			}
+		}
+		return mini, big, tokens
+	}
+	eventually(t, "each replica at half of each pool", func() bool {
+		for _, s := range []*served{a, b} {
+			if mini, big, tokens := pools(s); mini != 4 || big != 2 || tokens > 30000 {
+				return false
+			}
+		}
+		return true
+	})
+	if err := b.stop(); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the replica left alone takes the whole pools", func() bool {
+		mini, big, _ := pools(a)
+		return mini == 8 && big == 4
+	})
+}
