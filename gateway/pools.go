@@ -86,7 +86,10 @@ func (g *Gateway) replicas() int {
 	if c := g.books.cluster; c != nil {
 		c.mu.Lock()
 		defer c.mu.Unlock()
-		return max(1, c.hint, c.mu.known)
+		if c.mu.pools == 0 { // before the first renewal
+			return max(1, c.hint)
+		}
+		return c.mu.pools
 	}
 	return 1
 }
