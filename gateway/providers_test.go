@@ -3,6 +3,7 @@ package gateway
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"errors"
 	"log/slog"
 	"net"
@@ -232,5 +233,43 @@ func TestEstimateNamesTheDeployment(t *testing.T) {
 	}
 	if resp, _ := get("model=nope"); resp.StatusCode != http.StatusNotFound {
 		t.Fatalf("estimate for an unknown model: %d, want 404", resp.StatusCode)
+	}
+}
+
+// A pool with no tpm configured learns its deployment's limit from the
+// first answer's x-ratelimit headers, and paces from then on: with a
+// limit of 600 tokens a minute and calls of about 110, the seventh call
+// waits for its tokens instead of drawing the provider's 429.
+func TestPoolLearnsTheTokenLimitFromTheHeaders(t *testing.T) {
+	m, up := startMock(t, mockllm.Config{Slots: 8, Models: map[string]mockllm.ModelSpec{"gpt-4o-mini": {TPM: 600}}})
+	g, gw := startGateway(t, Config{Upstreams: []DeploymentConfig{{Name: "east", URL: up.URL, Concurrency: 4, Models: []ModelConfig{{Name: "gpt-4o-mini"}}}}})
+	if st := g.State(); st.Pools[0].Tokens != nil {
+		t.Fatalf("a bucket before any answer: %v", *st.Pools[0].Tokens)
+	}
+	body := func(i int) string { // distinct prompts: a copy of a failed call would be a retry
+		return fmt.Sprintf(`{"model":"gpt-4o-mini","messages":[{"role":"user","content":"%03d%s"}],"max_tokens":100}`, i, strings.Repeat("x", 37))
+	}
+	resp := post(t, t.Context(), gw.URL, body(0), map[string]string{contract.HeaderTimeoutMs: "1000"})
+	readAll(t, resp)
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("first call: %d", resp.StatusCode)
+	}
+	st := g.State()
+	if st.Pools[0].Tokens == nil || *st.Pools[0].Tokens > 600-100 {
+		t.Fatalf("after the first answer: tokens %v, want a learned bucket below 500", st.Pools[0].Tokens)
+	}
+	// The rest of the minute's tokens go in five calls; the next ones
+	// would need ~11 s of refill each, past their 1 s deadline: refused
+	// here, not by the provider.
+	var refused int
+	for i := range 8 {
+		resp := post(t, t.Context(), gw.URL, body(i+1), map[string]string{contract.HeaderTimeoutMs: "1000"})
+		readAll(t, resp)
+		if resp.StatusCode == http.StatusServiceUnavailable && resp.Header.Get(contract.HeaderReason) == "queue_wait" {
+			refused++
+		}
+	}
+	if n := m.Stats().RateLimited; n != 0 || refused == 0 {
+		t.Fatalf("the provider refused %d calls (want 0); the gateway refused %d for their tokens (want some)", n, refused)
 	}
 }
