@@ -39,8 +39,18 @@ func (b *bucket) setShare(now time.Time, share float64) {
 	b.level = math.Min(b.level, b.limit)
 }
 
-// rate is the refill in units per second.
+// rate is the refill in units per second (b.mu held).
 func (b *bucket) rate() float64 { return b.limit / 60 }
+
+// refill is how long the bucket takes to refill n units.
+func (b *bucket) refill(n float64) time.Duration {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.limit <= 0 {
+		return 0
+	}
+	return time.Duration(n / b.rate() * float64(time.Second))
+}
 
 // refillLocked brings the level to now.
 func (b *bucket) refillLocked(now time.Time) {

@@ -70,6 +70,20 @@ func (p *pool) charge(r *Request) float64 {
 	return float64(max(r.InputTokens, 0)) + out
 }
 
+// refill is how long the pool's buckets take to refill one call's worth
+// (tokens, and one request): the pace at which calls refused for them can
+// be admitted again, which the retry calendar spreads their retries by.
+func (p *pool) refill(tokens float64) time.Duration {
+	var d time.Duration
+	if b := p.tpm.Load(); b != nil {
+		d = b.refill(tokens)
+	}
+	if b := p.rpm.Load(); b != nil {
+		d = max(d, b.refill(1))
+	}
+	return d
+}
+
 // tokenWait is how long a call charged tokens must wait for the pool's
 // buckets at now, taking nothing.
 func (p *pool) tokenWait(now time.Time, tokens float64) time.Duration {
@@ -422,7 +436,7 @@ func (rt *router) route(now time.Time, r *Request) (choice, error) {
 		}
 		// Its gate would take it; its tokens could not be had in time.
 		return c, &admission.Rejection{Reason: admission.ReasonQueueWait, EstimatedWait: c.wait + c.d.EstimatedWait,
-			RetryAfter: c.wait, Rank: c.d.Rank}
+			RetryAfter: c.wait, Rank: c.d.Rank, Interval: c.p.refill(c.tokens)}
 	}
 	return c, nil
 }

@@ -1075,3 +1075,27 @@ func TestRouteDegradesRatherThanWaitHalfTheBudget(t *testing.T) {
 		t.Fatalf("batch call with 20s: %v, degraded %v; want queued at big (4s of wait is under half)", d.Verdict, r.Degraded)
 	}
 }
+
+// Calls refused together for their tokens are told times one refill of a
+// call apart — here 200 tokens at 100/s, 2s — not the gate's interval, so
+// that their retries come back at the rate the bucket admits them.
+func TestRouteTokenRefusalsSpreadByTheRefill(t *testing.T) {
+	c := routeCore(t, Config{Routing: tpmPool(100), RefusalSpread: time.Minute})
+	req := Request{Model: "m", InputTokens: 100, MaxOutputTokens: 100, Deadline: t0.Add(time.Second)}
+	for range 30 { // the bucket's 6000 tokens
+		arriveAt(t, c, t0, req)
+	}
+	var got []time.Duration
+	for range 3 {
+		d, _ := arriveAt(t, c, t0, req)
+		if d.Verdict != admission.Rejected || d.Rejection.Reason != admission.ReasonQueueWait {
+			t.Fatalf("past the bucket: %v %+v, want refused queue_wait", d.Verdict, d.Rejection)
+		}
+		got = append(got, d.Rejection.RetryAfter)
+	}
+	for i := 1; i < len(got); i++ {
+		if step := got[i] - got[i-1]; step != 2*time.Second {
+			t.Fatalf("Retry-After %v: steps of %v, want 2s (one call's refill)", got, step)
+		}
+	}
+}

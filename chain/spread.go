@@ -48,6 +48,7 @@ type spreadKey struct {
 	reason admission.Reason // zero for the gate's reasons, which share its slots
 	rank   int
 	tenant string // for the tenant's own limits
+	pool   int    // the gate's lines are per pool, with routing
 }
 
 // maxSpreadLines bounds the calendar: past it, the lines already in the
@@ -87,6 +88,8 @@ func keyOf(rej *admission.Rejection, r *Request, gate calendarGate) spreadKey {
 	k := spreadKey{rank: rej.Rank}
 	if rej.Reason == admission.ReasonSpendCeiling {
 		k.reason = rej.Reason
+	} else {
+		k.pool = r.Pool
 	}
 	retry := r.admission()
 	retry.Attempt++
