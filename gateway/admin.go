@@ -111,7 +111,7 @@ type TenantState struct {
 
 // State returns the gateway's state.
 func (g *Gateway) State() State {
-	st := g.gate.Stats()
+	st := g.stats()
 	s := State{
 		Time:        time.Now().UTC(),
 		Draining:    g.draining.Load(),
@@ -120,7 +120,7 @@ func (g *Gateway) State() State {
 		Concurrency: st.Concurrency,
 		InFlight:    st.InFlight,
 		Queued:      st.Queued,
-		MaxQueue:    g.gate.MaxQueue(), // the bound in force, which a reload may change
+		MaxQueue:    g.maxQueue(), // the bound in force, which a reload may change
 		Mode:        st.Mode.String(),
 		LIFOQueues:  st.LIFOQueues,
 		Service: ServiceState{P50Ms: st.ServiceP50.Milliseconds(), P95Ms: st.ServiceP95.Milliseconds(),
@@ -152,10 +152,9 @@ func (g *Gateway) State() State {
 		}
 		s.Pools = append(s.Pools, e)
 	}
-	for _, model := range g.gate.Keys() {
-		ks := g.gate.KeyStats(model)
+	g.serviceByKey(func(model string, ks admission.KeyStats) {
 		s.Models[model] = ServiceState{P50Ms: ks.P50.Milliseconds(), P95Ms: ks.P95.Milliseconds(), MeanMs: ks.Mean.Milliseconds(), Samples: ks.Samples}
-	}
+	})
 	for name, cl := range g.cfg.Classes {
 		rank, _ := g.gate.Rank(admissionRequest(name))
 		timeout := cl.DefaultTimeout.D()

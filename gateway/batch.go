@@ -248,7 +248,7 @@ func (g *Gateway) openBatch(getenv func(string) string) (*batchAPI, error) {
 	// written — the slots as they are now, moved by a reload or the
 	// cluster's lease.
 	b.exec = batch.NewExecutor(batch.ExecutorConfig{Store: js, Doer: b, Owner: owner, Lease: lease, MaxWaiting: cfg.MaxWaiting,
-		MaxRunningFunc: func() int { return g.gate.Stats().Concurrency + cfg.MaxWaiting },
+		MaxRunningFunc: func() int { return g.stats().Concurrency + cfg.MaxWaiting },
 		Grace:          g.cfg.ShutdownGrace.D(), Log: g.log})
 	g.metrics.reg.MustRegister(batchCollector{b})
 	return b, nil
@@ -314,7 +314,7 @@ func (g *Gateway) RunBatch(ctx context.Context) error {
 // Waiting is the items (with speculative work) waiting in the gate at the
 // batch class's rank.
 func (b *batchAPI) Waiting() int {
-	st := b.g.gate.Stats()
+	st := b.g.stats()
 	if b.rank < len(st.Depth) {
 		return st.Depth[b.rank]
 	}
@@ -817,7 +817,7 @@ func (b *batchAPI) backlogFull(w http.ResponseWriter, field string, have, add, b
 func (b *batchAPI) estimate(backlog, n int) (est time.Duration, rate float64, ok bool) {
 	rate, ok = b.exec.Rate()
 	if !ok || backlog == 0 {
-		st := b.g.gate.Stats()
+		st := b.g.stats()
 		if st.ServiceMean <= 0 {
 			return 0, 0, false
 		}

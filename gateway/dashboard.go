@@ -216,7 +216,7 @@ func (g *Gateway) startDashboard() (stop func()) {
 // subscribers. Not safe for concurrent use: one goroutine samples.
 func (s *sampler) sample(now time.Time) DashboardSample {
 	g := s.g
-	st := g.gate.Stats()
+	st := g.stats()
 	d := DashboardSample{
 		Time:          now.UnixMilli(),
 		InFlight:      st.InFlight,
@@ -243,10 +243,9 @@ func (s *sampler) sample(now time.Time) DashboardSample {
 	if st.ServiceMean > 0 {
 		d.Capacity = float64(st.Concurrency) / st.ServiceMean.Seconds()
 	}
-	for _, model := range g.gate.Keys() {
-		ks := g.gate.KeyStats(model)
+	g.serviceByKey(func(model string, ks admission.KeyStats) {
 		d.ServiceMs[model] = [2]int64{ks.P50.Milliseconds(), ks.P95.Milliseconds()}
-	}
+	})
 	if b, ok := g.chain.RetryBalance(now); ok {
 		d.RetryBudget = &b
 	}

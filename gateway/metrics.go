@@ -216,7 +216,7 @@ func (c *gateCollector) Describe(ch chan<- *prometheus.Desc) {
 }
 
 func (c *gateCollector) Collect(ch chan<- prometheus.Metric) {
-	st := c.g.gate.Stats()
+	st := c.g.stats()
 	for r := range st.Depth {
 		rank := strconv.Itoa(r)
 		ch <- prometheus.MustNewConstMetric(descDepth, prometheus.GaugeValue, float64(st.Depth[r]), rank)

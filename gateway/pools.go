@@ -208,3 +208,90 @@ func (c *call) modelName() string {
 	}
 	return c.model
 }
+
+// stats is the gateway's admission state: the gate's, or with upstreams
+// every pool's added up — slots, calls in flight and queued, by rank and in
+// all, the counters — with the longest estimated wait of each rank, LIFO
+// when any pool serves newest-first, the slowest percentiles and the mean
+// weighted by samples. The dashboard, the metrics, the state dump, the
+// Batch API and the drain at shutdown read it.
+func (g *Gateway) stats() admission.Stats {
+	if len(g.pools) == 0 {
+		return g.gate.Stats()
+	}
+	var out admission.Stats
+	out.Rejected, out.Completed = map[admission.Reason]uint64{}, map[admission.Result]uint64{}
+	var meanSum float64
+	for _, p := range g.pools {
+		st := p.info.Gate.Stats()
+		out.Concurrency += st.Concurrency
+		out.InFlight += st.InFlight
+		out.Queued += st.Queued
+		out.InFlightByRank = addInts(out.InFlightByRank, st.InFlightByRank)
+		out.Depth = addInts(out.Depth, st.Depth)
+		if len(out.EstimatedWait) < len(st.EstimatedWait) {
+			out.EstimatedWait = append(out.EstimatedWait, make([]time.Duration, len(st.EstimatedWait)-len(out.EstimatedWait))...)
+		}
+		for r, w := range st.EstimatedWait {
+			out.EstimatedWait[r] = max(out.EstimatedWait[r], w)
+		}
+		if st.Mode == admission.LIFO {
+			out.Mode = admission.LIFO
+		}
+		out.LIFOQueues += st.LIFOQueues
+		out.ServiceP50, out.ServiceP95, out.ServiceP99 = max(out.ServiceP50, st.ServiceP50), max(out.ServiceP95, st.ServiceP95), max(out.ServiceP99, st.ServiceP99)
+		meanSum += float64(st.ServiceMean) * float64(st.ServiceSamples)
+		out.ServiceSamples += st.ServiceSamples
+		out.Admitted += st.Admitted
+		out.Enqueued += st.Enqueued
+		out.Granted += st.Granted
+		out.Canceled += st.Canceled
+		for k, n := range st.Rejected {
+			out.Rejected[k] += n
+		}
+		for k, n := range st.Completed {
+			out.Completed[k] += n
+		}
+	}
+	if out.ServiceSamples > 0 {
+		out.ServiceMean = time.Duration(meanSum / float64(out.ServiceSamples))
+	}
+	return out
+}
+
+func addInts(a, b []int) []int {
+	if len(a) < len(b) {
+		a = append(a, make([]int, len(b)-len(a))...)
+	}
+	for i, n := range b {
+		a[i] += n
+	}
+	return a
+}
+
+// serviceByKey calls f with the service-time statistics of each model the
+// gate keeps them for, or with upstreams of each pool (named
+// deployment/model).
+func (g *Gateway) serviceByKey(f func(name string, ks admission.KeyStats)) {
+	if len(g.pools) == 0 {
+		for _, model := range g.gate.Keys() {
+			f(model, g.gate.KeyStats(model))
+		}
+		return
+	}
+	for _, p := range g.pools {
+		f(p.info.Name, p.info.Gate.KeyStats(p.info.Model))
+	}
+}
+
+// maxQueue is the waiting room in force: the gate's, or every pool's.
+func (g *Gateway) maxQueue() int {
+	if len(g.pools) == 0 {
+		return g.gate.MaxQueue()
+	}
+	n := 0
+	for _, p := range g.pools {
+		n += p.info.Gate.MaxQueue()
+	}
+	return n
+}

@@ -58,7 +58,7 @@ func TestUpstreamsRouteNameAndRefuseUnknownModels(t *testing.T) {
 	eastMock, east := startMock(t, mockllm.Config{Slots: 4, Median: 5 * time.Millisecond})
 	westMock, west := startMock(t, mockllm.Config{Slots: 4, Median: 5 * time.Millisecond})
 	_, claude := startMock(t, mockllm.Config{Slots: 4, Median: 5 * time.Millisecond})
-	_, gw := startGateway(t, upstreamsConfig(east.URL, west.URL, claude.URL))
+	g, gw := startGateway(t, upstreamsConfig(east.URL, west.URL, claude.URL))
 
 	_, resp, err := chatTo(t, gw.URL, "gpt-4o-mini")
 	if err != nil {
@@ -76,6 +76,11 @@ func TestUpstreamsRouteNameAndRefuseUnknownModels(t *testing.T) {
 	}
 	if e, w := eastMock.Stats().Completed, westMock.Stats().Completed; e != 1 || w != 1 {
 		t.Fatalf("east served %d, west %d; want 1 each", e, w)
+	}
+	// The state adds the pools up: three of four slots, two calls served.
+	if st := g.State(); st.Concurrency != 12 || st.Counters["completed_success"] != 2 || len(st.Pools) != 3 || st.Models["west/gpt-4o-mini"].Samples != 1 {
+		t.Fatalf("state: concurrency %d, completed %d, pools %d, models %v; want 12, 2, 3 and west/gpt-4o-mini's sample",
+			st.Concurrency, st.Counters["completed_success"], len(st.Pools), st.Models)
 	}
 
 	_, _, err = chatTo(t, gw.URL, "gpt-5-turbo")

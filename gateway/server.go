@@ -129,7 +129,7 @@ func (s *Server) Serve(ctx context.Context) error {
 	// get 503 draining with a Retry-After — an answer they can act on —
 	// rather than a refused connection.
 	tick := time.NewTicker(25 * time.Millisecond)
-	for st := s.Gateway.gate.Stats(); st.InFlight+st.Queued > 0 && shutdownCtx.Err() == nil; st = s.Gateway.gate.Stats() {
+	for st := s.Gateway.stats(); st.InFlight+st.Queued > 0 && shutdownCtx.Err() == nil; st = s.Gateway.stats() {
 		select {
 		case <-tick.C:
 		case <-shutdownCtx.Done():
