@@ -60,6 +60,19 @@ type DashboardSample struct {
 	// Cluster is the cluster's concurrency, of which Concurrency is this
 	// replica's lease, with replicas leasing on Redis; 0 otherwise.
 	Cluster int `json:"cluster,omitempty"`
+	// Pools are the (deployment, model) pools with upstreams: (absent
+	// with one upstream), each with its gate and buckets.
+	Pools []DashboardPool `json:"pools,omitempty"`
+}
+
+// DashboardPool is one pool in a DashboardSample.
+type DashboardPool struct {
+	Name        string   `json:"name"`
+	InFlight    int      `json:"in_flight"`
+	Concurrency int      `json:"concurrency"`
+	Queued      int      `json:"queued"`
+	Tokens      *float64 `json:"tokens,omitempty"` // left in its tokens-per-minute bucket, when it has one
+	Down        bool     `json:"down,omitempty"`
 }
 
 // DashboardSpend is the spend part of a sample.
@@ -234,6 +247,14 @@ func (s *sampler) sample(now time.Time) DashboardSample {
 	if c := g.books.cluster; c != nil {
 		d.Cluster = c.state().Concurrency
 	}
+	for i, p := range g.pools {
+		pst, ps := p.info.Gate.Stats(), g.chain.PoolState(i)
+		dp := DashboardPool{Name: p.info.Name, InFlight: pst.InFlight, Concurrency: pst.Concurrency, Queued: pst.Queued, Down: ps.Down}
+		if ps.TokensKnown {
+			dp.Tokens = &ps.Tokens
+		}
+		d.Pools = append(d.Pools, dp)
+	}
 	for r, w := range st.EstimatedWait {
 		d.WaitMs[r] = w.Milliseconds()
 	}
@@ -399,6 +420,15 @@ func dashboardStatus(recent []*DashboardSample, top map[string]bool) DashboardSt
 	var found []finding
 	if last.Draining {
 		found = append(found, finding{"warn", "Draining: new work is refused while the gateway shuts down"})
+	}
+	var down []string
+	for _, p := range last.Pools {
+		if p.Down {
+			down = append(down, p.Name)
+		}
+	}
+	if len(down) > 0 {
+		found = append(found, finding{"warn", fmt.Sprintf("Deployment down, calls going elsewhere and one probe at a time: %s", strings.Join(down, ", "))})
 	}
 	if topShed > 0 {
 		found = append(found, finding{"crit", fmt.Sprintf("%s work is being shed: capacity is missing (%s refused in the last 5 minutes)",

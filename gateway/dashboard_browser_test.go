@@ -4,10 +4,12 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -353,5 +355,51 @@ func TestDashboardInBrowser(t *testing.T) {
 	defer mu.Unlock()
 	for _, p := range problems {
 		t.Errorf("browser: %s", p)
+	}
+}
+
+// TestDashboardPoolsInBrowser: with upstreams the dashboard shows a row per
+// pool, and marks the pool of a deployment that cannot be reached down.
+func TestDashboardPoolsInBrowser(t *testing.T) {
+	chromium := chromiumPath(t)
+	_, up := startMock(t, mockllm.Config{Slots: 4})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead := "http://" + ln.Addr().String()
+	ln.Close() // connections refused
+	sv := serve(t, Config{Upstreams: []DeploymentConfig{
+		{Name: "east", URL: dead, Concurrency: 2, Models: []ModelConfig{{Name: "gpt-4o-mini"}}},
+		{Name: "west", URL: up.URL, Concurrency: 3, Models: []ModelConfig{{Name: "gpt-4o-mini"}, {Name: "gpt-4.1"}}},
+	}})
+	resp := post(t, t.Context(), sv.url, chatBody, nil) // east refuses: west answers, east is down
+	readAll(t, resp)
+	if resp.StatusCode != http.StatusOK || resp.Header.Get(contract.HeaderUpstream) != "west" {
+		t.Fatalf("the call: %d via %q, want 200 via west", resp.StatusCode, resp.Header.Get(contract.HeaderUpstream))
+	}
+	allocCtx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), chromedp.ExecPath(chromium),
+		chromedp.Flag("headless", true), chromedp.NoSandbox, chromedp.DisableGPU, chromedp.NoFirstRun,
+		chromedp.NoDefaultBrowserCheck, chromedp.UserDataDir(t.TempDir()))
+	defer cancelAlloc()
+	ctx, cancelTab := chromedp.NewContext(allocCtx)
+	defer cancelTab()
+	ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	defer cancel()
+	if err := chromedp.Do(ctx, chromedp.Navigate(sv.admin+"/")); err != nil {
+		t.Fatal(err)
+	}
+	rows := `Array.from(document.querySelectorAll("#pools-body tr")).map(tr => Array.from(tr.cells).map(td => td.textContent).join("|"))`
+	if _, err := chromedp.Run(ctx, chromedp.Poll[bool](`!document.getElementById("pools").hidden && document.querySelectorAll("#pools-body tr").length === 3`,
+		chromedp.WithPollingTimeout(10*time.Second))); err != nil {
+		t.Fatalf("the pools table never showed three rows: %v", err)
+	}
+	got, err := chromedp.Run(ctx, chromedp.Evaluate[[]string](rows))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"east/gpt-4o-mini|0 / 2|0|–|down", "west/gpt-4o-mini|0 / 3|0|–|up", "west/gpt-4.1|0 / 3|0|–|up"}
+	if !slices.Equal(got, want) {
+		t.Fatalf("pools table %q, want %q", got, want)
 	}
 }

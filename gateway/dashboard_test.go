@@ -56,6 +56,9 @@ func TestDashboardStatus(t *testing.T) {
 		{"retries refused", []DashboardSample{{RefusedReason: map[string]float64{"retry_budget": 2}}}, "warn", "Retry budget exhausted: 2 retries refused in the last 5 minutes", 0},
 		{"retry budget empty but idle", []DashboardSample{{RetryBudget: budget(0)}}, "ok", "All clear", 0},
 		{"draining", []DashboardSample{{Draining: true}}, "warn", "Draining", 0},
+		{"pool down", []DashboardSample{{Pools: []DashboardPool{{Name: "east/m", Down: true}, {Name: "west/m"}}}},
+			"warn", "Deployment down, calls going elsewhere and one probe at a time: east/m", 0},
+		{"pools up", []DashboardSample{{Pools: []DashboardPool{{Name: "east/m"}}}}, "ok", "All clear", 0},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

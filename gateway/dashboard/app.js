@@ -214,6 +214,7 @@
       $("num-spend").hidden = false;
       $("n-spend-rate").textContent = fmt(s.spend.rate_per_hour, 2);
     }
+    showPools(s.pools || []);
     const st = s.status || { level: "ok", text: "" };
     $("status").dataset.level = st.level;
     $("status-text").textContent = st.text;
@@ -222,6 +223,24 @@
       const li = document.createElement("li");
       li.textContent = d;
       return li;
+    }));
+  }
+
+  // showPools fills the table of (deployment, model) pools; hidden with one
+  // upstream, which has none.
+  function showPools(pools) {
+    $("pools").hidden = pools.length === 0;
+    $("pools-body").replaceChildren(...pools.map((p) => {
+      const tr = document.createElement("tr");
+      tr.dataset.down = p.down ? "true" : "false";
+      const cells = [p.name, p.in_flight + " / " + p.concurrency, String(p.queued),
+        p.tokens == null ? "–" : fmt(p.tokens), p.down ? "down" : "up"];
+      for (const c of cells) {
+        const td = document.createElement("td");
+        td.textContent = c;
+        tr.appendChild(td);
+      }
+      return tr;
     }));
   }
 
