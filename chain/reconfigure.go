@@ -33,17 +33,57 @@ import (
 // that changes what cannot change while the chain runs, is refused with
 // an error naming the field, and the running policy stays. Calls to
 // Reconfigure are serialized.
+//
+// With routing, cfg.Routing must name the same pools in the same order
+// (the pools are the deployments and models: a restart changes them), and
+// each pool's gate takes its PoolConfig.Admission.
 func (c *Chain) Reconfigure(cfg Config) error {
 	c.reconf.Lock()
 	defer c.reconf.Unlock()
-	return c.stages.reconfigure(c.now(), cfg, c.gate.Reconfigure)
+	if c.gates == nil {
+		return c.stages.reconfigure(c.now(), cfg, c.gate.Reconfigure)
+	}
+	return c.stages.reconfigure(c.now(), cfg, func(admission.Config) error {
+		return reconfigurePools(c.stages.route, cfg.Routing, func(i int, a admission.Config) error { return c.gates[i].Reconfigure(a) })
+	})
+}
+
+// reconfigurePools checks that rc names the running pools, checks every
+// pool's admission config, and only then gives each gate its own.
+func reconfigurePools(rt *router, rc *RoutingConfig, apply func(int, admission.Config) error) error {
+	if rc == nil || len(rc.Pools) != len(rt.pools) {
+		return errors.New("chain: Config.Routing: a running chain keeps its pools (restart to change the deployments or models)")
+	}
+	for i, pc := range rc.Pools {
+		if pc.Name != rt.pools[i].cfg.Name {
+			return fmt.Errorf("chain: Config.Routing.Pools[%d]: %q, want the running pool %q", i, pc.Name, rt.pools[i].cfg.Name)
+		}
+		a := pc.Admission
+		if a.Concurrency == 0 {
+			a.Concurrency = 1 // kept by Reconfigure; any count checks the rest
+		}
+		if _, err := admission.NewCore(a); err != nil {
+			return fmt.Errorf("routing: pools[%d] (%s): %w", i, pc.Name, err)
+		}
+	}
+	for i, pc := range rc.Pools {
+		if err := apply(i, pc.Admission); err != nil {
+			return fmt.Errorf("routing: pools[%d] (%s): %w", i, pc.Name, err)
+		}
+	}
+	return nil
 }
 
 // Reconfigure is [Chain.Reconfigure] at now, for a chain in virtual time.
 // Queued tickets it grants are collected with Events.
 func (c *Core) Reconfigure(now time.Time, cfg Config) error {
 	c.now = now
-	return c.stages.reconfigure(now, cfg, func(a admission.Config) error { return c.gate.Reconfigure(now, a) })
+	if c.gates == nil {
+		return c.stages.reconfigure(now, cfg, func(a admission.Config) error { return c.gate.Reconfigure(now, a) })
+	}
+	return c.stages.reconfigure(now, cfg, func(admission.Config) error {
+		return reconfigurePools(c.stages.route, cfg.Routing, func(i int, a admission.Config) error { return c.gates[i].Reconfigure(now, a) })
+	})
 }
 
 // reconfigure checks cfg against the stages, then lets the gate check and

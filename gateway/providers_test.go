@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -276,5 +277,36 @@ func TestPoolLearnsTheTokenLimitFromTheHeaders(t *testing.T) {
 	}
 	if n := m.Stats().RateLimited; n != 0 || refused == 0 {
 		t.Fatalf("the provider refused %d calls (want 0); the gateway refused %d for their tokens (want some)", n, refused)
+	}
+}
+
+// A reload with upstreams gives every pool's gate the new waiting room and
+// keeps its slots; one that changes the deployments is refused, naming the
+// field, with nothing changed.
+func TestReloadReachesEveryPool(t *testing.T) {
+	_, up := startMock(t, mockllm.Config{Slots: 4})
+	cfg := upstreamsConfig(up.URL, up.URL, up.URL)
+	next := cfg
+	opts := testOptions()
+	opts.ConfigSource = func() (Config, error) { return next, nil }
+	g, err := New(cfg, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	next.Admission.MaxQueue = new(5)
+	if err := g.Reload(); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range g.State().Pools {
+		pool := g.pools[slices.IndexFunc(g.pools, func(q *gatewayPool) bool { return q.info.Name == p.Name })]
+		if mq := pool.info.Gate.MaxQueue(); mq != 5 || p.Concurrency != 4 {
+			t.Fatalf("pool %s after the reload: max_queue %d, concurrency %d; want 5 and 4", p.Name, mq, p.Concurrency)
+		}
+	}
+	next = upstreamsConfig(up.URL, up.URL, up.URL)
+	next.Upstreams[1].Concurrency = 9
+	var re *ReloadError
+	if err := g.Reload(); !errors.As(err, &re) || !re.RestartRequired || !strings.HasPrefix(re.Field, "upstreams[1]") {
+		t.Fatalf("changing a deployment: %v, want restart_required naming upstreams[1]", err)
 	}
 }

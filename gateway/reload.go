@@ -222,6 +222,21 @@ func (g *Gateway) apply(p *pending) error {
 	if err != nil {
 		return err
 	}
+	if len(g.pools) > 0 {
+		// The pools are restart-only (prepare refused a change): their
+		// slots stay their controllers'; their waiting rooms and tenants
+		// change.
+		if ccfg.Routing, err = p.cfg.routingConfig(ccfg.Admission); err != nil {
+			return err
+		}
+		for i := range ccfg.Routing.Pools {
+			ccfg.Routing.Pools[i].Admission.Concurrency = 0
+		}
+		if err := g.chain.Reconfigure(ccfg); err != nil {
+			return fmt.Errorf("config: %w", err)
+		}
+		return g.reconfigureSpend(sc, p.cfg.Spend)
+	}
 	ceiling := ccfg.Admission.Concurrency
 	// The chain keeps the gate's slots (zero); they are the controller's
 	// to set, at the level it gives for the new ceiling.
@@ -236,11 +251,17 @@ func (g *Gateway) apply(p *pending) error {
 	if err != nil {
 		return err
 	}
+	return g.reconfigureSpend(sc, p.cfg.Spend)
+}
+
+// reconfigureSpend gives the spend limiter its reloaded policy (none
+// without a spend section).
+func (g *Gateway) reconfigureSpend(sc, written *spend.Config) error {
 	if sc != nil {
 		if err := g.spend.Reconfigure(*sc); err != nil { // validated: cannot happen
 			g.log.Error("the spend policy was not reloaded", "err", err)
 		}
-		g.metrics.dash.setSpend(p.cfg.Spend)
+		g.metrics.dash.setSpend(written)
 	}
 	return nil
 }
