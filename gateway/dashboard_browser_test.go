@@ -390,15 +390,17 @@ func TestDashboardPoolsInBrowser(t *testing.T) {
 		t.Fatal(err)
 	}
 	rows := `Array.from(document.querySelectorAll("#pools-body tr")).map(tr => Array.from(tr.cells).map(td => td.textContent).join("|"))`
-	if _, err := chromedp.Run(ctx, chromedp.Poll[bool](`!document.getElementById("pools").hidden && document.querySelectorAll("#pools-body tr").length === 3`,
+	// A sample a second: the first may predate the call.
+	want := []string{"east/gpt-4o-mini|0 / 2|0|–|down", "west/gpt-4o-mini|0 / 3|0|–|up", "west/gpt-4.1|0 / 3|0|–|up"}
+	if _, err := chromedp.Run(ctx, chromedp.Poll[bool](`!document.getElementById("pools").hidden && document.querySelector("#pools-body tr[data-down=true]") !== null`,
 		chromedp.WithPollingTimeout(10*time.Second))); err != nil {
-		t.Fatalf("the pools table never showed three rows: %v", err)
+		got, _ := chromedp.Run(ctx, chromedp.Evaluate[[]string](rows))
+		t.Fatalf("the pools table never showed east down: %q, want %q (%v)", got, want, err)
 	}
 	got, err := chromedp.Run(ctx, chromedp.Evaluate[[]string](rows))
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []string{"east/gpt-4o-mini|0 / 2|0|–|down", "west/gpt-4o-mini|0 / 3|0|–|up", "west/gpt-4.1|0 / 3|0|–|up"}
 	if !slices.Equal(got, want) {
 		t.Fatalf("pools table %q, want %q", got, want)
 	}
