@@ -273,6 +273,16 @@ func newRouter(cfg *RoutingConfig, gates []poolGate, now time.Time) (*router, er
 
 // candidates are the pools that may serve model for the call's flavour.
 func (rt *router) candidates(model, flavour string) ([]*pool, error) {
+	if model == "" {
+		// A call that names no model (a listing passed through): the
+		// first pool of its flavour, in configuration order.
+		for _, p := range rt.pools {
+			if flavour == "" || p.cfg.Flavour == "" || p.cfg.Flavour == flavour {
+				return rt.pools[p.idx : p.idx+1], nil
+			}
+		}
+		return nil, &UnknownModelError{Flavour: flavour}
+	}
 	ps := rt.routes[model]
 	if len(ps) == 0 {
 		return nil, &UnknownModelError{Model: model}

@@ -140,7 +140,7 @@ func TestRouteUnknownModelAndFlavour(t *testing.T) {
 	}})
 	for _, tc := range []struct {
 		model, flavour, wantFlavour string
-	}{{"nope", "", ""}, {"nope", "openai", ""}, {"claude", "openai", "openai"}, {"", "", ""}} {
+	}{{"nope", "", ""}, {"nope", "openai", ""}, {"claude", "openai", "openai"}, {"", "google", "google"}} {
 		_, err := c.Arrive(t0, Request{Model: tc.model, Flavour: tc.flavour}, new(Ticket), true)
 		var um *UnknownModelError
 		if !errors.As(err, &um) || um.Model != tc.model || um.Flavour != tc.wantFlavour {
@@ -159,7 +159,8 @@ func TestRouteUnknownModelAndFlavour(t *testing.T) {
 	for _, tc := range []struct {
 		model, flavour string
 		pool           int
-	}{{"gpt", "openai", 1}, {"gpt", "anthropic", 0}, {"gpt", "", 0}, {"claude", "anthropic", 2}} {
+	}{{"gpt", "openai", 1}, {"gpt", "anthropic", 0}, {"gpt", "", 0}, {"claude", "anthropic", 2},
+		{"", "openai", 1}, {"", "anthropic", 0}} { // no model (a listing): the first pool of the API
 		d, tk := arriveAt(t, c, t0, Request{Model: tc.model, Flavour: tc.flavour})
 		if d.Verdict != admission.Granted || tk.Request().Pool != tc.pool {
 			t.Fatalf("model %q on %q: %v at pool %d, want granted at %d", tc.model, tc.flavour, d.Verdict, tk.Request().Pool, tc.pool)

@@ -76,7 +76,7 @@ type UnknownModelError struct {
 func (e *UnknownModelError) Error() string {
 	switch {
 	case e.Model == "":
-		return "the request names no model, and routing needs one"
+		return fmt.Sprintf("no upstream serves the %s API", e.Flavour)
 	case e.Flavour != "":
 		return fmt.Sprintf("model %q is not served on the %s API by any upstream", e.Model, e.Flavour)
 	}

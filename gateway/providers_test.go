@@ -310,3 +310,21 @@ func TestReloadReachesEveryPool(t *testing.T) {
 		t.Fatalf("changing a deployment: %v, want restart_required naming upstreams[1]", err)
 	}
 }
+
+// A passed-through call that names no model (GET /v1/models) goes to the
+// first deployment of its API.
+func TestUpstreamsPassThroughWithoutAModel(t *testing.T) {
+	_, east := startMock(t, mockllm.Config{Slots: 4})
+	_, west := startMock(t, mockllm.Config{Slots: 4})
+	cfg := upstreamsConfig(east.URL, west.URL, west.URL)
+	cfg.Passthrough = []PassthroughConfig{{Path: "/v1/models", Methods: []string{http.MethodGet}}}
+	_, gw := startGateway(t, cfg)
+	resp, err := http.Get(gw.URL + "/v1/models")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := readAll(t, resp)
+	if resp.StatusCode != http.StatusOK || resp.Header.Get(contract.HeaderUpstream) != "east" || !strings.Contains(string(b), "gpt-4o-mini") {
+		t.Fatalf("GET /v1/models: %d via %q: %.200s", resp.StatusCode, resp.Header.Get(contract.HeaderUpstream), b)
+	}
+}
