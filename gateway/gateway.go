@@ -392,7 +392,7 @@ func (g *Gateway) serveCall(w http.ResponseWriter, r *http.Request, rt *route, t
 	}
 	admitted := permit.Request()
 	hdr.class = admitted.Class // the class applied, which the tenant may not have asked for
-	if sent := servedModel(admitted); sent != body.model && sent != "" {
+	if sent := servedModel(admitted); sent != body.model && sent != "" && body.model != "" {
 		// Degraded (by spend or load), or an alias its deployment knows
 		// by another name.
 		raw, err := rewriteModel(body.raw, sent)
