@@ -174,6 +174,9 @@ func newMetrics(g *Gateway) *metrics {
 	for _, cause := range []string{chain.DegradedBySpend, chain.DegradedByLoad} {
 		m.degraded.WithLabelValues(cause)
 	}
+	for _, p := range g.pools {
+		m.failovers.WithLabelValues(p.info.Name)
+	}
 	m.dash = newSampler(g)
 	return m
 }

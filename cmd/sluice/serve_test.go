@@ -154,6 +154,11 @@ func TestCheckConfigAndHashKey(t *testing.T) {
 	if err := runCheckConfig(context.Background(), []string{"../../examples/sluice.yaml"}, &out, io.Discard); err != nil || !strings.Contains(out.String(), "ok") {
 		t.Fatalf("check-config example: %v %q", err, out.String())
 	}
+	out.Reset()
+	if err := runCheckConfig(context.Background(), []string{"../../examples/upstreams.yaml"}, &out, io.Discard); err != nil ||
+		!strings.Contains(out.String(), "east/gpt-4o") || !strings.Contains(out.String(), "anthropic/claude-3-5-haiku") {
+		t.Fatalf("check-config examples/upstreams.yaml: %v %q", err, out.String())
+	}
 	bad := filepath.Join(t.TempDir(), "bad.yaml")
 	os.WriteFile(bad, []byte("upstream: {url: http://x}\nadmission: {concurrency: 1, max_queue: -2}\n"), 0o600)
 	if err := runCheckConfig(context.Background(), []string{bad}, io.Discard, io.Discard); err == nil || !strings.Contains(err.Error(), "admission.max_queue") {
