@@ -107,7 +107,10 @@ func (g *Gateway) sharePools(now time.Time, n int) {
 // refreshLimits applies the climb back up that accrued while idle to every
 // gate, before an admission.
 func (g *Gateway) refreshLimits(now time.Time) {
-	g.limit.refresh(now, g.setConcurrency)
+	if len(g.pools) == 0 {
+		g.limit.refresh(now, g.setConcurrency)
+		return
+	}
 	for i, p := range g.pools {
 		p.limit.refresh(now, g.poolSetter(i))
 	}
