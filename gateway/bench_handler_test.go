@@ -39,12 +39,20 @@ func BenchmarkServeHTTP(b *testing.B) {
 	}
 	tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(discardSpans{}))
 	defer tp.Shutdown(b.Context())
+	single := Config{Upstream: UpstreamConfig{URL: "http://provider.invalid"}, Admission: AdmissionConfig{Concurrency: 64, MaxQueue: new(64)}}
+	// "pools": upstreams, two deployments of three models each; the model
+	// called has a tpm bucket, charged and reconciled on every call.
+	models := []ModelConfig{{Name: "gpt-4.1"}, {Name: "gpt-4o"}, {Name: "gpt-4o-mini", TPM: 1e12}}
+	pools := Config{Upstreams: []DeploymentConfig{
+		{Name: "east", URL: "http://provider.invalid", Concurrency: 64, Models: models},
+		{Name: "west", URL: "http://provider.invalid", Concurrency: 64, Models: models}}, Admission: AdmissionConfig{MaxQueue: new(64)}}
 	for _, tc := range []struct {
 		name string
+		cfg  Config
 		tp   trace.TracerProvider
-	}{{"gateway", nil}, {"noop-tracer", noop.NewTracerProvider()}, {"traced", tp}} {
+	}{{"gateway", single, nil}, {"noop-tracer", single, noop.NewTracerProvider()}, {"traced", single, tp}, {"pools", pools, nil}} {
 		b.Run(tc.name, func(b *testing.B) {
-			g, err := New(Config{Upstream: UpstreamConfig{URL: "http://provider.invalid"}, Admission: AdmissionConfig{Concurrency: 64, MaxQueue: new(64)}},
+			g, err := New(tc.cfg,
 				Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Transport: handlerTransport{mock}, TracerProvider: tc.tp})
 			if err != nil {
 				b.Fatal(err)
