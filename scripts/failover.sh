@@ -25,12 +25,17 @@
 #
 #   scripts/failover.sh [slowed|down|all] [duration] [seed]
 #   DOWN_FOR=10 (seconds the primary is down in `down`)
+#   SLOW_AT=10  (`slowed`: slow the primary this many seconds into the run
+#               instead of from the start; the ideal is then the load
+#               until SLOW_AT — below both deployments' unslowed capacity —
+#               and the combined slowed capacity after)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 what=${1:-all}
 duration=${2:-30s}
 seed=${3:-1}
 down_for=${DOWN_FOR:-10}
+slow_at=${SLOW_AT:-0}
 slots=8
 tmp=$(mktemp -d)
 bin=$tmp/sluice
@@ -102,13 +107,15 @@ slowed() {
   local combined rate
   combined=$(python3 -c "print(round($slots / (4 * $mean) + $slots / $mean, 2))")
   rate=$(python3 -c "print(round(1.4 * $combined, 1))")
-  echo "slowed: primary ×4 from the start; combined capacity $combined/s (primary $(python3 -c "print(round($slots/(4*$mean),1))")/s + secondary $(python3 -c "print(round($slots/$mean,1))")/s); load $rate/s (1.4×), deadline 3 s, $duration, seed $seed"
+  local ideal
+  ideal=$(python3 -c "print(round(($slow_at * min($rate, 2 * $slots / $mean) + ($secs - $slow_at) * $combined) / $secs, 2))")
+  echo "slowed: primary ×4 $([ "$slow_at" = 0 ] && echo "from the start" || echo "at $slow_at s"); ideal goodput $ideal/s; combined capacity $combined/s (primary $(python3 -c "print(round($slots/(4*$mean),1))")/s + secondary $(python3 -c "print(round($slots/$mean,1))")/s); load $rate/s (1.4×), deadline 3 s, $duration, seed $seed"
   for mode in two single; do
     local p s l a
     p=$(free_port); s=$(free_port); l=$(free_port); a=$(free_port)
     pids=()
     start_mocks "$p" "$s"
-    curl -s -X POST -d '{"model":"*","factor":4}' "http://127.0.0.1:$p/mock/v1/slowdown" >/dev/null
+    [ "$slow_at" = 0 ] && curl -s -X POST -d '{"model":"*","factor":4}' "http://127.0.0.1:$p/mock/v1/slowdown" >/dev/null
     if [ $mode = two ]; then
       two_deployments "$tmp/gw.yaml" "http://127.0.0.1:$p" "http://127.0.0.1:$s" "$l" "$a"
     else
@@ -116,16 +123,23 @@ slowed() {
     fi
     start_gateway "$tmp/gw.yaml" "$a"
     "$bin" load --target "http://127.0.0.1:$l" --model gpt-4o-mini --rate "$rate" --duration "$duration" \
-      --mix interactive=1 --deadline interactive=3s --policy polite --max-in-flight 5000 --seed "$seed" --json > "$tmp/slowed-$mode.json"
+      --mix interactive=1 --deadline interactive=3s --policy polite --max-in-flight 5000 --seed "$seed" --json > "$tmp/slowed-$mode.json" &
+    local lpid=$!
+    pids+=($lpid)
+    if [ "$slow_at" != 0 ]; then
+      sleep "$slow_at"
+      curl -s -X POST -d '{"model":"*","factor":4}' "http://127.0.0.1:$p/mock/v1/slowdown" >/dev/null
+    fi
+    wait $lpid
     local ps ss
     ps=$(curl -s "http://127.0.0.1:$p/mock/v1/stats")
     ss=$(curl -s "http://127.0.0.1:$s/mock/v1/stats")
     kill "$spid" "$mpid"; wait "$spid" "$mpid" 2>/dev/null || true
     local label=$([ $mode = two ] && echo "primary+secondary" || echo "BASELINE primary")
-    report "$label" "$tmp/slowed-$mode.json" "$(python3 - "$ps" "$ss" "$combined" "$tmp/slowed-$mode.json" <<'PY'
+    report "$label" "$tmp/slowed-$mode.json" "$(python3 - "$ps" "$ss" "$ideal" "$tmp/slowed-$mode.json" <<'PY'
 import json, sys
 p, s, comb, rep = json.loads(sys.argv[1]), json.loads(sys.argv[2]), float(sys.argv[3]), json.load(open(sys.argv[4]))
-print(f"| {100*rep['goodput']/comb:.1f}% of combined; mock delivered primary {p['delivered']} secondary {s['delivered']}, "
+print(f"| {100*rep['goodput']/comb:.1f}% of the ideal; mock delivered primary {p['delivered']} secondary {s['delivered']}, "
       f"produced for a caller gone {p['wasted']+p['aborted']+s['wasted']+s['aborted']}")
 PY
 )"
