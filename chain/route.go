@@ -337,10 +337,18 @@ func (rt *router) consider(now time.Time, r *Request, p *pool) (choice, error) {
 }
 
 // pick is the pool of model the call should go to: the first usable one,
-// in route order, whose estimate meets its deadline; else the usable one
+// in route order, whose estimate meets its deadline and that would not
+// serve it late (see choice.late: its queue serving newest-first, or a
+// wait over half the call's budget); else the usable one of the soonest
+// estimated start among those that meet its deadline; else the usable one
 // of the soonest estimated start, with fits false. skip leaves pools out
 // (those a failover tried). With every pool down and none due a probe, the
 // first is chosen: a call is better sent than refused for a health check.
+//
+// A pool whose queue serves newest-first estimates a newcomer's wait as
+// short — it is served next — while the callers it overtakes expire:
+// were it first of the route, it would take every call and leave the next
+// deployment idle.
 func (rt *router) pick(now time.Time, r *Request, model string, skip func(*pool) bool) (choice, error) {
 	ps, err := rt.candidates(model, r.Flavour)
 	if err != nil {
@@ -349,8 +357,8 @@ func (rt *router) pick(now time.Time, r *Request, model string, skip func(*pool)
 	saved := r.Model
 	r.Model = model
 	defer func() { r.Model = saved }()
-	var best choice
-	found := false
+	var best, late choice
+	found, foundLate := false, false
 	for _, p := range ps {
 		if skip != nil && skip(p) {
 			continue
@@ -365,11 +373,20 @@ func (rt *router) pick(now time.Time, r *Request, model string, skip func(*pool)
 		}
 		c.probe = probe
 		if c.fits {
-			return c, nil
+			if !c.late(now, r) {
+				return c, nil
+			}
+			if !foundLate || soonest(c) < soonest(late) {
+				late, foundLate = c, true
+			}
+			continue
 		}
 		if !found || soonest(c) < soonest(best) {
 			best, found = c, true
 		}
+	}
+	if foundLate {
+		return late, nil
 	}
 	if found {
 		return best, nil

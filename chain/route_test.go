@@ -1098,5 +1098,44 @@ func TestRouteTokenRefusalsSpreadByTheRefill(t *testing.T) {
 		if step := got[i] - got[i-1]; step != 2*time.Second {
 			t.Fatalf("Retry-After %v: steps of %v, want 2s (one call's refill)", got, step)
 		}
+
+// A pool that would serve a call late — it would wait over half its
+// budget, where its queue turns newest-first, or join a queue already
+// serving newest-first, whose short estimate is an overtaking of the
+// callers already there — is passed over for the next pool of the route
+// that would not; when every pool would, the one of the soonest start
+// takes it. Without this the first deployment, once overloaded, takes
+// every call and the next stays idle.
+func TestRoutePassesOverAPoolThatWouldServeLate(t *testing.T) {
+	c := routeCore(t, Config{Routing: twoPools()})
+	for range 3 { // a's slot and two queued: a newcomer would wait 3s at a
+		if _, tk := arriveAt(t, c, t0, Request{Model: "m"}); tk.Request().Pool != 0 {
+			t.Fatalf("call with no deadline went to pool %d, want a", tk.Request().Pool)
+		}
+	}
+	deadline := t0.Add(5 * time.Second) // 3s + 1s fits; 3s > 2.5s is late
+	d, tk := arriveAt(t, c, t0, Request{Model: "m", Deadline: deadline})
+	if r := tk.Request(); d.Verdict != admission.Granted || r.Pool != 1 {
+		t.Fatalf("call that would wait 3s of 5s at a: %v at pool %d, want granted at b", d.Verdict, r.Pool)
+	}
+	// b busy too: a newcomer would wait 1s at b (not late) — b.
+	d, tk = arriveAt(t, c, t0, Request{Model: "m", Deadline: deadline})
+	if r := tk.Request(); d.Verdict != admission.Queued || r.Pool != 1 {
+		t.Fatalf("next call: %v at pool %d, want queued at b", d.Verdict, r.Pool)
+	}
+	// b now: a newcomer would wait 2s, not late — b again.
+	if _, tk = arriveAt(t, c, t0, Request{Model: "m", Deadline: deadline}); tk.Request().Pool != 1 {
+		t.Fatalf("third call with 5s went to pool %d, want b", tk.Request().Pool)
+	}
+	// Both would serve a 5s call late (3s of wait each): the first of
+	// the route among the soonest.
+	d, tk = arriveAt(t, c, t0, Request{Model: "m", Deadline: deadline})
+	if r := tk.Request(); d.Verdict != admission.Queued || r.Pool != 0 {
+		t.Fatalf("call both pools would serve late: %v at pool %d, want queued at a", d.Verdict, r.Pool)
+	}
+	// a 4s, b 3s, both late for 5.5s: b, the sooner start.
+	d, tk = arriveAt(t, c, t0, Request{Model: "m", Deadline: t0.Add(5500 * time.Millisecond)})
+	if r := tk.Request(); d.Verdict != admission.Queued || r.Pool != 1 {
+		t.Fatalf("call both pools would serve late: %v at pool %d, want queued at b (the sooner start)", d.Verdict, r.Pool)
 	}
 }
