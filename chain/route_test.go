@@ -1098,6 +1098,8 @@ func TestRouteTokenRefusalsSpreadByTheRefill(t *testing.T) {
 		if step := got[i] - got[i-1]; step != 2*time.Second {
 			t.Fatalf("Retry-After %v: steps of %v, want 2s (one call's refill)", got, step)
 		}
+	}
+}
 
 // A pool that would serve a call late — it would wait over half its
 // budget, where its queue turns newest-first, or join a queue already
