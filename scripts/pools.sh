@@ -25,8 +25,9 @@
 #   against what the limit allows.
 #
 #   scripts/pools.sh [slow-model|tpm|all] [seed]
-#   PHASE=20s LOAD=0.85 MEDIAN=200ms FACTOR=4 TPM=30000 TPM_DURATION=40s scripts/pools.sh
-#   (FACTOR=1: the same run with no slowdown, to see the noise of the figure)
+#   PHASE=20s LOAD=0.85 MEDIAN=200ms SIGMA=0.5 FACTOR=4 TPM=30000 TPM_DURATION=40s scripts/pools.sh
+#   (FACTOR=1: the same run with no slowdown, to see the noise of the figure;
+#   SIGMA=0: exact service times for slow-model, which removes most of it)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 which=${1:-all}
@@ -34,6 +35,7 @@ seed=${2:-1}
 phase=${PHASE:-20s}
 load=${LOAD:-0.85}
 median=${MEDIAN:-200ms}
+sigma=${SIGMA:-0.5}
 tpm=${TPM:-30000}
 tpm_duration=${TPM_DURATION:-40s}
 factor=${FACTOR:-4}
@@ -66,19 +68,19 @@ stop_pair() { kill "${pids[@]}" 2>/dev/null; wait "${pids[@]}" 2>/dev/null || tr
 
 slow_model() {
   local fast=gpt-4o-mini slow=gpt-4.1-mini
-  # The mock's service time is lognormal (sigma 0.5) around MEDIAN times the
-  # model's factor (gpt-4o-mini 0.5, gpt-4.1-mini 0.6): mean = median·f·e^0.125.
+  # The mock's service time is lognormal (SIGMA) around MEDIAN times the
+  # model's factor (gpt-4o-mini 0.5, gpt-4.1-mini 0.6): mean = median·f·e^(sigma²/2).
   local m capf caps ratef rates
   m=$(secs "$median")
-  capf=$(python3 -c "import math; print(round(8 / ($m * 0.5 * math.exp(0.125)), 2))")
-  caps=$(python3 -c "import math; print(round(8 / ($m * 0.6 * math.exp(0.125)), 2))")
+  capf=$(python3 -c "import math; print(round(8 / ($m * 0.5 * math.exp($sigma ** 2 / 2)), 2))")
+  caps=$(python3 -c "import math; print(round(8 / ($m * 0.6 * math.exp($sigma ** 2 / 2)), 2))")
   ratef=$(python3 -c "print(round($load * $capf, 1))")
   rates=$(python3 -c "print(round($load * $caps, 1))")
   local p
   p=$(secs "$phase")
   local slowdur
   slowdur=$(python3 -c "print(int(2 * $p + 15))")s
-  echo "slow-model: mock median $median, unlimited slots; $fast ($ratef/s = $load of 8 slots ≈ $capf/s) and $slow ($rates/s = $load of 8 slots ≈ $caps/s), interactive polite 10 s; $slow ×$factor after $phase; seed $seed"
+  echo "slow-model: mock median $median (sigma $sigma), unlimited slots; $fast ($ratef/s = $load of 8 slots ≈ $capf/s) and $slow ($rates/s = $load of 8 slots ≈ $caps/s), interactive polite 10 s; $slow ×$factor after $phase; seed $seed"
   cat > "$tmp/single.cfg" <<EOF
 upstream: {url: @MOCK@}
 admission: {concurrency: 16}
@@ -93,7 +95,7 @@ upstreams:
       - {name: $slow, concurrency: 8}
 EOF
   for setup in single pools; do
-    start_pair "a-$setup" "$tmp/$setup.cfg" --slots 0 --median "$median" --sigma 0.5
+    start_pair "a-$setup" "$tmp/$setup.cfg" --slots 0 --median "$median" --sigma "$sigma"
     local target=http://127.0.0.1:$pport
     "$bin" load --target "$target" --model $slow --rate "$rates" --duration "$slowdur" --mix interactive=1 \
       --policy polite --seed $((seed + 1)) --json > "$tmp/a-$setup-slow.json" 2>/dev/null &
