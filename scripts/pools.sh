@@ -12,7 +12,7 @@
 #   `upstreams:` deployment with the two models at 8 slots each; baseline:
 #   the same deployment as a single `upstream:` with admission.concurrency
 #   16 (8+8). Prints the fast model's goodput, success and p99 before and
-#   after the step, for both.
+#   after the step, for both. About 50 s a setup.
 #
 # tpm: one deployment whose model has a tokens-per-minute limit (TPM,
 #   30000), batch load (polite, 30 s deadline) at 3× the calls the limit
@@ -22,7 +22,10 @@
 #   default path), and a single `upstream:` (no pacing: only the adaptive
 #   concurrency limit on 429s). Prints the provider's 429s (its
 #   `rate_limited`) as a share of the calls it received, and goodput
-#   against what the limit allows.
+#   against what the limit allows. First, one call of max_tokens TPM−100
+#   through the gateway empties the minute's bucket (which starts full, a
+#   minute's burst), so that the window measures the limit's rate. About
+#   70 s a setup (the window, then the queued calls' 30 s deadlines).
 #
 #   scripts/pools.sh [slow-model|tpm|all] [seed]
 #   PHASE=20s LOAD=0.85 MEDIAN=200ms SIGMA=0.5 FACTOR=4 TPM=30000 TPM_DURATION=40s scripts/pools.sh
