@@ -17,13 +17,13 @@ import (
 // the binaries.
 
 const (
-	fastModel = "gpt-4o-mini"  // the mock's latency factor 0.5
-	slowModel = "gpt-4.1-mini" // 0.6
+	twoModelsFast = "gpt-4o-mini"  // the mock's latency factor 0.5
+	twoModelsSlow = "gpt-4.1-mini" // 0.6
 )
 
-// loadPhase runs polite interactive callers of model against url at rate
+// twoModelsPhase runs polite interactive callers of model against url at rate
 // for d, with the same arrivals for the same seed, and returns their report.
-func loadPhase(ctx context.Context, t *testing.T, url, model string, rate float64, d time.Duration, class loadgen.Class, seed uint64) *loadgen.Report {
+func twoModelsPhase(ctx context.Context, t *testing.T, url, model string, rate float64, d time.Duration, class loadgen.Class, seed uint64) *loadgen.Report {
 	t.Helper()
 	rep, err := loadgen.Run(ctx, loadgen.Config{
 		Target: url, Rate: rate, Duration: d, Model: model, MaxTokens: 16,
@@ -35,15 +35,15 @@ func loadPhase(ctx context.Context, t *testing.T, url, model string, rate float6
 	return rep
 }
 
-// twoModels is one deployment serving the fast and the slow model: as
+// twoModelsConfig is one deployment serving the fast and the slow model: as
 // pools of 4 slots each under upstreams, or as the single upstream with the
 // sum of them, 8.
-func twoModels(url string, pools bool) Config {
+func twoModelsConfig(url string, pools bool) Config {
 	if !pools {
 		return Config{Upstream: UpstreamConfig{URL: url}, Admission: AdmissionConfig{Concurrency: 8}}
 	}
 	return Config{Upstreams: []DeploymentConfig{{Name: "mock", URL: url, Concurrency: 8, Models: []ModelConfig{
-		{Name: fastModel, Concurrency: 4}, {Name: slowModel, Concurrency: 4},
+		{Name: twoModelsFast, Concurrency: 4}, {Name: twoModelsSlow, Concurrency: 4},
 	}}}}
 }
 
@@ -67,23 +67,23 @@ func TestTwoModelsSlowOneKeepsTheFastModelsGoodputAndP99(t *testing.T) {
 	type halves struct{ before, after *loadgen.Report }
 	run := func(t *testing.T, pools bool) halves {
 		m, mock := startMock(t, mockllm.Config{Slots: 0, Median: median, Sigma: 0, Seed: 1})
-		_, gw := startGateway(t, twoModels(mock.URL, pools))
+		_, gw := startGateway(t, twoModelsConfig(mock.URL, pools))
 		ctx, stopSlow := context.WithCancel(t.Context())
 		slowDone := make(chan struct{})
 		go func() {
 			defer close(slowDone)
 			// Cancelled after the second half: arrivals run until then.
 			_, _ = loadgen.Run(ctx, loadgen.Config{
-				Target: gw.URL, Rate: 0.8 * capSlow, Duration: time.Minute, Model: slowModel, MaxTokens: 16,
+				Target: gw.URL, Rate: 0.8 * capSlow, Duration: time.Minute, Model: twoModelsSlow, MaxTokens: 16,
 				Classes: []loadgen.Class{class}, Policy: loadgen.Polite{}, Seed: 2,
 			})
 		}()
 		var h halves
-		h.before = loadPhase(t.Context(), t, gw.URL, fastModel, 0.8*capFast, phase, class, 1)
-		if err := m.SetSlowdown(slowModel, 4); err != nil {
+		h.before = twoModelsPhase(t.Context(), t, gw.URL, twoModelsFast, 0.8*capFast, phase, class, 1)
+		if err := m.SetSlowdown(twoModelsSlow, 4); err != nil {
 			t.Fatal(err)
 		}
-		h.after = loadPhase(t.Context(), t, gw.URL, fastModel, 0.8*capFast, phase, class, 1)
+		h.after = twoModelsPhase(t.Context(), t, gw.URL, twoModelsFast, 0.8*capFast, phase, class, 1)
 		stopSlow()
 		<-slowDone
 		return h
@@ -110,6 +110,9 @@ func TestTwoModelsSlowOneKeepsTheFastModelsGoodputAndP99(t *testing.T) {
 		t.Errorf("single pool: the fast model's goodput %.2f× and p99 %.2f× after the step; the baseline should lose them", sg, sp)
 	}
 }
+
+// tpmModel is the model the tokens-per-minute runs call.
+const tpmModel = "gpt-4o-mini"
 
 // tpmRun is one run of the tokens-per-minute figure: the mock limits
 // gpt-4o-mini to tpm tokens a minute; a first call through the gateway of
@@ -140,9 +143,9 @@ func runTokensPerMinute(t *testing.T, cfg func(url string) Config) tpmRun {
 		leftover  = 50
 	)
 	m, mock := startMock(t, mockllm.Config{Slots: 0, Median: 10 * time.Millisecond, Seed: 1,
-		Models: map[string]mockllm.ModelSpec{fastModel: {LatencyFactor: 1, TPM: tpm}}})
+		Models: map[string]mockllm.ModelSpec{tpmModel: {LatencyFactor: 1, TPM: tpm}}})
 	_, gw := startGateway(t, cfg(mock.URL))
-	warm := fmt.Sprintf(`{"model":%q,"max_tokens":%d,"messages":[{"role":"user","content":"warm up"}]}`, fastModel, tpm-2-leftover)
+	warm := fmt.Sprintf(`{"model":%q,"max_tokens":%d,"messages":[{"role":"user","content":"warm up"}]}`, tpmModel, tpm-2-leftover)
 	if resp := post(t, t.Context(), gw.URL, warm, nil); resp.StatusCode != http.StatusOK {
 		t.Fatalf("warm-up call: %d %s", resp.StatusCode, readAll(t, resp))
 	} else {
@@ -154,7 +157,7 @@ func runTokensPerMinute(t *testing.T, cfg func(url string) Config) tpmRun {
 	perCall := float64((len(loadgen.DefaultPrompt)+3)/4 + maxTokens)
 	allowed := (tpm*window.Seconds()/60 + leftover) / perCall / window.Seconds()
 	rep, err := loadgen.Run(t.Context(), loadgen.Config{
-		Target: gw.URL, Rate: 3 * tpm / 60 / perCall, Duration: window, Model: fastModel, MaxTokens: maxTokens,
+		Target: gw.URL, Rate: 3 * tpm / 60 / perCall, Duration: window, Model: tpmModel, MaxTokens: maxTokens,
 		Classes: []loadgen.Class{{Name: "batch", Weight: 1, Deadline: 3 * time.Second}},
 		Policy:  loadgen.Polite{}, Seed: 1,
 	})
@@ -188,7 +191,7 @@ func tokensPerMinuteThreshold(t *testing.T, r tpmRun) {
 func tpmPool(tpm int64) func(string) Config {
 	return func(url string) Config {
 		return Config{Upstreams: []DeploymentConfig{{Name: "mock", URL: url, Concurrency: 16,
-			Models: []ModelConfig{{Name: fastModel, TPM: tpm}}}}}
+			Models: []ModelConfig{{Name: tpmModel, TPM: tpm}}}}}
 	}
 }
 
