@@ -1053,16 +1053,16 @@ func TestRouteLoadDegradedBookedAtTheRung(t *testing.T) {
 	}
 }
 
-// A call that may be degraded and would wait more than half its budget
-// for its model — in time by the estimate, but where its queue turns
-// newest-first under overload and leaves it behind — goes one rung down
-// at once; one that may not waits.
-func TestRouteDegradesRatherThanWaitHalfTheBudget(t *testing.T) {
+// A call that may be degraded and would wait more than a third of its
+// budget for its model — in time by the estimate, but near where its queue
+// turns newest-first under overload and leaves it behind — goes one rung
+// down at once; one that may not waits.
+func TestRouteDegradesRatherThanWaitAThirdOfTheBudget(t *testing.T) {
 	c := routeCore(t, Config{Routing: degradeConfig()})
 	for range 3 { // big's slot and two queued: a newcomer waits 3s
 		arriveAt(t, c, t0, Request{Model: "big", Class: admission.ClassInteractive})
 	}
-	deadline := t0.Add(5 * time.Second) // 3s of wait + 1s of service fits; 3s > 2.5s
+	deadline := t0.Add(8 * time.Second) // 3s of wait + 1s of service fits; 3s > 8s/3 (not > 8s/2)
 	d, tk := arriveAt(t, c, t0, Request{Model: "big", Class: admission.ClassBatch, Deadline: deadline})
 	if r := tk.Request(); d.Verdict != admission.Granted || r.Model != "small" || r.DegradedBy != DegradedByLoad {
 		t.Fatalf("batch call: %v, model %s by %q; want granted at small, by load", d.Verdict, r.Model, r.DegradedBy)
@@ -1073,7 +1073,7 @@ func TestRouteDegradesRatherThanWaitHalfTheBudget(t *testing.T) {
 	}
 	d, tk = arriveAt(t, c, t0, Request{Model: "big", Class: admission.ClassBatch, Deadline: t0.Add(20 * time.Second)})
 	if r := tk.Request(); d.Verdict != admission.Queued || r.Degraded {
-		t.Fatalf("batch call with 20s: %v, degraded %v; want queued at big (4s of wait is under half)", d.Verdict, r.Degraded)
+		t.Fatalf("batch call with 20s: %v, degraded %v; want queued at big (4s of wait is under a third)", d.Verdict, r.Degraded)
 	}
 }
 
@@ -1101,8 +1101,8 @@ func TestRouteTokenRefusalsSpreadByTheRefill(t *testing.T) {
 	}
 }
 
-// A pool that would serve a call late — it would wait over half its
-// budget, where its queue turns newest-first, or join a queue already
+// A pool that would serve a call late — it would wait over a third of its
+// budget, near where its queue turns newest-first, or join a queue already
 // serving newest-first, whose short estimate is an overtaking of the
 // callers already there — is passed over for the next pool of the route
 // that would not; when every pool would, the one of the soonest start
@@ -1115,7 +1115,7 @@ func TestRoutePassesOverAPoolThatWouldServeLate(t *testing.T) {
 			t.Fatalf("call with no deadline went to pool %d, want a", tk.Request().Pool)
 		}
 	}
-	deadline := t0.Add(5 * time.Second) // 3s + 1s fits; 3s > 2.5s is late
+	deadline := t0.Add(5 * time.Second) // 3s + 1s fits; 3s > 5s/3 is late
 	d, tk := arriveAt(t, c, t0, Request{Model: "m", Deadline: deadline})
 	if r := tk.Request(); d.Verdict != admission.Granted || r.Pool != 1 {
 		t.Fatalf("call that would wait 3s of 5s at a: %v at pool %d, want granted at b", d.Verdict, r.Pool)
@@ -1125,7 +1125,8 @@ func TestRoutePassesOverAPoolThatWouldServeLate(t *testing.T) {
 	if r := tk.Request(); d.Verdict != admission.Queued || r.Pool != 1 {
 		t.Fatalf("next call: %v at pool %d, want queued at b", d.Verdict, r.Pool)
 	}
-	// b now: a newcomer would wait 2s, not late — b again.
+	// b now: a newcomer would wait 2s, late too (over 5s/3) but sooner
+	// than a's 3s — b again.
 	if _, tk = arriveAt(t, c, t0, Request{Model: "m", Deadline: deadline}); tk.Request().Pool != 1 {
 		t.Fatalf("third call with 5s went to pool %d, want b", tk.Request().Pool)
 	}
