@@ -3,7 +3,6 @@ package chain
 import (
 	"context"
 	"errors"
-	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -28,17 +27,9 @@ func New(cfg Config) (*Chain, error) {
 	c := &Chain{now: time.Now}
 	var rt *router
 	if cfg.Routing != nil {
-		views := make([]poolGate, len(cfg.Routing.Pools))
-		for i, pc := range cfg.Routing.Pools {
-			g, err := admission.New(pc.Admission)
-			if err != nil {
-				return nil, fmt.Errorf("routing: pools[%d] (%s): %w", i, pc.Name, err)
-			}
-			c.gates = append(c.gates, g)
-			views[i] = realGate{g}
-		}
 		var err error
-		if rt, err = newRouter(cfg.Routing, views, c.now()); err != nil {
+		c.gates, rt, err = newPools(cfg.Routing, c.now(), admission.New, func(g *admission.Gate) poolGate { return realGate{g} })
+		if err != nil {
 			return nil, err
 		}
 		c.gate = c.gates[0]

@@ -1,7 +1,6 @@
 package chain
 
 import (
-	"fmt"
 	"slices"
 	"time"
 
@@ -74,17 +73,9 @@ func NewCore(cfg Config) (*Core, error) {
 	c := &Core{}
 	var rt *router
 	if cfg.Routing != nil {
-		views := make([]poolGate, len(cfg.Routing.Pools))
-		for i, pc := range cfg.Routing.Pools {
-			g, err := admission.NewCore(pc.Admission)
-			if err != nil {
-				return nil, fmt.Errorf("routing: pools[%d] (%s): %w", i, pc.Name, err)
-			}
-			c.gates = append(c.gates, g)
-			views[i] = coreGate{g}
-		}
 		var err error
-		if rt, err = newRouter(cfg.Routing, views, time.Time{}); err != nil {
+		c.gates, rt, err = newPools(cfg.Routing, time.Time{}, admission.NewCore, func(g *admission.Core) poolGate { return coreGate{g} })
+		if err != nil {
 			return nil, err
 		}
 		c.gate = c.gates[0]

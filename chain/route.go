@@ -193,6 +193,26 @@ type router struct {
 	gateView GateView // the stages' view: the pools' gates by model
 }
 
+// newPools builds a gate per pool of rc with newGate — admission.New for
+// the real-time shell, admission.NewCore for the simulator's — and the
+// route stage over them, seen through view.
+func newPools[G any](rc *RoutingConfig, now time.Time, newGate func(admission.Config) (G, error), view func(G) poolGate) ([]G, *router, error) {
+	gates := make([]G, len(rc.Pools))
+	views := make([]poolGate, len(rc.Pools))
+	for i, pc := range rc.Pools {
+		g, err := newGate(pc.Admission)
+		if err != nil {
+			return nil, nil, fmt.Errorf("routing: pools[%d] (%s): %w", i, pc.Name, err)
+		}
+		gates[i], views[i] = g, view(g)
+	}
+	rt, err := newRouter(rc, views, now)
+	if err != nil {
+		return nil, nil, err
+	}
+	return gates, rt, nil
+}
+
 func newRouter(cfg *RoutingConfig, gates []poolGate, now time.Time) (*router, error) {
 	rt := &router{routes: map[string][]*pool{}, ladder: cfg.Ladder, degrade: map[string]bool{},
 		probe: cfg.ProbeInterval, maxProbe: cfg.MaxProbeInterval}

@@ -119,9 +119,9 @@ func New(cfg Config, opts Options) (*Gateway, error) {
 	}
 	g.gate = g.chain.Gate()
 	g.limit = newAIMD(cfg.UpstreamLimit, cfg.Admission.Concurrency)
-	for _, p := range g.chain.Pools() {
+	for i, p := range g.chain.Pools() {
 		d := g.deps[slices.IndexFunc(g.deps, func(d *deployment) bool { return d.name == p.Deployment })]
-		g.pools = append(g.pools, &gatewayPool{info: p, dep: d, limit: newAIMD(cfg.UpstreamLimit, p.Gate.Stats().Concurrency)})
+		g.pools = append(g.pools, &gatewayPool{info: p, dep: d, limit: newAIMD(cfg.UpstreamLimit, p.Gate.Stats().Concurrency), set: g.poolSetter(i)})
 	}
 	if err := g.openCluster(cfg.Store, opts.Getenv); err != nil { // the cluster's concurrency (cluster.go)
 		return nil, err

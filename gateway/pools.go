@@ -61,14 +61,17 @@ type gatewayPool struct {
 	info  chain.PoolInfo
 	dep   *deployment
 	limit *aimd
+	// set gives the pool's gate its adaptive limit's level (see
+	// poolSetter), made once rather than on every admission.
+	set func(int)
 }
 
 // limitOf is the adaptive limit of the call's pool (the gate's without
 // routing).
 func (g *Gateway) limitOf(c *call) (*aimd, func(int)) {
 	if c != nil && len(g.pools) > 0 {
-		i := c.permit.Request().Pool
-		return g.pools[i].limit, g.poolSetter(i)
+		p := g.pools[c.permit.Request().Pool]
+		return p.limit, p.set
 	}
 	return g.limit, g.setConcurrency
 }
@@ -99,7 +102,7 @@ func (g *Gateway) replicas() int {
 // limit and its request and token buckets divided by n.
 func (g *Gateway) sharePools(now time.Time, n int) {
 	for i, p := range g.pools {
-		_ = g.chain.SetPoolConcurrency(i, max(1, p.limit.level(now)/n))
+		p.set(p.limit.level(now)) // divided by replicas(), which is n now
 		g.chain.SetPoolShare(i, 1/float64(n))
 	}
 }
@@ -111,8 +114,8 @@ func (g *Gateway) refreshLimits(now time.Time) {
 		g.limit.refresh(now, g.setConcurrency)
 		return
 	}
-	for i, p := range g.pools {
-		p.limit.refresh(now, g.poolSetter(i))
+	for _, p := range g.pools {
+		p.limit.refresh(now, p.set)
 	}
 }
 
