@@ -70,14 +70,12 @@ func (t *attemptTransport) RoundTrip(req *http.Request) (*http.Response, error) 
 		return nil, err
 	}
 	out := req.Clone(ctx)
-	if out.Header.Get(contract.HeaderAttempt) == "" {
-		out.Header.Set(contract.HeaderAttempt, strconv.Itoa(a.Number))
+	var timeout time.Duration
+	dl, hasDeadline := ctx.Deadline()
+	if hasDeadline {
+		timeout = dl.Sub(rn.clk.Now())
 	}
-	if out.Header.Get(contract.HeaderTimeoutMs) == "" {
-		if dl, ok := ctx.Deadline(); ok {
-			out.Header.Set(contract.HeaderTimeoutMs, timeoutMs(dl.Sub(rn.clk.Now())))
-		}
-	}
+	rn.cfg.AttemptHeaders.declare(out.Header, a.Number, timeout, hasDeadline, false)
 	resp, err := rn.client.Do(out)
 	if err != nil {
 		c.finish(a, ctx, err)

@@ -54,14 +54,25 @@ func (c *call) start(now time.Time) (*Attempt, error) {
 func (c *call) respond(a *Attempt, resp *http.Response) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	now := c.rn.clk.Now()
 	a.Status = resp.StatusCode
-	readHeaders(a, resp.Header, c.rn.clk.Now())
+	a.HeadersAt = now
+	readHeaders(a, resp.Header, now)
+	a.refused = isRefusal(resp.StatusCode, resp.Header)
 	if resp.StatusCode < 200 || resp.StatusCode >= 300 {
 		a.Reason = resp.Header.Get(contract.HeaderReason)
 		if a.Reason == "" {
 			a.Reason = strconv.Itoa(resp.StatusCode)
 		}
 	}
+}
+
+// isRefusal reports whether a response is a refusal for Report.RefusalTime:
+// the statuses a server sheds load with, or any response carrying sluice's
+// reason header.
+func isRefusal(status int, h http.Header) bool {
+	return status == http.StatusTooManyRequests || status == http.StatusServiceUnavailable ||
+		h.Get(contract.HeaderReason) != ""
 }
 
 // finish ends attempt a, once: err is nil at EOF, errClosedEarly when the

@@ -101,8 +101,26 @@ type Config struct {
 
 	// Prompt is the content of the single user message. Empty means
 	// DefaultPrompt. Every logical request also sends "seed": its sequence
-	// number, so that no two send the same bytes (see requestBody).
+	// number, so that no two send the same bytes (see requestBody), unless
+	// SamePrompt is set.
 	Prompt string
+
+	// SamePrompt sends every logical request with exactly the same body,
+	// without the "seed" that otherwise tells them apart, as load tools
+	// and a popular prompt do in production. A gateway that recognises
+	// retries by their bytes then sees every request as a copy of the
+	// first, which is the case it must not mistake for a retry storm.
+	// False (the zero value) means one distinct body per logical request.
+	// Either way the attempts of one request are byte-identical copies.
+	SamePrompt bool
+
+	// AttemptHeaders chooses the headers that declare each attempt's
+	// number and deadline (see the AttemptHeaders constants): sluice's own,
+	// the official OpenAI SDKs', both, or no attempt number at all. A
+	// header a policy set itself is kept whatever the choice. Empty means
+	// AttemptHeadersSluice; any other value not among the constants is an
+	// error.
+	AttemptHeaders AttemptHeaders
 
 	// Stream asks for a server-sent-event stream ("stream": true). The body
 	// is read to its end either way; an answer counts when its last byte
@@ -114,7 +132,8 @@ type Config struct {
 
 	// Headers are added to every attempt. The runner's own headers
 	// (Content-Type, Authorization when APIKey is set, X-Sluice-Priority,
-	// X-Sluice-Timeout-Ms, X-Sluice-Attempt) take precedence. Nil means none.
+	// and the attempt headers AttemptHeaders chooses) take precedence. Nil
+	// means none.
 	Headers http.Header
 
 	// MaxInFlight caps concurrent attempts, protecting the load generator's
@@ -198,6 +217,9 @@ func (c *Config) Validate() error {
 	}
 	if c.MaxTokens < 0 {
 		return fieldErr("MaxTokens", "must not be negative, got %d", c.MaxTokens)
+	}
+	if !c.AttemptHeaders.valid() {
+		return fieldErr("AttemptHeaders", "must be one of %s, got %q", attemptHeaderList(), c.AttemptHeaders)
 	}
 	if c.MaxInFlight < 0 {
 		return fieldErr("MaxInFlight", "must not be negative, got %d", c.MaxInFlight)
@@ -296,6 +318,9 @@ func resolve(c Config) (*resolved, error) {
 	}
 	if c.MaxInFlight == 0 {
 		c.MaxInFlight = DefaultMaxInFlight
+	}
+	if c.AttemptHeaders == "" {
+		c.AttemptHeaders = AttemptHeadersSluice
 	}
 	r := &resolved{Config: c}
 	r.endpoint = strings.TrimRight(c.Target, "/") + ChatCompletionsPath

@@ -44,6 +44,8 @@ func TestValidateNamesTheField(t *testing.T) {
 		{"AttemptTimeout", func(c *Config) { c.AttemptTimeout = -time.Second }},
 		{"MaxTokens", func(c *Config) { c.MaxTokens = -1 }},
 		{"MaxInFlight", func(c *Config) { c.MaxInFlight = -1 }},
+		{"AttemptHeaders", func(c *Config) { c.AttemptHeaders = "openai" }},
+		{"AttemptHeaders", func(c *Config) { c.AttemptHeaders = "Sluice" }},
 		{"APIKey", func(c *Config) { c.APIKey = "k\r\nX-Evil: 1" }},
 		{"Headers", func(c *Config) { c.Headers = http.Header{"Bad Name": {"v"}} }},
 		{"Headers", func(c *Config) { c.Headers = http.Header{"X-Ok": {"a\nb"}} }},
@@ -77,7 +79,8 @@ func TestResolveDefaults(t *testing.T) {
 	if rc.endpoint != "http://h:1/base/v1/chat/completions" {
 		t.Errorf("endpoint = %q", rc.endpoint)
 	}
-	if rc.MaxAttempts != 3 || rc.Model != DefaultModel || rc.MaxTokens != 64 || rc.MaxInFlight != 1000 || rc.Policy.Name() != "naive" {
+	if rc.MaxAttempts != 3 || rc.Model != DefaultModel || rc.MaxTokens != 64 || rc.MaxInFlight != 1000 || rc.Policy.Name() != "naive" ||
+		rc.AttemptHeaders != AttemptHeadersSluice || rc.SamePrompt {
 		t.Errorf("defaults not applied: %+v", rc.Config)
 	}
 	if len(rc.Classes) != 3 || rc.maxDeadline != 30*time.Second {

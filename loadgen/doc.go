@@ -34,7 +34,11 @@
 // the request's deadline; goodput is the rate of such answers. Late answers,
 // attempts per request, rejection reasons and the estimated waits the server
 // advertised are reported beside it, because amplification and late work are
-// exactly what backpressure is meant to prevent.
+// exactly what backpressure is meant to prevent. So are the two things a
+// gateway that sheds load promises each attempt: an answer or a refusal
+// before the caller's own timeout (Report.Unanswered counts the attempts
+// left without either), and a refusal that comes quickly
+// (Report.RefusalTime).
 //
 // # Goals
 //

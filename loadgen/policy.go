@@ -23,9 +23,10 @@ import (
 // RequestFromContext) and is cancelled when the run ends. The policy's
 // transport sends each attempt through attempt, the runner's transport, which
 // counts it, measures it, enforces MaxInFlight and MaxAttempts (returning
-// ErrClientOverflow and ErrMaxAttempts), and fills in X-Sluice-Attempt and
-// X-Sluice-Timeout-Ms (from the attempt context's deadline) when the policy
-// did not set them. The response the policy returns is read to its end by the
+// ErrClientOverflow and ErrMaxAttempts), and fills in the attempt headers
+// Config.AttemptHeaders chooses (X-Sluice-Attempt and X-Sluice-Timeout-Ms by
+// default, the deadline from the attempt context's) when the policy did not
+// set them. The response the policy returns is read to its end by the
 // runner; a 2xx read completely by the deadline is an on-time answer.
 //
 // The runner does not put the logical deadline on the context: whether a
@@ -123,10 +124,15 @@ type Attempt struct {
 	// Start is when the attempt was sent; End is when its last byte arrived,
 	// its body was closed, or it failed. Zero until then.
 	Start, End time.Time
+	// HeadersAt is when the response headers arrived: the moment a refusal
+	// reached the caller. Zero when no response arrived.
+	HeadersAt time.Time
 
 	// sent is false for an attempt the runner refused (client_overflow):
 	// recorded so it can end the request, but not counted as an attempt.
 	sent bool
+	// refused marks a refusal (see isRefusal), timed in Report.RefusalTime.
+	refused bool
 	// malformed names response headers whose values could not be parsed.
 	malformed []string
 }
@@ -135,6 +141,32 @@ type Attempt struct {
 // its end.
 func (a *Attempt) OK() bool {
 	return a.sent && a.Reason == "" && a.Status >= 200 && a.Status < 300 && !a.End.IsZero()
+}
+
+// unanswered reports whether a was left with neither an answer nor a
+// refusal by its caller's own timeout: its own timeout fired, or the
+// request's deadline passed, while it waited for the response headers or for
+// the rest of a 2xx body. A refusal settles an attempt when its headers
+// arrive; anything else (an answer, a connection error, a body the policy
+// closed, the run cancelled) when it ends.
+func (a *Attempt) unanswered(deadline time.Time) bool {
+	if !a.sent {
+		return false
+	}
+	switch a.Reason {
+	case ReasonTimeout:
+		return true // the caller's own timeout fired
+	case ReasonRunEnded:
+		return true // the run's bound comes after every request's deadline
+	}
+	// An attempt may outlive its caller's deadline (a naive client's fixed
+	// timeout): then the clock says whether it settled in time, judged as
+	// Report.Late judges answers.
+	settled := a.End
+	if a.Status != 0 && (a.refused || a.Status < 200 || a.Status >= 300) {
+		settled = a.HeadersAt
+	}
+	return settled.After(deadline)
 }
 
 // Retryable reports whether a failed attempt is worth repeating: no response

@@ -22,6 +22,11 @@ type Report struct {
 	Rate   float64 `json:"rate"`
 	Seed   uint64  `json:"seed"`
 	Stream bool    `json:"stream"`
+	// SamePrompt and AttemptHeaders echo the Config fields: the same
+	// figures mean different things for distinct or identical prompts, and
+	// for callers that do or do not say which attempt they are sending.
+	SamePrompt     bool           `json:"same_prompt"`
+	AttemptHeaders AttemptHeaders `json:"attempt_headers"`
 	// Interrupted is set when Run's context was cancelled: the report covers
 	// only what happened until then.
 	Interrupted bool `json:"interrupted,omitempty"`
@@ -72,6 +77,24 @@ type Report struct {
 	// idle, so at high rates this is up to ~1 ms; it is part of Latency.
 	SendLag Latency `json:"send_lag"`
 
+	// Unanswered counts sent attempts left with neither an answer nor a
+	// refusal by their caller's own timeout: the attempt's own timeout
+	// fired, or the request's deadline passed, while the caller was
+	// waiting for the response headers or for the rest of the answer. A
+	// complete answer, a refusal (any non-2xx status), a connection error
+	// or a body the policy closed in time are not unanswered; an answer
+	// completed after the deadline is (its request is Late). UnansweredRatio
+	// is Unanswered / Attempts: the share of attempts whose callers waited
+	// to their own timeout for nothing. Attempts the generator did not send
+	// (client_overflow) are in neither figure.
+	Unanswered      int     `json:"unanswered"`
+	UnansweredRatio float64 `json:"unanswered_ratio"`
+	// RefusalTime is measured over attempts refused with 429 or 503 (or
+	// any status with X-Sluice-Reason), from the moment the attempt was
+	// handed to the HTTP client to the arrival of its response headers:
+	// how long a caller waited to hear no.
+	RefusalTime Latency `json:"refusal_time"`
+
 	// Classes breaks the figures down per class, in Config order.
 	Classes []ClassReport `json:"classes"`
 
@@ -112,6 +135,11 @@ type ClassReport struct {
 	Late         int     `json:"late"`
 	SuccessRatio float64 `json:"success_ratio"`
 	Latency      Latency `json:"latency"`
+	// Unanswered, UnansweredRatio and RefusalTime are the class's share of
+	// the Report's figures of the same names.
+	Unanswered      int     `json:"unanswered"`
+	UnansweredRatio float64 `json:"unanswered_ratio"`
+	RefusalTime     Latency `json:"refusal_time"`
 }
 
 // WaitStats summarises the estimated waits a server advertised.
@@ -134,26 +162,30 @@ type collector struct {
 		sendLags  []time.Duration
 		perClass  [][]time.Duration
 		waits     []time.Duration
+		refusals  [][]time.Duration // RefusalTime's samples, per class
 	}
 }
 
 func newCollector(cfg *resolved) *collector {
 	c := &collector{cfg: cfg}
 	c.mu.r = Report{
-		Target:      cfg.Target,
-		Policy:      cfg.Policy.Name(),
-		Rate:        cfg.Rate,
-		Seed:        cfg.Seed,
-		Stream:      cfg.Stream,
-		Classes:     make([]ClassReport, len(cfg.Classes)),
-		Rejections:  map[string]int{},
-		Failures:    map[string]int{},
-		StatusCodes: map[int]int{},
+		Target:         cfg.Target,
+		Policy:         cfg.Policy.Name(),
+		Rate:           cfg.Rate,
+		Seed:           cfg.Seed,
+		Stream:         cfg.Stream,
+		SamePrompt:     cfg.SamePrompt,
+		AttemptHeaders: cfg.AttemptHeaders,
+		Classes:        make([]ClassReport, len(cfg.Classes)),
+		Rejections:     map[string]int{},
+		Failures:       map[string]int{},
+		StatusCodes:    map[int]int{},
 	}
 	for i, cl := range cfg.Classes {
 		c.mu.r.Classes[i] = ClassReport{Name: cl.Name, DeadlineMs: ms(cl.Deadline)}
 	}
 	c.mu.perClass = make([][]time.Duration, len(cfg.Classes))
+	c.mu.refusals = make([][]time.Duration, len(cfg.Classes))
 	return c
 }
 
@@ -190,6 +222,13 @@ func (c *collector) record(cl *call, answered bool, end time.Time, err error) {
 		}
 		if !a.OK() {
 			rep.Rejections[a.Reason]++
+		}
+		if a.unanswered(r.Deadline) {
+			rep.Unanswered++
+			cr.Unanswered++
+		}
+		if a.refused {
+			c.mu.refusals[cl.class] = append(c.mu.refusals[cl.class], a.HeadersAt.Sub(a.Start))
 		}
 		if a.HasEstimatedWait {
 			c.mu.waits = append(c.mu.waits, a.EstimatedWait)
@@ -270,10 +309,14 @@ func (c *collector) report(wall, window time.Duration, interrupted bool) *Report
 	r.Latency = latencyOf(c.mu.latencies)
 	r.AttemptLatency = latencyOf(c.mu.attempts)
 	r.SendLag = latencyOf(c.mu.sendLags)
+	r.UnansweredRatio = ratio(r.Unanswered, r.Attempts)
+	r.RefusalTime = latencyOf(slices.Concat(c.mu.refusals...))
 	for i := range r.Classes {
 		cr := &r.Classes[i]
 		cr.SuccessRatio = ratio(cr.OnTime, cr.Requests)
 		cr.Latency = latencyOf(c.mu.perClass[i])
+		cr.UnansweredRatio = ratio(cr.Unanswered, cr.Attempts)
+		cr.RefusalTime = latencyOf(c.mu.refusals[i])
 	}
 	if n := len(c.mu.waits); n > 0 {
 		w := slices.Clone(c.mu.waits)

@@ -8,8 +8,6 @@ import (
 	"net/http"
 	"strconv"
 	"time"
-
-	"github.com/sluicehq/sluice/contract"
 )
 
 // Rule is a retry policy reduced to two pure decisions, with the current time
@@ -24,8 +22,9 @@ import (
 // the runner refuses (MaxInFlight) ends the request without asking Retry.
 type Rule interface {
 	// AttemptTimeout returns how long attempt number attempt (0 first) of r
-	// may take, starting at now; it is sent as X-Sluice-Timeout-Ms. A
-	// result <= 0 means the attempt is not sent and the request ends.
+	// may take, starting at now; it is sent as X-Sluice-Timeout-Ms (or
+	// X-Stainless-Timeout, see Config.AttemptHeaders). A result <= 0 means
+	// the attempt is not sent and the request ends.
 	AttemptTimeout(r *Request, attempt int, now time.Time) time.Duration
 	// Retry is called after attempt a failed, at time now. It returns whether
 	// to try again and how long to wait first.
@@ -169,7 +168,7 @@ func (t *ruleTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 			}
 			return nil, errNoTime
 		}
-		areq, cancel, err := attemptRequest(req, n, timeout, clk)
+		areq, cancel, err := attemptRequest(req, n, timeout, clk, c.rn.cfg.AttemptHeaders)
 		if err != nil {
 			return nil, err
 		}
@@ -209,9 +208,11 @@ func (t *ruleTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 }
 
 // attemptRequest derives attempt n of the logical request req, with its own
-// timeout and the attempt headers. The first attempt takes req's body; later
-// ones get a fresh copy from GetBody.
-func attemptRequest(req *http.Request, n int, timeout time.Duration, clk clock) (*http.Request, context.CancelFunc, error) {
+// timeout and the attempt headers of mode. The first attempt takes req's
+// body; later ones get a fresh copy from GetBody. The loop declares the
+// timeout the rule chose, exactly, rather than leaving the attempt transport
+// to read it back from the context a moment later.
+func attemptRequest(req *http.Request, n int, timeout time.Duration, clk clock, mode AttemptHeaders) (*http.Request, context.CancelFunc, error) {
 	actx, cancel := clk.WithTimeout(req.Context(), timeout)
 	areq := req.Clone(actx)
 	if n > 0 && req.Body != nil && req.Body != http.NoBody {
@@ -226,8 +227,7 @@ func attemptRequest(req *http.Request, n int, timeout time.Duration, clk clock) 
 		}
 		areq.Body = body
 	}
-	areq.Header.Set(contract.HeaderAttempt, strconv.Itoa(n))
-	areq.Header.Set(contract.HeaderTimeoutMs, timeoutMs(timeout))
+	mode.declare(areq.Header, n, timeout, true, true)
 	return areq, cancel, nil
 }
 

@@ -188,7 +188,13 @@ func (rn *runner) dispatch(start time.Time, a Arrival) {
 // its last byte.
 func (rn *runner) serve(c *call) {
 	ctx := context.WithValue(rn.runCtx, callKey{}, c)
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, rn.cfg.endpoint, bytes.NewReader(requestBody(rn.cfg.body, c.r.Seq)))
+	body := rn.cfg.body
+	if !rn.cfg.SamePrompt {
+		body = requestBody(body, c.r.Seq)
+	}
+	// A bytes.Reader gives the request a GetBody, so every attempt sends
+	// these same bytes.
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, rn.cfg.endpoint, bytes.NewReader(body))
 	if err != nil {
 		// The endpoint was validated; should this still fail, the request
 		// is reported as never sent rather than crashing a long run.
@@ -244,7 +250,8 @@ func (rn *runner) release() {
 // while the attempts of one do. Real traffic is mostly distinct prompts; a
 // gateway that recognises a retry by its bytes (sluice's recognise stage)
 // would otherwise take every request after a refusal for the refused
-// one's retry.
+// one's retry. Config.SamePrompt leaves the seed out, for the traffic where
+// that is exactly the question.
 func requestBody(body []byte, seq int) []byte {
 	b := make([]byte, 0, len(body)+24)
 	b = append(b, body[:len(body)-1]...) // without its closing brace

@@ -368,6 +368,11 @@ func TestStreamCountsLastByte(t *testing.T) {
 	if rep.Latency.P50Ms < 2000 {
 		t.Errorf("latency = %vms, want >= 2000ms (measured to the last byte)", rep.Latency.P50Ms)
 	}
+	// Its headers came in time but the rest of the body did not: the caller
+	// was left waiting to its deadline.
+	if rep.Unanswered != 1 {
+		t.Errorf("unanswered = %d, want 1: the deadline passed while the body was still coming", rep.Unanswered)
+	}
 	s := srv.seen()
 	if len(s) != 1 || s[0].header.Get("Accept") != "text/event-stream" {
 		t.Fatalf("requests seen: %+v", s)
@@ -461,6 +466,11 @@ func TestRunIsBoundedAndLeaksNothing(t *testing.T) {
 	if rep.Requests != want || rep.Failures[ReasonRunEnded] != want || rep.Attempts != want {
 		t.Errorf("requests %d attempts %d failures %v, want %d run_ended", rep.Requests, rep.Attempts, rep.Failures, want)
 	}
+	// The run's bound comes after every deadline: each caller had waited
+	// to its deadline for nothing.
+	if rep.Unanswered != want || rep.UnansweredRatio != 1 {
+		t.Errorf("unanswered %d (ratio %v), want %d (1)", rep.Unanswered, rep.UnansweredRatio, want)
+	}
 	if rep.WindowSeconds != 0.1 || rep.WallSeconds < 0.2 {
 		t.Errorf("window %vs wall %vs, want 0.1s and >= 0.2s", rep.WindowSeconds, rep.WallSeconds)
 	}
@@ -492,6 +502,11 @@ func TestCancelInterruptsRun(t *testing.T) {
 	}
 	if rep.Requests < 3 || rep.Failures[ReasonCancelled] != rep.Requests {
 		t.Errorf("requests %d failures %v, want all cancelled", rep.Requests, rep.Failures)
+	}
+	// Cancelled long before their hour-long deadlines: nobody was left
+	// waiting to their own timeout.
+	if rep.Unanswered != 0 {
+		t.Errorf("unanswered = %d, want 0", rep.Unanswered)
 	}
 }
 

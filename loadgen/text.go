@@ -18,6 +18,12 @@ func (r *Report) WriteText(w io.Writer) error {
 	if r.Stream {
 		head += "  stream"
 	}
+	if r.SamePrompt {
+		head += "  same prompt"
+	}
+	if r.AttemptHeaders != "" && r.AttemptHeaders != AttemptHeadersSluice {
+		head += "  attempt headers " + string(r.AttemptHeaders)
+	}
 	if r.Interrupted {
 		head += "  (INTERRUPTED: partial results)"
 	}
@@ -29,6 +35,13 @@ func (r *Report) WriteText(w io.Writer) error {
 	fmt.Fprintf(tw, "latency\t%s (answered requests, arrival to last byte)\n", latencyText(r.Latency))
 	fmt.Fprintf(tw, "attempt latency\t%s (answered attempts, sent to last byte)\n", latencyText(r.AttemptLatency))
 	fmt.Fprintf(tw, "send lag\t%s (scheduled arrival to first send: the generator's own delay)\n", latencyText(r.SendLag))
+	fmt.Fprintf(tw, "unanswered\t%d of %d attempts (%s): no answer and no refusal by the caller's own timeout\n",
+		r.Unanswered, r.Attempts, pct(r.UnansweredRatio))
+	refusal := "no refusals"
+	if r.RefusalTime.Count > 0 {
+		refusal = fmt.Sprintf("%s (%d refused attempts, sent to response headers)", latencyText(r.RefusalTime), r.RefusalTime.Count)
+	}
+	fmt.Fprintf(tw, "refusal time\t%s\n", refusal)
 	if err := tw.Flush(); err != nil {
 		return err
 	}

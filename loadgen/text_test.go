@@ -15,7 +15,9 @@ func sampleReports() (direct, gated *Report) {
 		WallSeconds: 58.2, WindowSeconds: 30,
 		Requests: 1500, Attempts: 3900, AttemptsPerRequest: 2.6,
 		Answered: 610, OnTime: 402, Late: 208, Goodput: 13.4, SuccessRatio: 0.268,
-		Latency: Latency{Count: 610, P50Ms: 7400, P90Ms: 13900, P99Ms: 14950, MaxMs: 15000},
+		Latency:    Latency{Count: 610, P50Ms: 7400, P90Ms: 13900, P99Ms: 14950, MaxMs: 15000},
+		Unanswered: 2900, UnansweredRatio: 0.7436,
+		RefusalTime: Latency{Count: 390, P50Ms: 4.2, P90Ms: 8, P99Ms: 31, MaxMs: 40},
 		Classes: []ClassReport{
 			{Name: "interactive", DeadlineMs: 10000, Requests: 1050, Attempts: 2800, Answered: 420, OnTime: 270, Late: 150, SuccessRatio: 0.257,
 				Latency: Latency{Count: 420, P50Ms: 7600, P99Ms: 14900}},
@@ -37,6 +39,7 @@ func sampleReports() (direct, gated *Report) {
 		Failures:      map[string]int{"queue_wait": 250, "evicted": 60, "late": 2},
 		StatusCodes:   map[int]int{200: 1190, 503: 520},
 		EstimatedWait: WaitStats{Seen: 520, MedianMs: 4200, MaxMs: 21000},
+		SamePrompt:    true, AttemptHeaders: AttemptHeadersStainless,
 	}
 	return direct, gated
 }
@@ -78,6 +81,8 @@ func TestWriteText(t *testing.T) {
 		"late 208",
 		"200 610, 503 390",
 		"estimated wait            none seen",
+		"2900 of 3900 attempts (74.4%): no answer and no refusal by the caller's own timeout",
+		"p50 4.20ms  p90 8.00ms  p99 31ms  max 40ms (390 refused attempts, sent to response headers)",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("WriteText output lacks %q:\n%s", want, out)
@@ -87,8 +92,15 @@ func TestWriteText(t *testing.T) {
 	if err := gated.WriteText(&b); err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(b.String(), "520 seen, median 4.20s, max 21.00s") {
-		t.Errorf("estimated wait missing:\n%s", b.String())
+	for _, want := range []string{
+		"520 seen, median 4.20s, max 21.00s",
+		"polite -> http://127.0.0.1:8080", "  same prompt  attempt headers stainless",
+		"0 of 1710 attempts (0.0%)",
+		"refusal time     no refusals",
+	} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("WriteText output lacks %q:\n%s", want, b.String())
+		}
 	}
 }
 
@@ -113,7 +125,8 @@ func TestReportJSONNames(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, key := range []string{`"goodput":39.6`, `"success_ratio":0.792`, `"attempts_per_request":1.14`,
-		`"p99_ms":6020`, `"status_codes":{"200":1190,"503":520}`, `"estimated_wait":{"seen":520`, `"late":2`} {
+		`"p99_ms":6020`, `"status_codes":{"200":1190,"503":520}`, `"estimated_wait":{"seen":520`, `"late":2`,
+		`"unanswered":0`, `"unanswered_ratio":0`, `"refusal_time":{"count":0`, `"same_prompt":true`, `"attempt_headers":"stainless"`} {
 		if !bytes.Contains(b, []byte(key)) {
 			t.Errorf("JSON lacks %s: %s", key, b)
 		}

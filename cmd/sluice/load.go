@@ -60,7 +60,8 @@ func parseLoadFlags(args []string, stderr io.Writer) (loadgen.Config, bool, erro
 		fmt.Fprintln(stderr)
 		fmt.Fprintln(stderr, "Sends POST {target}/v1/chat/completions as an open-loop Poisson process and")
 		fmt.Fprintln(stderr, "reports what callers experienced: goodput (answers inside their deadline")
-		fmt.Fprintln(stderr, "per second), success per class, latency, attempts per request, rejections.")
+		fmt.Fprintln(stderr, "per second), success per class, latency, attempts per request, rejections,")
+		fmt.Fprintln(stderr, "attempts left unanswered by their caller's own timeout, and time to a refusal.")
 		fmt.Fprintln(stderr)
 		fs.PrintDefaults()
 	}
@@ -76,6 +77,8 @@ func parseLoadFlags(args []string, stderr io.Writer) (loadgen.Config, bool, erro
 		model          = fs.String("model", loadgen.DefaultModel, "model field of the request body")
 		maxTokens      = fs.Int("max-tokens", loadgen.DefaultMaxTokens, "max_tokens field of the request body")
 		stream         = fs.Bool("stream", false, "request server-sent-event streams; answers count at their last byte")
+		samePrompt     = fs.Bool("same-prompt", false, "send every request with the same bytes (no per-request \"seed\"), as load tools and popular prompts do")
+		attemptHeaders = fs.String("attempt-headers", string(loadgen.AttemptHeadersSluice), "headers that declare each attempt's number and deadline: sluice, stainless (the OpenAI SDKs' X-Stainless-*), both, or none (no attempt number)")
 		apiKey         = fs.String("api-key", "", "sent as Authorization: Bearer <key>; empty sends none")
 		maxRequests    = fs.Int("max-requests", 0, "hard bound on logical requests; 0 means no bound but --duration")
 		maxInFlight    = fs.Int("max-in-flight", loadgen.DefaultMaxInFlight, "cap on concurrent attempts; arrivals beyond it count as client_overflow")
@@ -125,6 +128,11 @@ func parseLoadFlags(args []string, stderr io.Writer) (loadgen.Config, bool, erro
 	if len(headers) == 0 {
 		headers = nil
 	}
+	// Empty means the default in loadgen.Config; on the command line it is
+	// a value left out by mistake (--attempt-headers "").
+	if *attemptHeaders == "" {
+		return loadgen.Config{}, false, errors.New("--attempt-headers: must be one of sluice, stainless, both, none, got \"\"")
+	}
 	cfg := loadgen.Config{
 		Target:         *target,
 		Rate:           *rate,
@@ -137,6 +145,8 @@ func parseLoadFlags(args []string, stderr io.Writer) (loadgen.Config, bool, erro
 		Model:          *model,
 		MaxTokens:      *maxTokens,
 		Stream:         *stream,
+		SamePrompt:     *samePrompt,
+		AttemptHeaders: loadgen.AttemptHeaders(*attemptHeaders),
 		APIKey:         *apiKey,
 		Headers:        headers,
 		MaxInFlight:    *maxInFlight,
@@ -252,6 +262,7 @@ var configFlags = map[string]string{
 	"APIKey":         "--api-key",
 	"Headers":        "--header",
 	"MaxInFlight":    "--max-in-flight",
+	"AttemptHeaders": "--attempt-headers",
 }
 
 // flagError rewrites a *loadgen.ConfigError to name the flag instead of the

@@ -50,6 +50,9 @@ func TestLoadFlagErrorsNameTheFlag(t *testing.T) {
 		{append(target, "--header", "novalue"), "-header"},
 		{append(target, "--header", "Bad Name: v"), "--header:"},
 		{append(target, "extra"), "unexpected argument \"extra\""},
+		{append(target, "--attempt-headers", "openai"), "--attempt-headers: must be one of sluice, stainless, both, none, got \"openai\""},
+		{append(target, "--attempt-headers", ""), "--attempt-headers: must be one of"},
+		{append(target, "--same-prompt=maybe"), "-same-prompt"},
 	} {
 		_, _, err := parseLoadFlags(tc.args, io.Discard)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
@@ -65,7 +68,7 @@ func TestLoadFlagsBuildConfig(t *testing.T) {
 		"--policy", "polite", "--max-attempts", "4", "--attempt-timeout", "5s",
 		"--model", "m", "--max-tokens", "9", "--stream", "--api-key", "K",
 		"--max-requests", "100", "--max-in-flight", "20", "--seed", "7", "--json",
-		"--header", "X-Tenant: acme",
+		"--header", "X-Tenant: acme", "--same-prompt", "--attempt-headers", "stainless",
 	}, io.Discard)
 	if err != nil {
 		t.Fatal(err)
@@ -80,8 +83,91 @@ func TestLoadFlagsBuildConfig(t *testing.T) {
 	if cfg.Rate != 50 || cfg.Duration != 30*time.Second || cfg.Policy.Name() != "polite" || cfg.MaxAttempts != 4 ||
 		cfg.AttemptTimeout != 5*time.Second || cfg.Model != "m" || cfg.MaxTokens != 9 || !cfg.Stream ||
 		cfg.APIKey != "K" || cfg.MaxRequests != 100 || cfg.MaxInFlight != 20 || cfg.Seed != 7 || !asJSON ||
-		cfg.Headers.Get("X-Tenant") != "acme" {
+		cfg.Headers.Get("X-Tenant") != "acme" || !cfg.SamePrompt || cfg.AttemptHeaders != loadgen.AttemptHeadersStainless {
 		t.Errorf("config = %+v", cfg)
+	}
+
+	// Left out, they keep today's traffic: a distinct body per request and
+	// sluice's own headers.
+	cfg, _, err = parseLoadFlags([]string{"--target", "http://127.0.0.1:8080"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.SamePrompt || cfg.AttemptHeaders != loadgen.AttemptHeadersSluice {
+		t.Errorf("defaults: same prompt %v, attempt headers %q; want false and sluice", cfg.SamePrompt, cfg.AttemptHeaders)
+	}
+	for _, mode := range []string{"sluice", "stainless", "both", "none"} {
+		cfg, _, err := parseLoadFlags([]string{"--target", "http://127.0.0.1:8080", "--attempt-headers", mode}, io.Discard)
+		if err != nil || string(cfg.AttemptHeaders) != mode {
+			t.Errorf("--attempt-headers %s: mode %q, err %v", mode, cfg.AttemptHeaders, err)
+		}
+	}
+}
+
+func TestLoadCommandPlaysThePromiseSuiteTraffic(t *testing.T) {
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	var mu sync.Mutex
+	bodies := map[string]int{}
+	var headers []http.Header
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		mu.Lock()
+		bodies[string(b)]++
+		headers = append(headers, r.Header.Clone())
+		mu.Unlock()
+		w.Header().Set("X-Sluice-Reason", "queue_full")
+		w.WriteHeader(http.StatusServiceUnavailable)
+	}))
+	defer srv.Close()
+
+	var out, errOut bytes.Buffer
+	code := run([]string{"load", "--target", srv.URL, "--rate", "200", "--max-requests", "4", "--max-attempts", "2",
+		"--same-prompt", "--attempt-headers", "stainless", "--json"}, &out, &errOut)
+	if code != 0 {
+		t.Fatalf("exit %d, stderr: %s", code, errOut.String())
+	}
+	var rep loadgen.Report
+	var keys map[string]json.RawMessage
+	if err := json.Unmarshal(out.Bytes(), &rep); err != nil {
+		t.Fatalf("--json output does not decode: %v\n%s", err, out.String())
+	}
+	if err := json.Unmarshal(out.Bytes(), &keys); err != nil {
+		t.Fatal(err)
+	}
+	for _, key := range []string{"unanswered", "unanswered_ratio", "refusal_time", "same_prompt", "attempt_headers"} {
+		if _, ok := keys[key]; !ok {
+			t.Errorf("--json output lacks %q:\n%s", key, out.String())
+		}
+	}
+	if rep.Attempts != 8 || rep.RefusalTime.Count != 8 || rep.Unanswered != 0 || !rep.SamePrompt || rep.AttemptHeaders != "stainless" {
+		t.Errorf("attempts %d refusals timed %d unanswered %d same prompt %v attempt headers %q, want 8 8 0 true stainless",
+			rep.Attempts, rep.RefusalTime.Count, rep.Unanswered, rep.SamePrompt, rep.AttemptHeaders)
+	}
+	mu.Lock()
+	if len(bodies) != 1 {
+		t.Errorf("server saw %d distinct bodies, want 1 with --same-prompt: %v", len(bodies), bodies)
+	}
+	retries := 0
+	for _, h := range headers {
+		if h.Get("X-Sluice-Attempt") != "" || h.Get("X-Sluice-Timeout-Ms") != "" {
+			t.Errorf("X-Sluice-* attempt headers sent with --attempt-headers stainless: %v", h)
+		}
+		if h.Get("X-Stainless-Retry-Count") == "1" {
+			retries++
+		}
+		if h.Get("X-Stainless-Timeout") == "" {
+			t.Errorf("X-Stainless-Timeout missing: %v", h)
+		}
+	}
+	mu.Unlock()
+	if retries != 4 {
+		t.Errorf("%d attempts sent X-Stainless-Retry-Count: 1, want 4", retries)
+	}
+
+	out.Reset()
+	code = run([]string{"load", "--target", srv.URL, "--rate", "200", "--max-requests", "2", "--max-attempts", "1"}, &out, &errOut)
+	if code != 0 || !strings.Contains(out.String(), "unanswered") || !strings.Contains(out.String(), "refusal time") {
+		t.Errorf("text output (exit %d):\n%s", code, out.String())
 	}
 }
 
