@@ -92,17 +92,27 @@ func (c *Chain) Acquire(ctx context.Context, req Request) (*Permit, error) {
 	}
 	gate := c.gateOf(&p.req)
 	if !pace(ctx, p.req.NotBefore, c.now) {
-		p.holds.cancel(c.now())
+		p.holds.cancel(c.now(), ctx.Err())
 		return nil, ctx.Err()
 	}
-	gp, err := gate.Acquire(ctx, p.req.admission())
+	var gp *admission.Permit
+	var err error
+	if p.req.overRetryBudget != nil {
+		// A recognised retry past its budgets runs only on a slot nobody
+		// waits for (retries.Admit).
+		gp, err = gate.TryAcquire(p.req.admission())
+	} else {
+		gp, err = gate.Acquire(ctx, p.req.admission())
+	}
 	if err != nil {
 		now := c.now()
-		p.holds.cancel(now)
 		var rej *admission.Rejection
 		if errors.As(err, &rej) {
+			rej = p.req.refusal(rej)
+			err = rej
 			c.stages.spread.assign(now, rej, &p.req, gate)
 		}
+		p.holds.cancel(now, err)
 		return nil, err
 	}
 	p.gp = gp
@@ -177,7 +187,7 @@ func (p *Permit) Drop() {
 	if !p.done.CompareAndSwap(false, true) {
 		return
 	}
-	p.holds.cancel(p.c.now())
+	p.holds.cancel(p.c.now(), nil)
 	p.gp.Drop()
 }
 

@@ -1,6 +1,7 @@
 package chain
 
 import (
+	"context"
 	"slices"
 	"time"
 
@@ -127,13 +128,16 @@ func (c *Core) Arrive(now time.Time, req Request, t *Ticket, wait bool) (Decisio
 		}
 		return d, err
 	}
+	// A recognised retry past its budgets runs only on a slot nobody
+	// waits for (retries.Admit).
+	wait = wait && t.req.overRetryBudget == nil
 	if t.req.NotBefore.After(now) {
 		if !wait {
 			// Refused rather than queued, as the gate would.
-			t.holds.cancel(now)
-			rej := &admission.Rejection{Reason: admission.ReasonQueueWait, EstimatedWait: t.req.NotBefore.Sub(now),
-				RetryAfter: t.req.NotBefore.Sub(now)}
+			rej := t.req.refusal(&admission.Rejection{Reason: admission.ReasonQueueWait, EstimatedWait: t.req.NotBefore.Sub(now),
+				RetryAfter: t.req.NotBefore.Sub(now)})
 			c.stages.spread.assign(now, rej, &t.req, c.gateOf(&t.req))
+			t.holds.cancel(now, rej)
 			return Decision{Verdict: admission.Rejected, Rejection: rej}, nil
 		}
 		// Its pool's rate limits pace it: it reaches the gate at
@@ -150,13 +154,13 @@ func (c *Core) enter(now time.Time, t *Ticket, wait bool) (Decision, error) {
 	gate := c.gateOf(&t.req)
 	d, err := gate.Arrive(now, t.req.admission(), &t.gt, wait)
 	if err != nil {
-		t.holds.cancel(now)
+		t.holds.cancel(now, err)
 		return Decision{}, err
 	}
 	if d.Verdict == admission.Rejected {
-		t.holds.cancel(now)
-		rej := d.Rejection()
+		rej := t.req.refusal(d.Rejection())
 		c.stages.spread.assign(now, rej, &t.req, gate)
+		t.holds.cancel(now, rej)
 		return Decision{Verdict: admission.Rejected, Rejection: rej}, nil
 	}
 	return Decision{Verdict: d.Verdict}, nil
@@ -219,13 +223,13 @@ func (c *Core) Cancel(now time.Time, t *Ticket, reason admission.Reason) bool {
 		i := slices.Index(c.paced, t)
 		c.paced = slices.Delete(c.paced, i, i+1)
 		t.paced = false
-		t.holds.cancel(now)
+		t.holds.cancel(now, withdrawal(reason))
 		return true
 	}
 	if !c.gateOf(&t.req).Cancel(now, &t.gt, reason) {
 		return false
 	}
-	t.holds.cancel(now)
+	t.holds.cancel(now, withdrawal(reason))
 	return true
 }
 
@@ -250,9 +254,9 @@ func (c *Core) collect(g *admission.Core) {
 	for _, gt := range g.Events() {
 		t := gt.Owner.(*Ticket)
 		if !gt.Granted() {
-			t.holds.cancel(c.now)
 			t.rej = gt.Rejection()
 			c.stages.spread.assign(c.now, t.rej, &t.req, g)
+			t.holds.cancel(c.now, t.rej)
 		}
 		c.events = append(c.events, t)
 	}
@@ -283,4 +287,13 @@ func (c *Core) RetriesRecognised() uint64 { return c.stages.retriesRecognised() 
 func (c *Core) SetConcurrency(now time.Time, n int) error {
 	c.now = now
 	return c.gate.SetConcurrency(now, n)
+}
+
+// withdrawal is the cause a withdrawn call's holds are told: its deadline
+// passed (a refusal, reason expired), or its caller left.
+func withdrawal(reason admission.Reason) error {
+	if reason == 0 {
+		return context.Canceled
+	}
+	return &admission.Rejection{Reason: reason}
 }

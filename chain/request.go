@@ -30,8 +30,15 @@ type Request struct {
 	AskedClass string
 	// Attempt is 0 for a first attempt and N for the Nth retry, as the
 	// caller said (a header). The recognise stage may raise it (see
-	// RetrySeen).
+	// RetrySeen) when the caller did not declare it.
 	Attempt int
+	// AttemptDeclared says the caller stated its attempt (a header such as
+	// X-Sluice-Attempt or X-Stainless-Retry-Count, or a simulated caller
+	// that sends one): a declared attempt is believed, and the recognise
+	// stage leaves the call alone. Recognition is for callers that say
+	// nothing. An Attempt of 1 or more is declared whatever this says: only
+	// a shell can tell a stated 0 from silence.
+	AttemptDeclared bool
 	// Fingerprint identifies what the call asks, beside its tenant and
 	// model: the gateway's hash of the request body, the simulator's
 	// request identity. Two calls of one tenant and model with the same
@@ -68,6 +75,11 @@ type Request struct {
 	// RetrySeen says the recognise stage found the call to be a retry
 	// its caller did not declare, and raised Attempt.
 	RetrySeen bool
+	// overRetryBudget is the retry budgets' refusal of a recognised retry
+	// that found no token: such a call may still take a slot that is free
+	// now, with nobody waiting for it, and is refused with this otherwise
+	// (see retries.Admit).
+	overRetryBudget *admission.Rejection
 	// OverQuota says the tenant is past its own quota: the gate ranks the
 	// call at the over-quota rank.
 	OverQuota bool
@@ -100,6 +112,23 @@ func (r *Request) admission() admission.Request {
 		Key:       r.gateKey(),
 		Cost:      r.GateCost(),
 	}
+}
+
+// refusal is the refusal to tell a call its gate refused: the gate's own,
+// except for a recognised retry past its budgets, which was asked for a
+// free slot only — finding none, it is refused for its budget (429
+// retry_budget), not for the wait it was never allowed.
+func (r *Request) refusal(gate *admission.Rejection) *admission.Rejection {
+	if r.overRetryBudget == nil || gate == nil {
+		return gate
+	}
+	switch gate.Reason {
+	case admission.ReasonQueueWait, admission.ReasonQueueFull:
+		rej := *r.overRetryBudget
+		rej.EstimatedWait = gate.EstimatedWait
+		return &rej
+	}
+	return gate
 }
 
 // gateKey keys the call's service-time statistics: the model as its

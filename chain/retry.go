@@ -59,6 +59,16 @@ func (b *retries) forTenant(name string) *retrybudget.Budget {
 // Admit books the call. The token a retry spends is not given back if a
 // later stage refuses it: the retry was made, and counting it is what keeps
 // a storm of refused retries from retrying without bound.
+//
+// A retry the recognise stage inferred (RetrySeen) that finds no token is
+// not refused here: it goes on, marked, and the gate gives it a slot only
+// if one is free now with nobody waiting, refusing it for its budget
+// otherwise. Recognition is a guess — the copy may be another caller's
+// first attempt of a popular prompt — so what it decides may rank a call
+// below every first attempt and keep it out of the queue, but never leave
+// a slot idle that the call could have used. A declared retry is what its
+// caller said, and the budget refuses it outright: that is what stops a
+// storm of retries of a failing provider even while slots are free.
 func (b *retries) Admit(now time.Time, r *Request) (Hold, error) {
 	tb := b.forTenant(r.Tenant)
 	if r.Attempt == 0 {
@@ -66,12 +76,19 @@ func (b *retries) Admit(now time.Time, r *Request) (Hold, error) {
 		b.global.Deposit(now)
 		return nil, nil
 	}
+	var rej *admission.Rejection
 	if !tb.TryWithdraw(now) {
-		return nil, refusal(tb, tb.RetryAfter(now))
-	}
-	if !b.global.TryWithdraw(now) {
+		rej = refusal(tb, tb.RetryAfter(now))
+	} else if !b.global.TryWithdraw(now) {
 		tb.Refund(now) // this retry is not sent: its tenant keeps the token
-		return nil, refusal(b.global, b.global.RetryAfter(now))
+		rej = refusal(b.global, b.global.RetryAfter(now))
+	}
+	if rej != nil && r.RetrySeen {
+		r.overRetryBudget = rej
+		return nil, nil
+	}
+	if rej != nil {
+		return nil, rej
 	}
 	return nil, nil
 }

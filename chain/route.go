@@ -547,7 +547,7 @@ type routeHold struct {
 }
 
 // Cancel gives back what was reserved: the call never went upstream.
-func (h *routeHold) Cancel(now time.Time) {
+func (h *routeHold) Cancel(now time.Time, _ error) {
 	h.refund(now)
 	if h.probe {
 		h.p.health.endProbe()
@@ -683,7 +683,7 @@ func (p *Permit) Failover(ctx context.Context, o Outcome) bool {
 	if gp == nil || err != nil {
 		// Not moved: the retry was not made after all.
 		now = p.c.now()
-		nh.Cancel(now)
+		nh.Cancel(now, err)
 		if rb != nil {
 			rb.global.Refund(now)
 		}

@@ -1,6 +1,7 @@
 package chain
 
 import (
+	"errors"
 	"fmt"
 	"hash/maphash"
 	"math"
@@ -60,6 +61,12 @@ func (c RecogniseConfig) withDefaults() (RecogniseConfig, error) {
 // retries would be first attempts: deposited into the retry budgets
 // instead of paid from them, and ranked as new work.
 //
+// A call whose caller declared its attempt (Request.AttemptDeclared) is
+// left alone: a declared first attempt is a first attempt, and a declared
+// retry is charged as one by the retry budgets without help. Only callers
+// that say nothing are recognised; their calls are remembered and
+// compared with each other.
+//
 // The rule: calls with a Fingerprint are copies of one request when their
 // tenant, class, model and fingerprint are the same. Every copy that
 // fails — refused by a stage or the gate, withdrawn from the queue (its
@@ -79,9 +86,15 @@ func (c RecogniseConfig) withDefaults() (RecogniseConfig, error) {
 // prompt fails, one later copy is a retry, not all of them, and a retry
 // that arrives after a parallel copy succeeded is still seen. A retry its
 // caller declared (Attempt ≥ 1 from a header) also takes a failure, so
-// that the failure is not left for an innocent copy; the stage only ever
-// raises Attempt, and a header's "0" does not exempt a copy of a failed
-// call, since the point is callers whose word cannot be trusted.
+//
+// Recognition cannot feed itself: a copy refused because it was
+// recognised — the retry budgets refused it (reason retry_budget) — took a
+// failure and leaves none, so the next copy is a first attempt again.
+// Otherwise one failure of a popular prompt under overload would make
+// every later copy, whoever sent it, a retry refused for its budget, and
+// each refusal the failure of the next. And a recognised retry past its
+// budgets still takes a slot that is free with nobody waiting (see
+// retries.Admit): what recognition decides never leaves the provider idle.
 //
 // Memory is bounded: at most MaxEntries requests are remembered, each a
 // fixed-size entry plus its index slot — no body, no strings — in a ring
@@ -175,7 +188,7 @@ func mix64(x uint64) uint64 {
 
 // Admit recognises the call, and remembers it. It never refuses.
 func (s *seen) Admit(now time.Time, r *Request) (Hold, error) {
-	if r.Fingerprint == 0 {
+	if r.Fingerprint == 0 || r.AttemptDeclared || r.Attempt > 0 {
 		return nil, nil
 	}
 	key, t := s.key(r), now.UnixNano()
@@ -186,10 +199,8 @@ func (s *seen) Admit(now time.Time, r *Request) (Hold, error) {
 	}
 	if e.failed > 0 {
 		e.failed--
-		if r.Attempt == 0 {
-			r.Attempt = int(e.attempt) + 1
-			r.RetrySeen = true
-		}
+		r.Attempt = int(e.attempt) + 1
+		r.RetrySeen = true
 	}
 	e.attempt = uint16(min(max(int(e.attempt), r.Attempt), math.MaxUint16))
 	e.open++
@@ -308,8 +319,14 @@ type seenHold struct {
 }
 
 // Cancel: the copy never reached the provider — refused, or withdrawn
-// because its caller left or its deadline passed. A failure.
-func (h *seenHold) Cancel(now time.Time) { h.s.end(now, h, true) }
+// because its caller left or its deadline passed. A failure, unless the
+// retry budgets refused it: it was refused for having been recognised as
+// a retry, and that must not make the next copy one too.
+func (h *seenHold) Cancel(now time.Time, cause error) {
+	var rej *admission.Rejection
+	refusedAsRetry := errors.As(cause, &rej) && rej.Reason == admission.ReasonRetryBudget
+	h.s.end(now, h, !refusedAsRetry)
+}
 
 // Settle: anything but a success (or a slot given back unused) is a
 // failure.

@@ -1,6 +1,8 @@
 package chain
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"runtime"
 	"strings"
@@ -36,12 +38,14 @@ func copyOf(prompt uint64) Request {
 // within the window, one more attempt than the copies before it, one retry
 // per failure; a copy of one that succeeded, or of one still in flight, is
 // not; another tenant, class, model or fingerprint is another request; a
-// header's attempt stands, and takes the failure.
+// declared attempt is believed and left alone, a first one as much as a
+// retry; and a copy refused for its retry budget leaves no failure, so
+// that the next copy is a first attempt again.
 func TestSeenRecognisesRetries(t *testing.T) {
 	type step struct {
 		at   time.Duration
 		req  Request
-		end  string // how the copy ends: refused (by the gate), left (withdrawn from the queue), success, failure, canceled, "" (stays)
+		end  string // how the copy ends: refused (by the gate), budget (refused by the retry budgets), left (withdrawn from the queue), success, failure, canceled, "" (stays)
 		want int    // Attempt after the stages
 		seen bool   // RetrySeen
 	}
@@ -50,7 +54,9 @@ func TestSeenRecognisesRetries(t *testing.T) {
 	otherModel := copyOf(1)
 	otherModel.Model = "n"
 	declared := copyOf(1)
-	declared.Attempt = 2
+	declared.Attempt, declared.AttemptDeclared = 2, true
+	declaredFirst := copyOf(1)
+	declaredFirst.AttemptDeclared = true
 	none := copyOf(0)
 	batch := copyOf(1)
 	batch.Class = admission.ClassBatch
@@ -71,7 +77,10 @@ func TestSeenRecognisesRetries(t *testing.T) {
 		{"another prompt", []step{{0, copyOf(1), "refused", 0, false}, {time.Second, copyOf(2), "", 0, false}}},
 		{"another tenant", []step{{0, copyOf(1), "refused", 0, false}, {time.Second, other, "", 0, false}}},
 		{"another model", []step{{0, copyOf(1), "refused", 0, false}, {time.Second, otherModel, "", 0, false}}},
-		{"a declared attempt stands, and takes the failure", []step{{0, copyOf(1), "refused", 0, false}, {time.Second, declared, "", 2, false}, {2 * time.Second, copyOf(1), "", 0, false}}},
+		{"a declared retry stands, and takes nothing", []step{{0, copyOf(1), "refused", 0, false}, {time.Second, declared, "refused", 2, false}, {2 * time.Second, copyOf(1), "", 1, true}}},
+		{"a declared first attempt is a first attempt", []step{{0, copyOf(1), "refused", 0, false}, {time.Second, declaredFirst, "refused", 0, false}, {2 * time.Second, declaredFirst, "", 0, false}, {3 * time.Second, copyOf(1), "", 1, true}}},
+		{"refused for its retry budget, it leaves no failure", []step{{0, copyOf(1), "refused", 0, false}, {time.Second, copyOf(1), "budget", 1, true}, {2 * time.Second, copyOf(1), "", 0, false}}},
+		{"refused by the gate as a retry, it leaves one", []step{{0, copyOf(1), "refused", 0, false}, {time.Second, copyOf(1), "refused", 1, true}, {2 * time.Second, copyOf(1), "", 2, true}}},
 		{"one failure, one retry", []step{{0, copyOf(1), "refused", 0, false}, {time.Second, copyOf(1), "", 1, true}, {2 * time.Second, copyOf(1), "", 0, false}}},
 		{"another class", []step{{0, copyOf(1), "refused", 0, false}, {time.Second, batch, "", 0, false}}},
 		{"no fingerprint, no comparison", []step{{0, none, "refused", 0, false}, {time.Second, none, "", 0, false}}},
@@ -102,10 +111,15 @@ func TestSeenRecognisesRetries(t *testing.T) {
 					now = now.Add(d)
 				}
 				switch end {
-				case "refused", "left":
+				case "refused", "budget", "left":
 					// What a refusal by a later stage or the gate, and
 					// Core.Cancel of a queued ticket, do to the holds.
-					tk.holds.cancel(now)
+					cause := map[string]error{
+						"refused": &admission.Rejection{Reason: admission.ReasonQueueWait},
+						"budget":  &admission.Rejection{Reason: admission.ReasonRetryBudget},
+						"left":    context.Canceled,
+					}[end]
+					tk.holds.cancel(now, cause)
 					c.Release(now, tk, Outcome{Result: admission.Unused})
 				case "success":
 					err = c.Release(now, tk, Outcome{Result: admission.Success, ServiceTime: time.Second})
@@ -215,7 +229,7 @@ func TestSeenForgetsTheOldestFirst(t *testing.T) {
 	fail := func(prompt uint64, at time.Duration) {
 		tk := new(Ticket)
 		c.Arrive(t0.Add(at), copyOf(prompt), tk, false)
-		tk.holds.cancel(t0.Add(at))
+		tk.holds.cancel(t0.Add(at), &admission.Rejection{Reason: admission.ReasonQueueWait})
 		c.Release(t0.Add(at), tk, Outcome{Result: admission.Unused})
 	}
 	for p := uint64(1); p <= 5; p++ {
@@ -236,7 +250,7 @@ func TestSeenForgetsTheOldestFirst(t *testing.T) {
 		if got := tk.Request().RetrySeen; got != want {
 			t.Errorf("prompt %d: recognised %v, want %v", p, got, want)
 		}
-		tk.holds.cancel(t0.Add(time.Second))
+		tk.holds.cancel(t0.Add(time.Second), &admission.Rejection{Reason: admission.ReasonQueueWait})
 		c.Release(t0.Add(time.Second), tk, Outcome{Result: admission.Unused})
 	}
 }
@@ -253,8 +267,8 @@ func TestSeenForgetsWhatCannotMatter(t *testing.T) {
 		h, _ := s.Admit(t0.Add(at), &r)
 		return h
 	}
-	long := admit(1, 0)    // open throughout
-	admit(2, 0).Cancel(t0) // a failure, within the window until 30s
+	long := admit(1, 0)                      // open throughout
+	admit(2, 0).Cancel(t0, context.Canceled) // a failure, within the window until 30s
 	for p := uint64(10); p < 110; p++ {
 		admit(p, 0).Settle(t0, Outcome{Result: admission.Success})
 	}
@@ -408,4 +422,84 @@ func BenchmarkSeen(b *testing.B) {
 			})
 		})
 	}
+}
+
+// A recognised retry past its budgets is refused for them only when it
+// would have to wait: a slot free with nobody waiting is taken, so that
+// what recognition decides never leaves the provider idle. Both shells.
+func TestSeenRetryPastItsBudgetTakesOnlyAFreeSlot(t *testing.T) {
+	cfg := Config{
+		Admission: admission.Config{Concurrency: 2, MaxQueue: 8, InitialServiceTime: time.Second},
+		Retries:   tightRetries,
+	}
+	t.Run("Core", func(t *testing.T) {
+		c, err := NewCore(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		busy := new(Ticket)
+		for _, tk := range []*Ticket{busy, new(Ticket)} {
+			if d, _ := c.Arrive(t0, copyOf(9), tk, true); d.Verdict != admission.Granted {
+				t.Fatalf("filling the slots: %+v", d)
+			}
+		}
+		// A copy refused by the gate leaves a failure; a slot frees.
+		if d, _ := c.Arrive(t0, copyOf(1), new(Ticket), false); d.Verdict != admission.Rejected {
+			t.Fatalf("a copy that cannot wait: %+v", d)
+		}
+		c.Release(t0, busy, Outcome{Result: admission.Success, ServiceTime: time.Second})
+		tk := new(Ticket)
+		if d, _ := c.Arrive(t0, copyOf(1), tk, true); d.Verdict != admission.Granted || !tk.Request().RetrySeen {
+			t.Fatalf("a recognised retry past its budget, a slot free: %+v (seen %v), want granted", d, tk.Request().RetrySeen)
+		}
+		// Every slot busy: the next recognised retry is refused for its
+		// budget rather than queued.
+		c.Arrive(t0, copyOf(1), new(Ticket), false)
+		d, _ := c.Arrive(t0, copyOf(1), new(Ticket), true)
+		if d.Verdict != admission.Rejected || d.Rejection.Reason != admission.ReasonRetryBudget {
+			t.Fatalf("a recognised retry past its budget, no slot free: %+v, want retry_budget", d)
+		}
+		if q := c.Gate().Queued(); q != 0 {
+			t.Fatalf("%d queued, want none", q)
+		}
+	})
+	t.Run("Chain", func(t *testing.T) {
+		c, err := New(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx := context.Background()
+		copyOf := func(prompt uint64) Request {
+			r := copyOf(prompt)
+			r.Deadline = time.Now().Add(time.Hour)
+			return r
+		}
+		var held []*Permit
+		for range 2 {
+			p, err := c.Acquire(ctx, copyOf(9))
+			if err != nil {
+				t.Fatal(err)
+			}
+			held = append(held, p)
+		}
+		short, cancel := context.WithCancel(ctx)
+		cancel() // a copy whose caller left at once: a failure
+		if _, err := c.Acquire(short, copyOf(1)); err == nil {
+			t.Fatal("a cancelled copy was admitted")
+		}
+		held[0].Done(Outcome{Result: admission.Success})
+		p, err := c.Acquire(ctx, copyOf(1))
+		if err != nil || !p.Request().RetrySeen {
+			t.Fatalf("a recognised retry past its budget, a slot free: %v, want granted as a retry", err)
+		}
+		if _, err := c.Acquire(short, copyOf(1)); err == nil {
+			t.Fatal("a cancelled copy was admitted")
+		}
+		var rej *admission.Rejection
+		if _, err := c.Acquire(ctx, copyOf(1)); !errors.As(err, &rej) || rej.Reason != admission.ReasonRetryBudget {
+			t.Fatalf("a recognised retry past its budget, no slot free: %v, want retry_budget", err)
+		}
+		p.Done(Outcome{Result: admission.Success})
+		held[1].Done(Outcome{Result: admission.Success})
+	})
 }

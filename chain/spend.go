@@ -71,7 +71,7 @@ type spendHold struct {
 	estimate float64
 }
 
-func (h *spendHold) Cancel(now time.Time) { h.s.l.Cancel(now, h.res) }
+func (h *spendHold) Cancel(now time.Time, _ error) { h.s.l.Cancel(now, h.res) }
 
 // Settle replaces the reservation with what the call cost. A call cut
 // short (the caller left, or its deadline passed) is booked at its
@@ -127,7 +127,7 @@ func (s *spendStage) reprice(now time.Time, r *Request, hs *holds) {
 		s.l.Cancel(now, d.Reservation)
 		return
 	}
-	hs.h[i].Cancel(now)
+	hs.h[i].Cancel(now, nil)
 	hs.h[i] = &spendHold{s: s, res: d.Reservation, tenant: r.Tenant, model: r.Model, estimate: d.EstimatedUSD}
 	r.EstimatedUSD, r.OverQuota = d.EstimatedUSD, r.OverQuota || d.OverQuota
 }

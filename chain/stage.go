@@ -22,7 +22,10 @@ type Stage interface {
 // is called, once.
 type Hold interface {
 	// Cancel gives back what was taken: the call never went upstream.
-	Cancel(now time.Time)
+	// cause says why: the *admission.Rejection that refused it, the
+	// context's error when its caller left, nil when the shell dropped a
+	// call it had admitted.
+	Cancel(now time.Time, cause error)
 	// Settle books the call's outcome. An error is a broken book (the
 	// shell logs it, the simulator fails the run); the hold is settled
 	// anyway.
@@ -80,7 +83,7 @@ func (hs *holds) admit(stages []Stage, now time.Time, r *Request) error {
 	for _, st := range stages {
 		h, err := st.Admit(now, r)
 		if err != nil {
-			hs.cancel(now)
+			hs.cancel(now, err)
 			return err
 		}
 		if h != nil {
@@ -91,10 +94,11 @@ func (hs *holds) admit(stages []Stage, now time.Time, r *Request) error {
 	return nil
 }
 
-// cancel gives back every hold, newest first.
-func (hs *holds) cancel(now time.Time) {
+// cancel gives back every hold, newest first, telling each why (see
+// Hold.Cancel).
+func (hs *holds) cancel(now time.Time, cause error) {
 	for i := hs.n - 1; i >= 0; i-- {
-		hs.h[i].Cancel(now)
+		hs.h[i].Cancel(now, cause)
 		hs.h[i] = nil
 	}
 	hs.n = 0

@@ -86,7 +86,7 @@ func (g *Gateway) serveEstimate(w http.ResponseWriter, r *http.Request, global b
 	// estimate runs every stage (tenant, retry budgets, spend, the ladder)
 	// and the gate, taking nothing.
 	model := q.Get("model")
-	req := chain.Request{Tenant: tenant, Tier: tier, Class: hdr.class, Attempt: hdr.attempt,
+	req := chain.Request{Tenant: tenant, Tier: tier, Class: hdr.class, Attempt: hdr.attempt, AttemptDeclared: hdr.declared,
 		Deadline: time.Now().Add(hdr.timeout), Model: model, AllowDegrade: hdr.degrade}
 	for _, f := range []struct {
 		param string

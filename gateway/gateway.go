@@ -343,6 +343,7 @@ func (g *Gateway) serveCall(w http.ResponseWriter, r *http.Request, rt *route, t
 		Tier:            tier,
 		Class:           hdr.class,
 		Attempt:         hdr.attempt,
+		AttemptDeclared: hdr.declared,
 		Fingerprint:     fingerprint(r.URL.Path, rt.billed, body.raw), // a retry sent without a header (seen.go)
 		Deadline:        deadline,
 		Model:           body.model,

@@ -22,6 +22,9 @@ type callHeaders struct {
 	class   string
 	timeout time.Duration
 	attempt int
+	// declared says an attempt header was sent, 0 included: the chain
+	// believes it and leaves the call out of retry recognition.
+	declared bool
 	// attemptBy names the header a retry (attempt ≥ 1) was declared by,
 	// as sluice_retries_recognised_total's how: header
 	// (X-Sluice-Attempt) or stainless (X-Stainless-Retry-Count).
@@ -86,7 +89,7 @@ func (g *Gateway) parseHeaders(h http.Header) (callHeaders, error) {
 		case n < 0 || n > maxAttempt:
 			return c, badHeader(name, "%s: an attempt number is at most %d", echo(v), maxAttempt)
 		}
-		c.attempt = int(n)
+		c.attempt, c.declared = int(n), true
 		if c.attempt > 0 {
 			c.attemptBy = retryByHeader
 			if name == contract.HeaderStainlessRetryCount {

@@ -103,6 +103,7 @@ func (g *gateServer) request(a *attempt) chain.Request {
 		Tier:            src.req.Tier,
 		Class:           src.req.Class,
 		Attempt:         attempt,
+		AttemptDeclared: !src.undeclared,
 		Fingerprint:     fp,
 		Deadline:        g.e.s.at(a.leaveAt),
 		Model:           src.req.Key,
