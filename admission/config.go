@@ -73,6 +73,15 @@ type Config struct {
 	// simulator can measure what expiry at dequeue is worth.
 	NoDequeueExpiry bool
 
+	// NoEarlyRefusal keeps a queued request until it is dequeued, its
+	// caller leaves or its deadline passes, even once the gate knows it
+	// cannot start in time, and lets a standing queue fill up to its
+	// callers' deadlines. The zero value refuses such work at once and
+	// bounds the wait in a standing queue (see "Refusing early" in
+	// core.go), which is what every deployment wants; the switch exists so
+	// that the simulator can measure what refusing early is worth.
+	NoEarlyRefusal bool
+
 	// LIFOTarget and LIFOInterval define overload, CoDel-style, for each
 	// tenant's queue within a rank: it is overloaded once the age of its
 	// oldest item has stayed at or above a target for LIFOInterval, and stops

@@ -141,6 +141,9 @@ func (c *Core) arrive(now time.Time, req *Request, t *Ticket, wait bool) (Decisi
 	d := c.decide(now, req, rank, ts, cost)
 	if d.Verdict == Rejected {
 		c.c.rejected[d.Reason]++
+		if d.Reason == ReasonQueueWait && budget(now, req) > 0 {
+			ts.refusingAt(rank).refused(now, standingInterval(budget(now, req)))
+		}
 		return d, ts, nil
 	}
 	if d.Verdict == Granted {
@@ -160,11 +163,13 @@ func (c *Core) arrive(now time.Time, req *Request, t *Ticket, wait bool) (Decisi
 	}
 	// Queued, unless the waiting room is at its bounds.
 	if ts.maxQueue > 0 && ts.queued >= ts.maxQueue {
+		ts.refusingAt(rank).refused(now, standingInterval(budget(now, req)))
 		return c.refuseFull(now, d, req), ts, nil
 	}
 	if c.queued >= c.cfg.MaxQueue {
 		victim := c.victimFor(rank, ts, cost)
 		if victim == nil {
+			ts.refusingAt(rank).refused(now, standingInterval(budget(now, req)))
 			return c.refuseFull(now, d, req), ts, nil
 		}
 		c.reject(now, victim, ReasonEvicted, c.retryAfterFor(now, victim.rank, victim.req.Tenant, &victim.req))
@@ -172,6 +177,9 @@ func (c *Core) arrive(now time.Time, req *Request, t *Ticket, wait bool) (Decisi
 	*t = Ticket{Owner: t.Owner, req: *req, rank: rank, cost: cost, ts: ts, enqueued: now, state: ticketQueued, wait: d.EstimatedWait}
 	c.push(t, ts)
 	c.c.enqueued++
+	// The newcomer may overtake queued work (a higher rank, or newest
+	// first): what it pushes past its deadline is told now.
+	c.refuseLate(now)
 	return d, ts, nil
 }
 
@@ -199,6 +207,13 @@ func (c *Core) decide(now time.Time, req *Request, rank int, ts *tenantState, co
 		d.Verdict, d.Reason = Rejected, ReasonQueueWait
 		d.RetryAfter = c.retryAfter(d.EstimatedWait, p95, budget)
 		return d
+	}
+	if budget > 0 && d.EstimatedWait > 0 && !c.cfg.NoEarlyRefusal && ts.standing(now, rank, standingInterval(budget)) {
+		if allow := c.allowance(budget); d.EstimatedWait > allow {
+			d.Verdict, d.Reason = Rejected, ReasonQueueWait
+			d.RetryAfter = max(d.EstimatedWait-allow, c.perSlot())
+			return d
+		}
 	}
 	if c.inFlight < c.concurrency && d.EstimatedWait == 0 && !ts.capped() {
 		d.Verdict = Granted
@@ -454,6 +469,7 @@ func (c *Core) dispatch(now time.Time) {
 		c.c.granted++
 		c.events = append(c.events, t)
 	}
+	c.refuseLate(now)
 }
 
 // pop takes the next ticket to serve, or nil when every tenant with queued
@@ -672,6 +688,13 @@ func (c *Core) ahead(rank int, tenant string, ts *tenantState, cost float64) int
 	if ts != nil {
 		weight = ts.weight
 	}
+	// Within its own rank fair queuing decides, whatever the shares.
+	return c.aheadAbove(rank, ts, cost) + c.levels[rank].ahead(tenant, cost, weight)
+}
+
+// aheadAbove counts the queued tickets of ranks above rank served before
+// work of tenant ts and cost at rank (see ahead).
+func (c *Core) aheadAbove(rank int, ts *tenantState, cost float64) int {
 	var skip func(*tenantQueue) bool
 	if rank > c.ranks.LowTier && c.contended() && (ts == nil || !c.overShare(ts, cost)) {
 		skip = func(tq *tenantQueue) bool { return c.overShare(tq.ts, tq.peek().cost) }
@@ -692,8 +715,7 @@ func (c *Core) ahead(rank int, tenant string, ts *tenantState, cost float64) int
 			}
 		}
 	}
-	// Within its own rank fair queuing decides, whatever the shares.
-	return n + c.levels[rank].ahead(tenant, cost, weight)
+	return n
 }
 
 // retryAfter is when a request refused for its wait has a chance: the
@@ -752,4 +774,95 @@ func (c *Core) Estimate(now time.Time, req Request) (Decision, error) {
 		}
 	}
 	return d, nil
+}
+
+// Refusing early.
+//
+// The wait estimate at arrival is a promise: a newcomer queued is expected
+// to start in time. Two things break it later, and each is told at once
+// rather than when the caller's deadline passes — a caller left waiting
+// out a promise nobody keeps learns nothing and cannot go elsewhere:
+//
+//   - Work that overtakes it: a higher rank, a newer call while its queue
+//     serves newest-first, the service slowing down. After every change
+//     that can move queued work back (an arrival, a release), refuseLate
+//     asks again, of the ticket each rank would serve last, whether the
+//     work now ahead of it still lets it start by its deadline less its
+//     expected (p95) service time; one that cannot is refused with reason
+//     queue_wait.
+//   - A queue that stands. Under sustained overload the waiting room is
+//     full to the callers' deadlines at every moment: each call admitted
+//     waits almost its whole budget, meets its deadline barely (an unlucky
+//     service time then misses it), and serves nobody better than a short
+//     queue would, since the slots are busy either way. A queue absorbs
+//     bursts; one that has been refusing newcomers for their wait without
+//     a pause for a quarter of a newcomer's budget (standingInterval) is
+//     no longer absorbing one, and a newcomer may then wait only its
+//     allowance: a twentieth of its budget, or four slots' time, whichever
+//     is longer (allowance). The callers turned away are told at once,
+//     with Retry-After; those admitted start soon and finish in time; and
+//     the slots never idle, since the room still holds the next few
+//     completions' work. The signal is refusals, not the queue's length or
+//     age, because it must survive its own cure: a queue kept short still
+//     refuses while the overload lasts, and a tenant whose calls queue
+//     briefly beside another's flood, within its fair share, is refused
+//     nothing and never stands.
+
+// standingInterval is how long a tenant's queue of one rank must have been
+// refusing newcomers for their wait, without a longer pause, before it
+// stands, for a newcomer with the given budget: a quarter of it. A burst
+// that fills the queue for less than that is absorbed up to the deadlines.
+func standingInterval(budget time.Duration) time.Duration { return budget / 4 }
+
+// allowance is the longest a newcomer with the given budget may wait in a
+// rank whose queue stands: a twentieth of its budget, or four slots' time
+// (the service time over the concurrency, four times), whichever is
+// longer — short enough that a caller refused after waiting it has lost
+// little, long enough that the queue still feeds every slot.
+func (c *Core) allowance(budget time.Duration) time.Duration {
+	return max(budget/20, 4*c.perSlot())
+}
+
+// budget is what is left of req's time at now; zero without a deadline.
+func budget(now time.Time, req *Request) time.Duration {
+	if req.Deadline.IsZero() {
+		return 0
+	}
+	return req.Deadline.Sub(now)
+}
+
+// refuseLate refuses, at now, the queued tickets that can no longer start
+// by their deadline less their expected service time, judging, rank by
+// rank from the highest, the ticket each would serve last (see
+// "Refusing early" above). A rank whose last ticket still fits is left
+// alone, as are tickets without a deadline; a ticket at the front that
+// misses is dropped at dequeue.
+func (c *Core) refuseLate(now time.Time) {
+	if c.queued == 0 || c.cfg.NoEarlyRefusal {
+		return
+	}
+	s := c.serviceForRate()
+	if s <= 0 {
+		return // no estimate yet: nothing to judge by
+	}
+	free := c.concurrency - c.inFlight
+	for r := len(c.levels) - 1; r >= 0; r-- {
+		l := &c.levels[r]
+		for l.depth > 0 {
+			tq := l.heaviest()
+			t := tq.lastServed()
+			if t.req.Deadline.IsZero() {
+				break
+			}
+			need := c.aheadAbove(r, tq.ts, t.cost) + l.aheadOfLast(tq) + 1 - free
+			var wait time.Duration
+			if need > 0 {
+				wait = scale(need, s, c.concurrency)
+			}
+			if !now.Add(wait + c.startMargin(t.req.Key)).After(t.req.Deadline) {
+				break
+			}
+			c.reject(now, t, ReasonQueueWait, c.retryAfterFor(now, t.rank, t.req.Tenant, &t.req))
+		}
+	}
 }

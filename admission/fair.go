@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"math"
 	"slices"
+	"time"
 )
 
 // tenantState is one tenant's hold on the gate: its configuration and its
@@ -19,6 +20,24 @@ type tenantState struct {
 	queued       int
 	queuedCost   float64
 	active       int // index in Core.active, -1 when the tenant has no demand
+
+	// refusing tells, by rank, whether its queue stands (see
+	// Core.allowance); made on its first refusal for the wait.
+	refusing []refusing
+}
+
+// refusingAt is the refusals of the tenant's queue at rank.
+func (ts *tenantState) refusingAt(rank int) *refusing {
+	if len(ts.refusing) <= rank {
+		ts.refusing = append(ts.refusing, make([]refusing, rank+1-len(ts.refusing))...)
+	}
+	return &ts.refusing[rank]
+}
+
+// standing says whether the tenant's queue at rank stands, for a newcomer
+// with the standing interval interval (see refusing).
+func (ts *tenantState) standing(now time.Time, rank int, interval time.Duration) bool {
+	return len(ts.refusing) > rank && ts.refusing[rank].standing(now, interval)
 }
 
 func (ts *tenantState) demand() float64 { return ts.inFlightCost + ts.queuedCost }

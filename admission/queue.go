@@ -142,6 +142,28 @@ type level struct {
 	debtSwept int
 }
 
+// refusing is a tenant's queue of one rank seen over time: since is when
+// it began refusing newcomers for their wait — the estimate said they
+// would not start in time, or the room was full — without a pause longer
+// than the standing interval, and last is its latest such refusal.
+type refusing struct{ since, last time.Time }
+
+// refused books a newcomer refused for its wait at now.
+func (r *refusing) refused(now time.Time, interval time.Duration) {
+	if r.since.IsZero() || now.Sub(r.last) > interval {
+		r.since = now
+	}
+	r.last = now
+}
+
+// standing says whether the queue has been refusing newcomers for their
+// wait, without a pause longer than interval, for at least interval: it
+// is full to its callers' deadlines, and has been for a while (see
+// Core.allowance).
+func (r *refusing) standing(now time.Time, interval time.Duration) bool {
+	return !r.since.IsZero() && now.Sub(r.last) <= interval && now.Sub(r.since) >= interval
+}
+
 func (l *level) push(t *Ticket, ts *tenantState) {
 	tq := l.queues[t.req.Tenant]
 	if tq == nil {
@@ -179,8 +201,8 @@ func (l *level) push(t *Ticket, ts *tenantState) {
 	l.cost += t.cost
 }
 
-// remove unlinks t from its tenant's queue, dropping the tenant from the ring
-// when its queue empties.
+// remove unlinks t from its tenant's queue, dropping the tenant from the
+// ring when its queue empties.
 func (l *level) remove(t *Ticket) {
 	tq := t.tq
 	if t.prev != nil {
@@ -316,6 +338,31 @@ func (l *level) heaviest() *tenantQueue {
 		}
 	}
 	return best
+}
+
+// aheadOfLast estimates how many tickets of this rank fair queuing would
+// serve before tq's last-served ticket: the same count as ahead gives a
+// newcomer of tq's tenant with that ticket's cost queued at the back of a
+// FIFO queue — every other ticket of its tenant is served first, FIFO or
+// LIFO — so that a ticket just admitted is judged again exactly as it was
+// at its arrival.
+func (l *level) aheadOfLast(tq *tenantQueue) int {
+	own := tq.cost - tq.lastServed().cost
+	span := tq.cost / tq.ts.weight
+	aheadCost := own
+	for o := l.ring; ; {
+		if o != tq {
+			aheadCost += min(o.cost, span*o.ts.weight)
+		}
+		if o = o.next; o == l.ring {
+			break
+		}
+	}
+	mean := l.cost / float64(l.depth)
+	if mean <= 0 {
+		return 0
+	}
+	return min(int(aheadCost/mean+0.5), l.depth-1)
 }
 
 // ahead estimates how many tickets of this rank fair queuing would serve

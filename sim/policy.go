@@ -42,6 +42,7 @@ type gateOptions struct {
 	estimator   admission.WaitEstimator
 	expiry      bool // drop at dequeue what can no longer finish in time
 	lifo        bool // adaptive LIFO
+	early       bool // refusing early: overtaken work told at once, a standing queue kept short
 	priority    bool // classes ranked; otherwise every request ranks the same
 	retryBudget bool // per-tenant and global retry budgets before the gate
 	spend       bool // the spend limiter between the retry budgets and the gate
@@ -67,21 +68,23 @@ var policies = []Policy{
 		gate: gateOptions{estimator: admission.ByMean, expiry: true}},
 	{Name: "lifo", Label: "+ adaptive LIFO", Sluice: true,
 		gate: gateOptions{estimator: admission.ByMean, expiry: true, lifo: true}},
+	{Name: "early", Label: "+ refusing early", Sluice: true,
+		gate: gateOptions{estimator: admission.ByMean, expiry: true, lifo: true, early: true}},
 	{Name: "priority", Label: "+ priority shedding", Sluice: true,
-		gate: gateOptions{estimator: admission.ByMean, expiry: true, lifo: true, priority: true}},
+		gate: gateOptions{estimator: admission.ByMean, expiry: true, lifo: true, early: true, priority: true}},
 	{Name: "sluice", Label: "sluice (+ retry budget)", Sluice: true,
-		gate: gateOptions{estimator: admission.ByMean, expiry: true, lifo: true, priority: true, retryBudget: true}},
+		gate: gateOptions{estimator: admission.ByMean, expiry: true, lifo: true, early: true, priority: true, retryBudget: true}},
 	// Full sluice with a spend section, as the gateway runs with one. It
 	// needs prices, so only scenarios with a spend section run it.
 	{Name: "spend", Label: "+ spend limiter", Sluice: true,
-		gate: gateOptions{estimator: admission.ByMean, expiry: true, lifo: true, priority: true, retryBudget: true, spend: true}},
+		gate: gateOptions{estimator: admission.ByMean, expiry: true, lifo: true, early: true, priority: true, retryBudget: true, spend: true}},
 	// Full sluice with the route stage: a pool per model of the upstream,
 	// each with its own gate of the model's concurrency, paced on its rpm
 	// and tpm, degrading under load when sluice.degrade says. It needs a
 	// concurrency on every model (upstream.models), so only scenarios with
 	// one run it.
 	{Name: "pools", Label: "+ pools per model", Sluice: true,
-		gate: gateOptions{estimator: admission.ByMean, expiry: true, lifo: true, priority: true, retryBudget: true, pools: true}},
+		gate: gateOptions{estimator: admission.ByMean, expiry: true, lifo: true, early: true, priority: true, retryBudget: true, pools: true}},
 }
 
 // PolicyNames lists every policy, in ladder order; a scenario without a

@@ -504,6 +504,7 @@ func (s *setup) coreConfigFor(concurrency int, mean time.Duration) admission.Con
 		InitialServiceTime: sl.InitialServiceTime,
 		FIFOOnly:           !g.lifo,
 		NoDequeueExpiry:    !g.expiry,
+		NoEarlyRefusal:     !g.early,
 	}
 	if cfg.MaxQueue == 0 {
 		cfg.MaxQueue = 8 * cfg.Concurrency

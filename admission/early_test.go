@@ -1,0 +1,164 @@
+package admission
+
+import (
+	"math/rand/v2"
+	"slices"
+	"testing"
+	"time"
+)
+
+// TestCoreRefusesOvertakenWorkAtOnce: a queued batch call is pushed back by
+// interactive calls arriving after it; once the work ahead of it no longer
+// lets it start by its deadline less its p95, it is refused at once, with
+// reason queue_wait — not at dequeue, nor when its deadline passes. With
+// NoEarlyRefusal it stays queued.
+func TestCoreRefusesOvertakenWorkAtOnce(t *testing.T) {
+	for _, off := range []bool{false, true} {
+		c := newCore(t, Config{Concurrency: 1, MaxQueue: 100, FIFOOnly: true, NoEarlyRefusal: off})
+		warm(c, 100*time.Millisecond, 32)
+		mustArrive(t, c, at(0), Request{}, &Ticket{}) // the slot, taken
+		var batch Ticket
+		if d := mustArrive(t, c, at(0), Request{Class: ClassBatch, Deadline: at(1000)}, &batch); d.Verdict != Queued {
+			t.Fatalf("batch: %v, want queued", d.Verdict)
+		}
+		refusedAt := -1
+		for i := 1; i <= 12; i++ {
+			mustArrive(t, c, at(i), Request{Class: ClassInteractive, Deadline: at(10_000)}, &Ticket{})
+			for _, tk := range c.Events() {
+				if tk == &batch {
+					refusedAt = i
+				}
+			}
+		}
+		if off {
+			if refusedAt >= 0 || batch.state != ticketQueued {
+				t.Fatalf("NoEarlyRefusal: the batch call was decided (after %d arrivals)", refusedAt)
+			}
+			continue
+		}
+		// Eight interactive calls ahead, plus its own: 900 ms of work
+		// from 8 ms on, past its 1 s deadline less its 100 ms p95.
+		if refusedAt != 8 {
+			t.Fatalf("refused after %d interactive arrivals, want 8", refusedAt)
+		}
+		rej := batch.Rejection()
+		if rej == nil || rej.Reason != ReasonQueueWait || rej.RetryAfter <= 0 {
+			t.Fatalf("rejection %+v, want queue_wait with a Retry-After", rej)
+		}
+		if q := batch.QueueTime(); q != 8*time.Millisecond {
+			t.Fatalf("told after %v in the queue, want 8ms: at the arrival that pushed it past its deadline", q)
+		}
+	}
+}
+
+// TestCoreStandingQueueKeepsWaitsShort: under sustained overload the wait
+// a newcomer may be promised shrinks to its allowance once its queue has
+// been refusing for a quarter of its budget, and only then: a burst that
+// fills the queue briefly is absorbed up to the deadlines.
+func TestCoreStandingQueueKeepsWaitsShort(t *testing.T) {
+	const budget = 2 * time.Second
+	run := func(off bool, dur time.Duration) (early, late time.Duration) {
+		c := newCore(t, Config{Concurrency: 1, MaxQueue: 1000, FIFOOnly: true, NoEarlyRefusal: off})
+		warm(c, 100*time.Millisecond, 64) // 10 calls a second
+		h := &harness{t: t, c: c, service: func(string) time.Duration { return 100 * time.Millisecond }}
+		var arrivals []*arrival
+		for i := range int(dur / (20 * time.Millisecond)) { // 50 a second: 5×
+			now := t0.Add(time.Duration(i) * 20 * time.Millisecond)
+			arrivals = append(arrivals, &arrival{at: now, req: Request{Deadline: now.Add(budget)}})
+		}
+		h.run(arrivals)
+		for _, a := range arrivals {
+			if a.decision.Verdict == Rejected {
+				continue
+			}
+			if a.at.Sub(t0) < budget/4 {
+				early = max(early, a.decision.EstimatedWait)
+			} else if a.at.Sub(t0) > budget {
+				late = max(late, a.decision.EstimatedWait)
+			}
+		}
+		return early, late
+	}
+	allowance := max(budget/20, 4*100*time.Millisecond) // 400ms
+	early, late := run(false, 5*time.Second)
+	if early <= allowance {
+		t.Errorf("in the first quarter of a budget the longest wait promised was %v: a burst must be absorbed up to the deadline", early)
+	}
+	if late > allowance {
+		t.Errorf("in a standing queue a newcomer was promised %v, above its allowance %v", late, allowance)
+	}
+	if _, lateOff := run(true, 5*time.Second); lateOff <= allowance {
+		t.Errorf("with NoEarlyRefusal the longest wait promised in a standing queue was %v: the test cannot tell", lateOff)
+	}
+}
+
+// TestCoreEveryCallerHearsInTime is the promise of issue 21 at the core:
+// a one-class storm at 5× the capacity of 16 slots (lognormal service,
+// median 200 ms, σ 0.5; 2 s deadlines; the default waiting room of 480),
+// adaptive LIFO on. Every call is answered in time or refused, and the
+// refusals come early: none is left waiting out its deadline, the p99 of
+// the time to a refusal is within a tenth of the deadline, and the slots
+// stay busy with calls that finish in time.
+func TestCoreEveryCallerHearsInTime(t *testing.T) {
+	const (
+		slots    = 16
+		median   = 200 * time.Millisecond
+		deadline = 2 * time.Second
+		dur      = 60 * time.Second
+	)
+	for _, off := range []bool{false, true} {
+		c := newCore(t, Config{Concurrency: slots, MaxQueue: 480, NoEarlyRefusal: off})
+		rng := rand.New(rand.NewPCG(21, 5))
+		h := &harness{t: t, c: c, service: func(string) time.Duration { return lognormal(rng, median, 0.5) }}
+		for range 256 {
+			c.record("", Outcome{ServiceTime: lognormal(rng, median, 0.5)})
+		}
+		capacity := slots / c.all.mean().Seconds()
+		arrivals := poisson(rng, t0, 5*capacity, dur, Request{})
+		for _, a := range arrivals {
+			a.req.Deadline = a.at.Add(deadline)
+		}
+		h.run(arrivals)
+		var refusal []time.Duration
+		onTime, late, unanswered := 0, 0, 0
+		for _, a := range arrivals {
+			switch {
+			case a.decision.Verdict == Rejected:
+				refusal = append(refusal, 0)
+			case !a.granted.IsZero() && a.success():
+				onTime++
+			case !a.granted.IsZero():
+				late++
+			case a.ticket.Rejection() != nil && a.ticket.QueueTime() < deadline:
+				refusal = append(refusal, a.ticket.QueueTime())
+			default:
+				// Refused after its deadline, or never: its caller
+				// waited it out and heard nothing.
+				unanswered++
+			}
+		}
+		slices.Sort(refusal)
+		p99 := refusal[len(refusal)*99/100]
+		goodput := float64(onTime) / dur.Seconds() / capacity
+		t.Logf("NoEarlyRefusal %v: goodput %.1f%% of capacity, late %d, unanswered %d of %d, refusal p99 %v",
+			off, 100*goodput, late, unanswered, len(arrivals), p99)
+		if off {
+			if unanswered == 0 && p99 <= deadline/10 {
+				t.Errorf("without early refusal every caller heard in time: the test cannot tell")
+			}
+			continue
+		}
+		if unanswered != 0 {
+			t.Errorf("%d calls never heard before their deadline", unanswered)
+		}
+		if p99 > deadline/10 {
+			t.Errorf("refusal p99 %v, want within a tenth of the deadline (%v)", p99, deadline/10)
+		}
+		if goodput < 0.95 {
+			t.Errorf("goodput %.1f%% of capacity, want ≥ 95%%", 100*goodput)
+		}
+		if served := onTime + late; float64(late) > 0.01*float64(served) {
+			t.Errorf("%d of %d calls served finished late, want ≤ 1%%", late, served)
+		}
+	}
+}
