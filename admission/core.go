@@ -2,6 +2,7 @@ package admission
 
 import (
 	"fmt"
+	"math"
 	"time"
 )
 
@@ -147,6 +148,7 @@ func (c *Core) arrive(now time.Time, req *Request, t *Ticket, wait bool) (Decisi
 		return d, ts, nil
 	}
 	if d.Verdict == Granted {
+		c.granted(now, ts, c.servedAt(rank, ts, cost))
 		c.inFlight++
 		c.holdRank(rank, 1)
 		ts.inFlight++
@@ -174,7 +176,8 @@ func (c *Core) arrive(now time.Time, req *Request, t *Ticket, wait bool) (Decisi
 		}
 		c.reject(now, victim, ReasonEvicted, c.retryAfterFor(now, victim.rank, victim.req.Tenant, &victim.req))
 	}
-	*t = Ticket{Owner: t.Owner, req: *req, rank: rank, cost: cost, ts: ts, enqueued: now, state: ticketQueued, wait: d.EstimatedWait}
+	*t = Ticket{Owner: t.Owner, req: *req, rank: rank, cost: cost, ts: ts, enqueued: now, state: ticketQueued, wait: d.EstimatedWait,
+		overload: !c.cfg.NoEarlyRefusal && ts.standing(now, rank)}
 	c.push(t, ts)
 	c.c.enqueued++
 	// The newcomer may overtake queued work (a higher rank, or newest
@@ -197,7 +200,7 @@ func (c *Core) decide(now time.Time, req *Request, rank int, ts *tenantState, co
 			return d
 		}
 	}
-	d.EstimatedWait = c.waitOf(rank, req.Tenant, ts, cost)
+	d.EstimatedWait = c.waitOf(now, rank, req.Tenant, ts, cost)
 	if ts.capped() {
 		// At its cap the tenant waits for its own work, whatever the
 		// others leave free.
@@ -208,7 +211,7 @@ func (c *Core) decide(now time.Time, req *Request, rank int, ts *tenantState, co
 		d.RetryAfter = c.retryAfter(d.EstimatedWait, p95, budget)
 		return d
 	}
-	if budget > 0 && d.EstimatedWait > 0 && !c.cfg.NoEarlyRefusal && ts.standing(now, rank, standingInterval(budget)) {
+	if budget > 0 && d.EstimatedWait > 0 && !c.cfg.NoEarlyRefusal && ts.standing(now, rank) {
 		if allow := c.allowance(budget); d.EstimatedWait > allow {
 			d.Verdict, d.Reason = Rejected, ReasonQueueWait
 			d.RetryAfter = max(d.EstimatedWait-allow, c.perSlot())
@@ -460,6 +463,7 @@ func (c *Core) dispatch(now time.Time) {
 			}
 		}
 		t.state, t.decided = ticketGranted, now
+		c.granted(now, t.ts, c.servedAt(t.rank, t.ts, t.cost))
 		c.inFlight++
 		c.holdRank(t.rank, 1)
 		ts := t.ts
@@ -547,7 +551,7 @@ func (c *Core) reject(now time.Time, t *Ticket, reason Reason, retry time.Durati
 }
 
 func (c *Core) push(t *Ticket, ts *tenantState) {
-	c.levels[t.rank].push(t, ts)
+	c.levels[t.rank].push(t, ts, !c.cfg.NoEarlyRefusal)
 	c.queued++
 	ts.queued++
 	ts.queuedCost += t.cost
@@ -634,15 +638,33 @@ func (c *Core) serviceForRate() time.Duration {
 // Little's law: every queued ticket that would be served before it, plus
 // itself, needs one completion when all slots are busy; completions come at
 // concurrency / service time.
-func (c *Core) waitFor(rank int, tenant string, cost float64) time.Duration {
-	return c.waitOf(rank, tenant, c.tenants[tenant], cost)
+func (c *Core) waitFor(now time.Time, rank int, tenant string, cost float64) time.Duration {
+	return c.waitOf(now, rank, tenant, c.tenants[tenant], cost)
 }
 
 // waitOf is waitFor with the tenant's state at hand (nil: none yet).
-func (c *Core) waitOf(rank int, tenant string, ts *tenantState, cost float64) time.Duration {
-	ahead := c.ahead(rank, tenant, ts, cost)
+func (c *Core) waitOf(now time.Time, rank int, tenant string, ts *tenantState, cost float64) time.Duration {
+	ahead := c.ahead(now, rank, tenant, ts, cost)
 	free := c.concurrency - c.inFlight
-	need := ahead + 1 - free
+	return c.drain(now, rank, ts, ahead+1-free)
+}
+
+// drain estimates how long, from now, need completions take to reach work
+// of rank and tenant ts (nil: none yet): by Little's law need × service
+// time ÷ concurrency — counting, beside the work queued now, the slots its
+// tenant's higher ranks will go on taking meanwhile. Work queued at a rank
+// is not served while higher ranks wait, and under load the higher ranks
+// go on arriving: a retry, a batch call or a speculative one that ranks
+// below its tenant's flood of first attempts counts what is queued above
+// it now and then waits for the next arrivals above it too. Those take
+// slots at the rate they were granted them lately (grantRates), so work of
+// rank gets the rest, concurrency ÷ service time − that rate, and the wait
+// is need over it (Little's law in a fluid approximation); when the ranks
+// above took every slot it gets none, and its wait is unbounded. Only the
+// tenant's own ranks above count: another tenant's flood yields to it
+// once it waits, by the fair shares (see pop), however many slots that
+// flood took while it did not.
+func (c *Core) drain(now time.Time, rank int, ts *tenantState, need int) time.Duration {
 	if need <= 0 {
 		return 0
 	}
@@ -650,7 +672,15 @@ func (c *Core) waitOf(rank int, tenant string, ts *tenantState, cost float64) ti
 	if s <= 0 {
 		return 0
 	}
-	return scale(need, s, c.concurrency)
+	if c.cfg.NoEarlyRefusal || ts == nil || rank+1 >= len(c.levels) {
+		return scale(need, s, c.concurrency)
+	}
+	mu := float64(c.concurrency) / s.Seconds()
+	rest := mu - ts.grants.above(now, rank, c.rateWindow())
+	if rest <= mu/1000 {
+		return maxWait
+	}
+	return min(time.Duration(float64(need)/rest*float64(time.Second)), maxWait)
 }
 
 // cappedWait is the wait of a tenant at its concurrency cap: its queued
@@ -680,7 +710,7 @@ func scale(n int, s time.Duration, k int) time.Duration {
 // while tenants contend, a newcomer within its fair share does not count
 // the work at higher ranks of tenants over their share, which pop serves
 // after it (as over-quota work).
-func (c *Core) ahead(rank int, tenant string, ts *tenantState, cost float64) int {
+func (c *Core) ahead(now time.Time, rank int, tenant string, ts *tenantState, cost float64) int {
 	if c.queued == 0 {
 		return 0 // the fast path: nothing waits
 	}
@@ -689,7 +719,20 @@ func (c *Core) ahead(rank int, tenant string, ts *tenantState, cost float64) int
 		weight = ts.weight
 	}
 	// Within its own rank fair queuing decides, whatever the shares.
-	return c.aheadAbove(rank, ts, cost) + c.levels[rank].ahead(tenant, cost, weight)
+	return c.aheadAbove(rank, ts, cost) + c.levels[rank].ahead(tenant, cost, weight, c.front(now, rank, tenant, ts))
+}
+
+// front says whether a newcomer of tenant (state ts, nil: none yet) at rank
+// would be an overload ticket, queued at the front of its tenant's
+// newest-first tickets, behind the promised ones (see tenantQueue).
+func (c *Core) front(now time.Time, rank int, tenant string, ts *tenantState) bool {
+	if c.cfg.NoEarlyRefusal {
+		return false
+	}
+	if tq := c.levels[rank].queues[tenant]; tq != nil && tq.ovN > 0 {
+		return true
+	}
+	return ts.standing(now, rank)
 }
 
 // aheadAbove counts the queued tickets of ranks above rank served before
@@ -736,7 +779,7 @@ func (c *Core) retryAfter(wait, p95, budget time.Duration) time.Duration {
 // completion, or for its wait to fit its deadline, whichever is later.
 func (c *Core) retryAfterFor(now time.Time, rank int, tenant string, req *Request) time.Duration {
 	cost, _ := req.cost()
-	wait := c.waitFor(rank, tenant, cost)
+	wait := c.waitFor(now, rank, tenant, cost)
 	if req.Deadline.IsZero() {
 		return max(wait, c.perSlot())
 	}
@@ -762,7 +805,7 @@ func (c *Core) Estimate(now time.Time, req Request) (Decision, error) {
 		ts = c.newTenant(req.Tenant)
 	}
 	d := c.decide(now, &req, rank, ts, cost)
-	if tq := c.levels[rank].queues[req.Tenant]; tq != nil && tq.lifo {
+	if tq := c.levels[rank].queues[req.Tenant]; tq != nil && tq.newestFirst() {
 		d.Overloaded = true
 	}
 	if d.Verdict == Queued {
@@ -854,15 +897,85 @@ func (c *Core) refuseLate(now time.Time) {
 			if t.req.Deadline.IsZero() {
 				break
 			}
-			need := c.aheadAbove(r, tq.ts, t.cost) + l.aheadOfLast(tq) + 1 - free
-			var wait time.Duration
-			if need > 0 {
-				wait = scale(need, s, c.concurrency)
+			if t.overload && now.Sub(t.enqueued) > c.allowance(t.req.Deadline.Sub(t.enqueued)) {
+				// Served newest-first, it has been overtaken for its
+				// whole allowance: newer calls will go on taking its
+				// turn for as long as the queue stands.
+				c.refuseQueued(now, t)
+				continue
 			}
+			wait := c.drain(now, r, tq.ts, c.aheadAbove(r, tq.ts, t.cost)+l.aheadOfLast(tq)+1-free)
 			if !now.Add(wait + c.startMargin(t.req.Key)).After(t.req.Deadline) {
 				break
 			}
-			c.reject(now, t, ReasonQueueWait, c.retryAfterFor(now, t.rank, t.req.Tenant, &t.req))
+			c.refuseQueued(now, t)
 		}
 	}
+}
+
+// refuseQueued refuses queued ticket t for its wait at now. Its queue is
+// refusing, as it is when it turns a newcomer away (see refusing).
+func (c *Core) refuseQueued(now time.Time, t *Ticket) {
+	t.ts.refusingAt(t.rank).refused(now, standingInterval(t.req.Deadline.Sub(t.enqueued)))
+	c.reject(now, t, ReasonQueueWait, c.retryAfterFor(now, t.rank, t.req.Tenant, &t.req))
+}
+
+// servedAt is the rank work of rank, tenant ts and cost is served at when
+// it takes a slot now: its own, or, for a tenant past its fair share while
+// others wait, just above Ranks.LowTier, where pop serves over-share work
+// (see pop) — so that a flood's excess does not count as ranking above the
+// work of the tenants within their shares.
+func (c *Core) servedAt(rank int, ts *tenantState, cost float64) int {
+	if low := c.ranks.LowTier; rank > low+1 && c.overShare(ts, cost) {
+		return low + 1
+	}
+	return rank
+}
+
+// granted books a slot granted at now to work of tenant ts served at rank.
+func (c *Core) granted(now time.Time, ts *tenantState, rank int) {
+	if !c.cfg.NoEarlyRefusal {
+		ts.grants.add(now, rank, len(c.levels), c.rateWindow())
+	}
+}
+
+// rateWindow is the time constant of the grant rates: 32 completions'
+// time when every slot is busy, and at least a second — long enough to
+// smooth the grants of a few slots, short enough to see a flood start.
+func (c *Core) rateWindow() time.Duration { return max(time.Second, 32*c.perSlot()) }
+
+// grantRates are, by rank, exponentially weighted moving averages of the
+// slots granted per second: each grant adds 1/τ, and the sum decays by
+// e^(−Δt/τ), τ being the window.
+type grantRates struct {
+	v  []float64
+	at []time.Time
+}
+
+func (g *grantRates) add(now time.Time, rank, ranks int, window time.Duration) {
+	if g.v == nil {
+		g.v, g.at = make([]float64, ranks), make([]time.Time, ranks)
+	}
+	g.v[rank] = g.decayed(now, rank, window) + 1/window.Seconds()
+	g.at[rank] = now
+}
+
+func (g *grantRates) decayed(now time.Time, rank int, window time.Duration) float64 {
+	v := g.v[rank]
+	if v == 0 {
+		return 0
+	}
+	if dt := now.Sub(g.at[rank]); dt > 0 {
+		v *= math.Exp(-dt.Seconds() / window.Seconds())
+	}
+	return v
+}
+
+// above is the rate of the grants to the ranks above rank at now.
+func (g *grantRates) above(now time.Time, rank int, window time.Duration) float64 {
+	var sum float64
+	for r := rank + 1; r < len(g.v); r++ {
+		sum += g.decayed(now, r, window)
+	}
+	return sum
 }

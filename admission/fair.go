@@ -21,6 +21,9 @@ type tenantState struct {
 	queuedCost   float64
 	active       int // index in Core.active, -1 when the tenant has no demand
 
+	// grants are the rates at which its work was granted slots lately, by
+	// the rank it was served at (see Core.drain).
+	grants grantRates
 	// refusing tells, by rank, whether its queue stands (see
 	// Core.allowance); made on its first refusal for the wait.
 	refusing []refusing
@@ -34,10 +37,9 @@ func (ts *tenantState) refusingAt(rank int) *refusing {
 	return &ts.refusing[rank]
 }
 
-// standing says whether the tenant's queue at rank stands, for a newcomer
-// with the standing interval interval (see refusing).
-func (ts *tenantState) standing(now time.Time, rank int, interval time.Duration) bool {
-	return len(ts.refusing) > rank && ts.refusing[rank].standing(now, interval)
+// standing says whether the tenant's queue at rank stands (see refusing).
+func (ts *tenantState) standing(now time.Time, rank int) bool {
+	return ts != nil && len(ts.refusing) > rank && ts.refusing[rank].standing(now)
 }
 
 func (ts *tenantState) demand() float64 { return ts.inFlightCost + ts.queuedCost }

@@ -15,6 +15,9 @@ type Ticket struct {
 	cost     float64 // req.Cost, 1 when unset
 	ts       *tenantState
 	enqueued time.Time
+	// overload: queued while its queue stood (see Core.allowance) — served
+	// newest-first among such, after the tickets promised a place before.
+	overload bool
 	// The decision, valid once state is decided.
 	state   ticketState
 	reason  Reason
@@ -72,6 +75,20 @@ type tenantQueue struct {
 	// the order of a tenant within its share upside down.
 	lifo    bool
 	aboveAt time.Time
+	// promises: the gate refuses early (Config.NoEarlyRefusal false), and
+	// keeps the place it promised a ticket at its arrival. Newest-first is
+	// then for the tickets queued while the queue stood (overload): from
+	// firstOverload, the oldest of them, to tail — they are always the
+	// newest, since a ticket queued after one of them is one too — ovN and
+	// ovCost count them. The tickets before them were promised their
+	// place, and are served first, oldest first; the overload tickets
+	// newest-first, each refused once it has waited its allowance (see
+	// Core.refuseLate). lifo and aboveAt are then used only while the
+	// oldest ticket has no deadline, and so no promise.
+	promises      bool
+	firstOverload *Ticket
+	ovN           int
+	ovCost        float64
 }
 
 // overload is the CoDel-style detector: a queue is overloaded once the age
@@ -93,8 +110,9 @@ type overload struct {
 // is the newest, whose short wait would switch LIFO off while the backlog
 // behind it is still old.
 func (o *overload) observe(now time.Time, tq *tenantQueue) {
-	if o.off {
-		return
+	if o.off || (tq.promises && !tq.head.req.Deadline.IsZero()) {
+		tq.lifo = false
+		return // with promises, newest-first is for overload tickets (see tenantQueue)
 	}
 	head := tq.head
 	target := o.target
@@ -145,29 +163,34 @@ type level struct {
 // refusing is a tenant's queue of one rank seen over time: since is when
 // it began refusing newcomers for their wait — the estimate said they
 // would not start in time, or the room was full — without a pause longer
-// than the standing interval, and last is its latest such refusal.
-type refusing struct{ since, last time.Time }
+// than the standing interval, last is its latest such refusal, and
+// interval the standing interval of that refused newcomer.
+type refusing struct {
+	since, last time.Time
+	interval    time.Duration
+}
 
-// refused books a newcomer refused for its wait at now.
+// refused books a newcomer with the given standing interval refused for
+// its wait at now.
 func (r *refusing) refused(now time.Time, interval time.Duration) {
-	if r.since.IsZero() || now.Sub(r.last) > interval {
+	if r.since.IsZero() || now.Sub(r.last) > max(interval, r.interval) {
 		r.since = now
 	}
-	r.last = now
+	r.last, r.interval = now, interval
 }
 
 // standing says whether the queue has been refusing newcomers for their
-// wait, without a pause longer than interval, for at least interval: it
-// is full to its callers' deadlines, and has been for a while (see
-// Core.allowance).
-func (r *refusing) standing(now time.Time, interval time.Duration) bool {
-	return !r.since.IsZero() && now.Sub(r.last) <= interval && now.Sub(r.since) >= interval
+// wait, without a pause longer than the standing interval, for at least
+// that interval: it is full to its callers' deadlines, and has been for a
+// while (see Core.allowance).
+func (r *refusing) standing(now time.Time) bool {
+	return !r.since.IsZero() && now.Sub(r.last) <= r.interval && now.Sub(r.since) >= r.interval
 }
 
-func (l *level) push(t *Ticket, ts *tenantState) {
+func (l *level) push(t *Ticket, ts *tenantState, promises bool) {
 	tq := l.queues[t.req.Tenant]
 	if tq == nil {
-		tq = &tenantQueue{tenant: t.req.Tenant, ts: ts, finish: l.vtime}
+		tq = &tenantQueue{tenant: t.req.Tenant, ts: ts, finish: l.vtime, promises: promises}
 		if f, ok := l.debt[tq.tenant]; ok {
 			tq.finish = max(f, l.vtime)
 			delete(l.debt, tq.tenant)
@@ -188,6 +211,14 @@ func (l *level) push(t *Ticket, ts *tenantState) {
 		}
 	}
 	t.tq = tq
+	if tq.promises && (t.overload || tq.firstOverload != nil) {
+		t.overload = true
+		if tq.firstOverload == nil {
+			tq.firstOverload = t
+		}
+		tq.ovN++
+		tq.ovCost += t.cost
+	}
 	t.prev, t.next = tq.tail, nil
 	if tq.tail != nil {
 		tq.tail.next = t
@@ -205,6 +236,16 @@ func (l *level) push(t *Ticket, ts *tenantState) {
 // ring when its queue empties.
 func (l *level) remove(t *Ticket) {
 	tq := t.tq
+	if t.overload && tq.promises {
+		if tq.firstOverload == t {
+			tq.firstOverload = t.next // newer, and overload too, or nil
+		}
+		tq.ovN--
+		tq.ovCost -= t.cost
+		if tq.ovN == 0 {
+			tq.ovCost = 0 // no float drift carried over
+		}
+	}
 	if t.prev != nil {
 		t.prev.next = t.next
 	} else {
@@ -310,11 +351,20 @@ func (l *level) take(now time.Time, tq *tenantQueue, o *overload) *Ticket {
 
 // peek is the ticket tq would serve next.
 func (tq *tenantQueue) peek() *Ticket {
-	if tq.lifo {
+	switch {
+	case tq.ovN > 0:
+		if tq.head.overload { // every promise kept: newest first
+			return tq.tail
+		}
+		return tq.head
+	case tq.lifo:
 		return tq.tail
 	}
 	return tq.head
 }
+
+// newestFirst says whether tq serves some of its tickets newest-first.
+func (tq *tenantQueue) newestFirst() bool { return tq.lifo || tq.ovN > 0 }
 
 // lastServed returns the ticket this rank would serve last: from its heaviest
 // tenant, the newest under FIFO or the oldest under LIFO. It is the victim of
@@ -324,7 +374,10 @@ func (l *level) lastServed() *Ticket {
 }
 
 func (tq *tenantQueue) lastServed() *Ticket {
-	if tq.lifo {
+	switch {
+	case tq.ovN > 0:
+		return tq.firstOverload
+	case tq.lifo:
 		return tq.head
 	}
 	return tq.tail
@@ -366,20 +419,26 @@ func (l *level) aheadOfLast(tq *tenantQueue) int {
 }
 
 // ahead estimates how many tickets of this rank fair queuing would serve
-// before a newcomer of tenant with the given cost. In virtual time the
-// newcomer starts once its tenant's queued cost ahead of it (none when that
-// queue is in LIFO order: it goes to the front) has been served at the
-// tenant's weight; every other tenant is served up to the same virtual
+// before a newcomer of tenant with the given cost, which goes to the front
+// of its tenant's newest-first tickets when front is true. In virtual time
+// the newcomer starts once its tenant's queued cost ahead of it (none when
+// it goes to the front of a queue in LIFO order; the promised tickets'
+// when that queue keeps promises) has been served at the tenant's weight; every other tenant is served up to the same virtual
 // time, that span times its own weight, in cost. The cost ahead is turned
 // into tickets at the rank's mean queued cost, since the wait estimate
 // counts completions.
-func (l *level) ahead(tenant string, cost, weight float64) int {
+func (l *level) ahead(tenant string, cost, weight float64, front bool) int {
 	if l.depth == 0 {
 		return 0
 	}
 	var own float64
-	if tq := l.queues[tenant]; tq != nil && !tq.lifo {
-		own = tq.cost
+	if tq := l.queues[tenant]; tq != nil {
+		switch {
+		case front: // behind the promised tickets only
+			own = tq.cost - tq.ovCost
+		case !tq.lifo:
+			own = tq.cost
+		}
 	}
 	span := (own + cost) / weight
 	aheadCost := own

@@ -84,7 +84,7 @@ func (c *Core) Stats(now time.Time) Stats {
 		if l := &c.levels[r]; l.ring != nil {
 			tq := l.ring
 			for {
-				if tq.lifo {
+				if tq.newestFirst() {
 					s.LIFOQueues++
 				}
 				if tq = tq.next; tq == l.ring {
@@ -100,7 +100,7 @@ func (c *Core) Stats(now time.Time) Stats {
 		if l := &c.levels[r]; l.ring != nil {
 			tenant = l.heaviest().tenant
 		}
-		s.EstimatedWait[r] = c.waitFor(r, tenant, 1)
+		s.EstimatedWait[r] = c.waitFor(now, r, tenant, 1)
 	}
 	if s.LIFOQueues > 0 {
 		s.Mode = LIFO

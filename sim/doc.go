@@ -37,9 +37,11 @@
 // their attempt timeout. An answer is good if it reaches a caller still
 // waiting for it by the request's deadline; every other billed call is
 // wasted. [Result] holds goodput as a share of capacity, success per class
-// and source, waste, latency, attempts per request, when the upstream
-// steps the time to recover ([Recovery]), and with a spend section the
-// bill's peak rate and what the spend limiter did ([SpendResult]).
+// and source, waste, latency, what callers felt without an answer (the
+// attempts left unanswered until their own timeout, and how soon refusals
+// came), attempts per request, when the upstream steps the time to recover
+// ([Recovery]), and with a spend section the bill's peak rate and what the
+// spend limiter did ([SpendResult]).
 //
 // The policies ([Policies]) are a ladder. The baselines — unbounded FIFO, a
 // depth threshold, a fixed queue timeout, a small bounded queue — are simple

@@ -308,8 +308,9 @@ func (e *engine) refuse(a *attempt, why refusal, retryAfter time.Duration, hasRA
 	c := a.c
 	a.state = stEnded
 	c.live--
-	e.m.refused(a, why)
-	if !a.gone && c.cur == a && !c.done {
+	heard := !a.gone && c.cur == a && !c.done
+	e.m.refused(a, why, e.now, heard)
+	if heard {
 		c.cur = nil
 		if e.heard != nil {
 			e.heard(a, false, why)
@@ -367,7 +368,7 @@ func (e *engine) timeout(a *attempt, gen uint32) {
 	a.gone = true
 	if c.cur == a && !c.done {
 		c.cur = nil
-		e.m.timedOut++
+		e.m.timedOut(c)
 		if e.heard != nil {
 			e.heard(a, false, refTimeout)
 		}

@@ -23,6 +23,17 @@ func exact(deadline time.Duration) *Scenario {
 // (in milliseconds) for each source in turn.
 func runScripted(t *testing.T, sc *Scenario, policy string, arrivals ...[]int) *Result {
 	t.Helper()
+	r, err := scripted(t, sc, policy, arrivals...).run(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+// scripted is runScripted's setup, for a test that changes it before the
+// run (such as one that runs longer).
+func scripted(t *testing.T, sc *Scenario, policy string, arrivals ...[]int) *setup {
+	t.Helper()
 	s, err := newSetup(sc, policy, 1, Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -37,11 +48,7 @@ func runScripted(t *testing.T, sc *Scenario, policy string, arrivals ...[]int) *
 	// may come later, so let the run go on long enough for them.
 	s.window = max(s.window, time.Minute)
 	s.end = s.window + time.Minute
-	r, err := s.run(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	return r
+	return s
 }
 
 type want struct {

@@ -46,7 +46,7 @@ var equivScript = []struct {
 }{
 	{arrival{0, "acme", 0, equivLong, 1}, "a free slot: granted at once"},
 	{arrival{50 * time.Millisecond, "acme", 0, equivLong, 0}, "queued behind the first, granted when it ends"},
-	{arrival{100 * time.Millisecond, "acme", 0, 200 * time.Millisecond, 2}, "a timeout shorter than the service time: queue_wait"},
+	{arrival{100 * time.Millisecond, "acme-plain", 0, 200 * time.Millisecond, 2}, "no header, a timeout shorter than the service time: queue_wait"},
 	{arrival{150 * time.Millisecond, "cheap", 0, equivLong, 0}, "a low-tier tenant queued: the queue is full"},
 	{arrival{200 * time.Millisecond, "acme", 0, equivLong, 0}, "full queue: evicts the low-tier call, then is served"},
 	{arrival{250 * time.Millisecond, "acme-speculative", 0, equivLong, 0}, "full queue, lowest rank: queue_full"},
@@ -55,7 +55,7 @@ var equivScript = []struct {
 	// The queue has drained by 1000ms; the slot is busy until 1500ms.
 	{arrival{1100 * time.Millisecond, "meter", 0, equivLong, 0}, "a tenant's first call: its cost reserved, served"},
 	{arrival{1200 * time.Millisecond, "meter", 0, equivLong, 0}, "its spend rate is now past its budget: tenant_budget"},
-	{arrival{1300 * time.Millisecond, "acme-plain", 0, equivLong, 2}, "no header, a copy of #2 that was refused: a retry, retry_budget"},
+	{arrival{1300 * time.Millisecond, "acme-plain", 0, equivLong, 2}, "no header, a copy of #2 that was refused: a retry past its budget, no slot free: retry_budget"},
 	{arrival{1350 * time.Millisecond, "acme-plain", 0, equivLong, 1}, "no header, a copy of #0 that was served: a first attempt, served"},
 }
 

@@ -98,6 +98,26 @@ type Result struct {
 	// answer, retries included.
 	P50Ms float64 `json:"p50_ms"`
 	P99Ms float64 `json:"p99_ms"`
+	// Goodput and waste say what the upstream did; the next figures say
+	// what callers felt when they got no answer: silence until their own
+	// timeout, or a refusal, and how soon.
+	//
+	// Unanswered counts the attempts whose caller stopped listening — its
+	// attempt timeout or its deadline passed — while the attempt waited in
+	// the gateway's queue or was in service, with neither an answer nor a
+	// refusal (Refusals["timeout"]). UnansweredPct is over Attempts.
+	Unanswered    int     `json:"unanswered"`
+	UnansweredPct float64 `json:"unanswered_pct"`
+	// Refused counts the refusals a caller heard, for any of the server's
+	// reasons in Refusals (all but "timeout"), and RefusalP50Ms and
+	// RefusalP99Ms are the time from an attempt's send to its refusal: to
+	// the millisecond below a minute, within 0.4% above (see msHist).
+	// Sluice withdraws a queued attempt whose caller left, but a
+	// queue-timeout baseline refuses it in its turn, to nobody: such an
+	// attempt is counted in Refusals and Unanswered, not here.
+	Refused      int     `json:"refused"`
+	RefusalP50Ms float64 `json:"refusal_p50_ms"`
+	RefusalP99Ms float64 `json:"refusal_p99_ms"`
 
 	Classes []ClassResult `json:"classes"`
 	// Sources break the figures down per traffic source (which differ
@@ -155,6 +175,13 @@ type ClassResult struct {
 	SuccessPct float64 `json:"success_pct"`
 	P50Ms      float64 `json:"p50_ms"`
 	P99Ms      float64 `json:"p99_ms"`
+	// Unanswered, UnansweredPct (over its Attempts), Refused, RefusalP50Ms
+	// and RefusalP99Ms are its share of the Result's.
+	Unanswered    int     `json:"unanswered"`
+	UnansweredPct float64 `json:"unanswered_pct"`
+	Refused       int     `json:"refused"`
+	RefusalP50Ms  float64 `json:"refusal_p50_ms"`
+	RefusalP99Ms  float64 `json:"refusal_p99_ms"`
 	// GoodputPerSecond is its on-time answers delivered inside the
 	// arrival window, per second of the window.
 	GoodputPerSecond float64 `json:"goodput_per_second"`
@@ -205,7 +232,9 @@ type Series struct {
 
 type classMetrics struct {
 	requests, attempts, onTime, degraded, inWindow int
+	unanswered                                     int
 	lat                                            hist
+	refusal                                        msHist // send to refusal
 }
 
 // metrics accumulates a run.
@@ -216,7 +245,7 @@ type metrics struct {
 	billedN, wastedN            int
 	billedCost, wastedCost      float64
 	refusals                    [numRefusals]int
-	withdrawn, timedOut         int
+	withdrawn, unanswered       int
 	throttled, clientBudget     int
 	retries, undeclared         int
 	retriesSeen, firstsSeen     int
@@ -224,6 +253,7 @@ type metrics struct {
 	maxDepth                    int
 	paced, degradedByLoad       int
 	lat                         hist
+	refusal                     msHist // send to refusal, every server refusal
 	classes, sources            []classMetrics
 	good, offered, wastedSeries []int32
 	goodAfter                   []int32 // on-time answers of calls started after the first step
@@ -322,8 +352,24 @@ func (m *metrics) wasted(a *attempt, now time.Duration) {
 	m.wastedSeries[m.bucket(now)]++
 }
 
-func (m *metrics) refused(a *attempt, why refusal) {
+// refused records a server refusal of a at now.
+func (m *metrics) refused(a *attempt, why refusal, now time.Duration, heard bool) {
 	m.refusals[why]++
+	if !heard {
+		return // nobody was told: its caller had gone (the baselines' queue timeout)
+	}
+	took := now - a.sentAt
+	m.refusal.add(took)
+	m.classes[a.c.src.class].refusal.add(took)
+	m.sources[a.c.src.idx].refusal.add(took)
+}
+
+// timedOut records that c's caller stopped listening for its current
+// attempt, which had neither an answer nor a refusal.
+func (m *metrics) timedOut(c *call) {
+	m.unanswered++
+	m.classes[c.src.class].unanswered++
+	m.sources[c.src.idx].unanswered++
 }
 
 // answered records an answer that reached a caller still waiting for it.
@@ -389,6 +435,11 @@ func (m *metrics) result(e *engine) *Result {
 		WastedCost:     m.wastedCost,
 		P50Ms:          ms(m.lat.quantile(0.50)),
 		P99Ms:          ms(m.lat.quantile(0.99)),
+		Unanswered:     m.unanswered,
+		UnansweredPct:  100 * ratio(m.unanswered, m.attempts),
+		Refused:        m.refusal.n,
+		RefusalP50Ms:   ms(m.refusal.quantile(0.50)),
+		RefusalP99Ms:   ms(m.refusal.quantile(0.99)),
 		Refusals:       map[string]int{},
 		Withdrawn:      m.withdrawn,
 		Throttled:      m.throttled,
@@ -423,8 +474,8 @@ func (m *metrics) result(e *engine) *Result {
 			r.Refusals[refusal(i).String()] = why
 		}
 	}
-	if m.timedOut > 0 {
-		r.Refusals[refTimeout.String()] = m.timedOut
+	if m.unanswered > 0 {
+		r.Refusals[refTimeout.String()] = m.unanswered
 	}
 	for i := range m.classes {
 		if s.usesClass(i) {
@@ -459,6 +510,11 @@ func (cm *classMetrics) result(name string, window time.Duration) ClassResult {
 		SuccessPct:       100 * ratio(cm.onTime, cm.requests),
 		P50Ms:            ms(cm.lat.quantile(0.50)),
 		P99Ms:            ms(cm.lat.quantile(0.99)),
+		Unanswered:       cm.unanswered,
+		UnansweredPct:    100 * ratio(cm.unanswered, cm.attempts),
+		Refused:          cm.refusal.n,
+		RefusalP50Ms:     ms(cm.refusal.quantile(0.50)),
+		RefusalP99Ms:     ms(cm.refusal.quantile(0.99)),
 		Degraded:         cm.degraded,
 	}
 }

@@ -137,8 +137,11 @@ func TestSpendOverQuotaDropsRankInTheGate(t *testing.T) {
 }
 
 // TestSpendSettlesEveryReservation: halfway through, calls become three
-// times slower than the gate has learnt to expect, so every path runs — refused at arrival, queued then withdrawn,
-// expired at dequeue, answered, abandoned while running — and the run
+// times slower than the gate has learnt to expect, so every path runs —
+// refused at arrival, queued then refused (expired at dequeue, or told at
+// once that it can no longer start in time: the gate refuses early, so a
+// queued call is given back through its refusal before its caller leaves
+// rather than withdrawn), answered, abandoned while running — and the run
 // ends (it fails if any reservation is left unsettled). A call whose
 // caller left is settled at its estimate ($2, the gateway sees no usage)
 // and counted wasted; an answered one at its cost ($1).
@@ -155,8 +158,8 @@ func TestSpendSettlesEveryReservation(t *testing.T) {
 			t.Errorf("no %s: %v", why, r.Refusals)
 		}
 	}
-	if r.Withdrawn == 0 || r.Wasted == 0 || r.OnTime == 0 {
-		t.Fatalf("withdrawn %d, wasted %d, on time %d: want every path", r.Withdrawn, r.Wasted, r.OnTime)
+	if r.Wasted == 0 || r.OnTime == 0 {
+		t.Fatalf("wasted %d, on time %d: want every path", r.Wasted, r.OnTime)
 	}
 	// One attempt each and an attempt timeout inside the deadline: every
 	// wasted call is one whose caller left while it ran.

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"github.com/sluicehq/sluice/sim"
 	"io"
 	"os"
 	"path/filepath"
@@ -76,8 +77,12 @@ func TestSimPrintsOneTable(t *testing.T) {
 			t.Errorf("table lacks %q:\n%s", want, out)
 		}
 	}
-	if lines := strings.Count(out, "\n"); lines != 2+10 {
-		t.Errorf("%d lines, want a title, a header and 10 policies:\n%s", lines, out)
+	sc, err := sim.LoadScenario(testScenario)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if lines, policies := strings.Count(out, "\n"), len(sc.PolicyNames()); lines != 2+policies {
+		t.Errorf("%d lines, want a title, a header and %d policies:\n%s", lines, policies, out)
 	}
 }
 
@@ -92,13 +97,18 @@ func TestSimJSONHonoursPolicyLoadSeedAndClient(t *testing.T) {
 		Policy             string
 		Load               float64
 		Seed               uint64
-		AttemptsPerRequest float64 `json:"attempts_per_request"`
+		AttemptsPerRequest float64  `json:"attempts_per_request"`
+		UnansweredPct      *float64 `json:"unanswered_pct"`
+		RefusalP99Ms       *float64 `json:"refusal_p99_ms"`
 	}
 	if err := json.Unmarshal(stdout.Bytes(), &results); err != nil {
 		t.Fatal(err)
 	}
 	if len(results) != 4 || results[0].Policy != "fifo" || results[1].Policy != "sluice" || results[2].Load != 2 || results[0].Seed != 7 {
 		t.Fatalf("results %+v", results)
+	}
+	if r := results[0]; r.UnansweredPct == nil || r.RefusalP99Ms == nil {
+		t.Error("the JSON lacks unanswered_pct or refusal_p99_ms")
 	}
 }
 

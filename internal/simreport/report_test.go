@@ -52,6 +52,12 @@ func TestTablesHaveARowPerPolicyAndLoad(t *testing.T) {
 			t.Errorf("tables lack %q", want)
 		}
 	}
+	// What callers felt is in the terminal's table, not yet in results.md.
+	for _, col := range []string{"unanswered %", "refusal p50/p99 ms"} {
+		if !strings.Contains(text.String(), col) || strings.Contains(md, col) {
+			t.Errorf("want %q in the text table only", col)
+		}
+	}
 	if got, want := strings.Count(md, "\n"), 2+2*len(sw.Scenario.PolicyNames()); got != want {
 		t.Errorf("markdown has %d lines, want %d:\n%s", got, want, md)
 	}

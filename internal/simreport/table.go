@@ -147,6 +147,22 @@ func row(sw *sim.Sweep, r *sim.Result, withLoad bool) []string {
 	return c
 }
 
+// The terminal's table adds what callers felt when they got no answer:
+// the share of attempts that went unanswered until the caller's own
+// timeout, and how long a refusal took from send, p50/p99 in milliseconds.
+// results.md does not show them (yet): its tables and the text around them
+// are regenerated together.
+
+func feltHeader() []string { return []string{"unanswered %", "refusal p50/p99 ms"} }
+
+func feltRow(r *sim.Result) []string {
+	refusal := "–" // no refusals: unlike a latency of 0, a time of 0 ms is a refusal at once
+	if r.Refused > 0 {
+		refusal = fmt.Sprintf("%.0f/%.0f", r.RefusalP50Ms, r.RefusalP99Ms)
+	}
+	return []string{fmt.Sprintf("%.2f", r.UnansweredPct), refusal}
+}
+
 func seconds(ms float64) string {
 	if ms == 0 {
 		return "–"
@@ -175,9 +191,9 @@ func WriteText(w io.Writer, sw *sim.Sweep) error {
 			return strings.Join(cells, "\t") + "\t"
 		}
 		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-		fmt.Fprintln(tw, pad(header(sw, false)))
+		fmt.Fprintln(tw, pad(append(header(sw, false), feltHeader()...)))
 		for _, r := range sw.Results[i] {
-			fmt.Fprintln(tw, pad(row(sw, r, false)))
+			fmt.Fprintln(tw, pad(append(row(sw, r, false), feltRow(r)...)))
 		}
 		if err := tw.Flush(); err != nil {
 			return err
