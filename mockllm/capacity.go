@@ -45,6 +45,7 @@ func (s *Server) acquire(ctx context.Context) (time.Duration, error) {
 	case s.cfg.Slots == 0 || (s.mu.inService < s.cfg.Slots && s.mu.queue.Len() == 0):
 		s.mu.inService++
 		s.mu.stats.Started++
+		s.notePeakLocked()
 		s.mu.Unlock()
 		return 0, nil
 	case s.cfg.Mode == Mode429:
@@ -54,6 +55,7 @@ func (s *Server) acquire(ctx context.Context) (time.Duration, error) {
 	}
 	w := &waiter{ready: make(chan struct{})}
 	elem := s.mu.queue.PushBack(w)
+	s.notePeakLocked()
 	s.mu.Unlock()
 
 	start := time.Now()

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"strings"
+	"time"
 	"unicode/utf8"
 )
 
@@ -54,9 +55,10 @@ type call struct {
 
 	embed embedRequest // embeddings only
 
-	id      uint64 // per server, for the response ids
-	created int64  // Unix seconds at service start
-	seq     int    // Responses API stream sequence number
+	id      uint64        // per server, for the response ids
+	created int64         // Unix seconds at service start
+	service time.Duration // the service time drawn (or set by X-Mock-Latency-Ms)
+	seq     int           // Responses API stream sequence number
 }
 
 // parse reads and checks the body of a generation request.

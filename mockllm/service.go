@@ -68,18 +68,18 @@ func (s *Server) serveBody(w http.ResponseWriter, r *http.Request, a api, c *cal
 	ctx := r.Context()
 	switch s.pause(ctx, d) {
 	case clientGone:
-		s.settle(c, aborted, c.generatedBy(time.Since(start), d))
+		s.settle(c, aborted, time.Since(start))
 		return
 	case serverClosed:
-		s.settle(c, aborted, c.generatedBy(time.Since(start), d))
+		s.settle(c, aborted, time.Since(start))
 		writeError(w, a.dialect(), errServerClosed())
 		return
 	}
 	if ctx.Err() != nil {
-		s.settle(c, wasted, c.tokensOut)
+		s.settle(c, wasted, d)
 		return
 	}
-	s.settle(c, delivered, c.tokensOut)
+	s.settle(c, delivered, d)
 	err := writeJSON(w, http.StatusOK, a.body(c, tokenText(0, c.tokensOut)))
 	if err == nil {
 		err = http.NewResponseController(w).Flush()
@@ -108,12 +108,12 @@ func (s *Server) serveStream(w http.ResponseWriter, r *http.Request, a api, c *c
 	for i := 0; i < k && !left; i++ {
 		switch s.pause(ctx, time.Until(start.Add(d*time.Duration(i+1)/time.Duration(k)))) {
 		case clientGone:
-			s.settle(c, aborted, c.generatedBy(time.Since(start), d))
+			s.settle(c, aborted, time.Since(start))
 			return
 		case serverClosed:
 			_ = writeEvents(w, a.abort(c))
 			_ = rc.Flush()
-			s.settle(c, aborted, c.generatedBy(time.Since(start), d))
+			s.settle(c, aborted, time.Since(start))
 			return
 		}
 		if ctx.Err() != nil {
@@ -128,7 +128,7 @@ func (s *Server) serveStream(w http.ResponseWriter, r *http.Request, a api, c *c
 		last := i == k-1
 		if last {
 			evs = append(evs, a.tail(c)...)
-			s.settle(c, delivered, c.tokensOut)
+			s.settle(c, delivered, d)
 		}
 		if writeEvents(w, evs) != nil || rc.Flush() != nil {
 			if last {
@@ -143,16 +143,16 @@ func (s *Server) serveStream(w http.ResponseWriter, r *http.Request, a api, c *c
 		return // settled as delivered with the last piece
 	}
 	if s.cfg.AbortOnDisconnect {
-		s.settle(c, aborted, c.generatedBy(time.Since(start), d))
+		s.settle(c, aborted, time.Since(start))
 		return
 	}
 	// Nobody is listening, but the provider does not know it: it keeps
 	// generating and billing until the service time ends.
 	if s.pause(ctx, time.Until(start.Add(d))) == serverClosed {
-		s.settle(c, aborted, c.generatedBy(time.Since(start), d))
+		s.settle(c, aborted, time.Since(start))
 		return
 	}
-	s.settle(c, wasted, c.tokensOut)
+	s.settle(c, wasted, d)
 }
 
 // event is one server-sent event: an optional event name and a JSON data
