@@ -36,6 +36,10 @@ type Class struct {
 	// because a request without a deadline cannot be late and would make
 	// goodput meaningless.
 	Deadline time.Duration
+	// AttemptTimeout is this class's callers' fixed per-attempt timeout:
+	// callers of different classes configure different timeouts. Zero
+	// means Config.AttemptTimeout; negative is an error.
+	AttemptTimeout time.Duration
 }
 
 // DefaultClasses returns the mix used when Config.Classes is empty:
@@ -84,7 +88,8 @@ type Config struct {
 	// decides. Zero means DefaultMaxAttempts (3); 1 disables retries.
 	MaxAttempts int
 
-	// AttemptTimeout is the caller's fixed per-attempt timeout, the knob SDKs
+	// AttemptTimeout is the callers' fixed per-attempt timeout (unless their
+	// class sets its own, Class.AttemptTimeout), the knob SDKs
 	// expose; it reaches the policy as Request.AttemptTimeout (Naive uses
 	// it, Polite ignores it in favour of the remaining deadline). Zero means
 	// half the class's deadline, so a naive client gets one retry inside
@@ -257,6 +262,9 @@ func validateClasses(classes []Class) error {
 		}
 		if cl.Deadline <= 0 {
 			return fieldErr(f+".Deadline", "must be positive, got %v (class %q)", cl.Deadline, cl.Name)
+		}
+		if cl.AttemptTimeout < 0 {
+			return fieldErr(f+".AttemptTimeout", "must not be negative, got %v (class %q)", cl.AttemptTimeout, cl.Name)
 		}
 		total += cl.Weight
 	}

@@ -56,7 +56,8 @@ type Request struct {
 	// stopped listening.
 	Deadline time.Time
 	// AttemptTimeout is the caller's configured fixed per-attempt timeout
-	// (Config.AttemptTimeout, or half the class deadline when that is zero).
+	// (Class.AttemptTimeout, else Config.AttemptTimeout, else half the
+	// class deadline).
 	AttemptTimeout time.Duration
 	// MaxAttempts is Config.MaxAttempts after defaults; the attempt
 	// transport refuses attempts beyond it.

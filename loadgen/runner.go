@@ -2,6 +2,7 @@ package loadgen
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"io"
 	"net/http"
@@ -163,7 +164,7 @@ func (rn *runner) dispatch(start time.Time, a Arrival) {
 		Class:          cl.Name,
 		Arrival:        arrival,
 		Deadline:       arrival.Add(cl.Deadline),
-		AttemptTimeout: rn.cfg.AttemptTimeout,
+		AttemptTimeout: cmp.Or(cl.AttemptTimeout, rn.cfg.AttemptTimeout),
 		MaxAttempts:    rn.cfg.MaxAttempts,
 	}
 	if r.AttemptTimeout == 0 {

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -330,6 +331,35 @@ func TestConfiguredAttemptTimeoutIsSent(t *testing.T) {
 	}, env{clock: newFakeClock()})
 	if got := srv.field(func(s seen) string { return s.timeoutMs }); !slices.Equal(got, []string{"750"}) {
 		t.Errorf("X-Sluice-Timeout-Ms = %v, want [750]", got)
+	}
+}
+
+// A class's own attempt timeout is its callers': it wins over the run's,
+// and the run's holds for the classes that set none.
+func TestClassAttemptTimeoutIsSent(t *testing.T) {
+	srv := newRecorder(t, ok)
+	mustRun(t, Config{
+		Target: srv.URL, Rate: 10, MaxRequests: 20, AttemptTimeout: 750 * time.Millisecond,
+		Classes: []Class{
+			{Name: "interactive", Weight: 1, Deadline: 10 * time.Second, AttemptTimeout: 2 * time.Second},
+			{Name: "batch", Weight: 1, Deadline: 30 * time.Second},
+		},
+	}, env{clock: newFakeClock()})
+	want := map[string]string{"interactive": "2000", "batch": "750"}
+	got := map[string]bool{}
+	for _, s := range srv.seen() {
+		if s.timeoutMs != want[s.priority] {
+			t.Errorf("class %s sent X-Sluice-Timeout-Ms %s, want %s", s.priority, s.timeoutMs, want[s.priority])
+		}
+		got[s.priority] = true
+	}
+	if !got["interactive"] || !got["batch"] {
+		t.Fatalf("classes sent: %v, want both", got)
+	}
+	bad := Config{Target: srv.URL, Rate: 1, MaxRequests: 1,
+		Classes: []Class{{Name: "a", Weight: 1, Deadline: time.Second, AttemptTimeout: -1}}}
+	if err := bad.Validate(); err == nil || !strings.Contains(err.Error(), "Classes[0].AttemptTimeout") {
+		t.Errorf("a negative class attempt timeout: %v, want an error naming Classes[0].AttemptTimeout", err)
 	}
 }
 
