@@ -206,7 +206,7 @@ func (c *Core) decide(now time.Time, req *Request, rank int, ts *tenantState, co
 		// others leave free.
 		d.EstimatedWait = max(d.EstimatedWait, c.cappedWait(ts))
 	}
-	if budget > 0 && d.EstimatedWait+p95 > budget {
+	if budget > 0 && d.EstimatedWait+p95 > budget && !c.probe(d.EstimatedWait, p50, budget) {
 		d.Verdict, d.Reason = Rejected, ReasonQueueWait
 		d.RetryAfter = c.retryAfter(d.EstimatedWait, p95, budget)
 		return d
@@ -224,6 +224,20 @@ func (c *Core) decide(now time.Time, req *Request, rank int, ts *tenantState, co
 	}
 	d.Verdict = Queued
 	return d
+}
+
+// probe says whether a call refused for its expected service time alone
+// — a slot free and nothing ahead of it, but a p95 above its budget — may
+// take the slot anyway: it has at least even odds (its budget is above the
+// median), the slot would otherwise idle, and it does not wait. The
+// estimates only move as calls complete: a gate whose p95 has crept past
+// every caller's budget — the sampling noise of a window on a slowed
+// provider that still serves most calls in time — would otherwise refuse
+// every call, complete no other, and never learn that it should not: idle
+// for good. Such calls never queue, so they take nothing from a call the
+// gate promised a start.
+func (c *Core) probe(wait, p50, budget time.Duration) bool {
+	return !c.cfg.NoEarlyRefusal && wait == 0 && c.queued == 0 && c.inFlight < c.concurrency && p50 < budget
 }
 
 func (c *Core) refuseFull(now time.Time, d Decision, req *Request) Decision {

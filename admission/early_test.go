@@ -162,3 +162,35 @@ func TestCoreEveryCallerHearsInTime(t *testing.T) {
 		}
 	}
 }
+
+// TestCoreLetsAnEvenOddsCallTakeAnIdleSlot: a call whose budget is above
+// the median service time but below the p95 takes a slot that is free
+// with nothing queued — refusing it would idle the slot, and a gate whose
+// p95 has crept past every budget would never complete another call to
+// learn otherwise — but never waits for one, and is refused below the
+// median, or with NoEarlyRefusal.
+func TestCoreLetsAnEvenOddsCallTakeAnIdleSlot(t *testing.T) {
+	for _, off := range []bool{false, true} {
+		c := newCore(t, Config{Concurrency: 2, MaxQueue: 10, FIFOOnly: true, NoEarlyRefusal: off})
+		warm(c, time.Second, 90)
+		warm(c, 3*time.Second, 10) // p50 1s, p95 3s
+		between := Request{Deadline: at(2000)}
+		d := mustArrive(t, c, at(0), between, &Ticket{})
+		if off {
+			if d.Verdict != Rejected {
+				t.Fatalf("NoEarlyRefusal: a call below its p95 was %v, want refused", d.Verdict)
+			}
+			continue
+		}
+		if d.Verdict != Granted {
+			t.Fatalf("a free slot, nothing queued, budget above the median: %v, want granted", d.Verdict)
+		}
+		if d := mustArrive(t, c, at(0), Request{Deadline: at(900)}, &Ticket{}); d.Verdict != Rejected {
+			t.Fatalf("a budget below the median: %v, want refused", d.Verdict)
+		}
+		mustArrive(t, c, at(0), Request{}, &Ticket{}) // the last slot
+		if d := mustArrive(t, c, at(0), between, &Ticket{}); d.Verdict != Rejected || d.Reason != ReasonQueueWait {
+			t.Fatalf("no slot free: %+v, want queue_wait (it never waits)", d)
+		}
+	}
+}

@@ -213,6 +213,12 @@ type Recovery struct {
 	// step or the end of the window; Seconds is then the time that passed.
 	Recovered bool    `json:"recovered"`
 	Seconds   float64 `json:"seconds"`
+	// GoodputPct is the on-time answers of the calls started after the
+	// step, per second from the step to the end of its phase, as a
+	// percentage of what the upstream could serve then (the lower of its
+	// capacity after the step and the offered rate): how much of the new
+	// capacity went to answers someone still wanted.
+	GoodputPct float64 `json:"goodput_pct"`
 }
 
 // Series are per-bucket time series of a run.
@@ -558,6 +564,9 @@ func (m *metrics) recovery() *Recovery {
 	prefix := make([]int, end+1)
 	for k := 0; k < end; k++ {
 		prefix[k+1] = prefix[k] + int(m.goodAfter[k])
+	}
+	if span := (time.Duration(end-first) * s.bucket).Seconds(); span > 0 && servable > 0 {
+		rec.GoodputPct = 100 * float64(prefix[end]-prefix[first]) / span / servable
 	}
 	rate := func(k int, span time.Duration) float64 {
 		w := max(1, int(span/s.bucket))
