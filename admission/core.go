@@ -40,6 +40,8 @@ type Core struct {
 
 	events []*Ticket
 	c      counters
+	// lateScratch is expire's, kept between calls.
+	lateScratch []*Ticket
 }
 
 type counters struct {
@@ -905,6 +907,7 @@ func (c *Core) refuseLate(now time.Time) {
 	free := c.concurrency - c.inFlight
 	for r := len(c.levels) - 1; r >= 0; r-- {
 		l := &c.levels[r]
+		c.expire(now, l)
 		for l.depth > 0 {
 			tq := l.heaviest()
 			t := tq.lastServed()
@@ -925,6 +928,34 @@ func (c *Core) refuseLate(now time.Time) {
 			c.refuseQueued(now, t)
 		}
 	}
+}
+
+// expire refuses, with reason expired, the tickets at the front of each of
+// level l's tenant queues whose deadline less their expected (p95)
+// service time has passed: they cannot start in time wherever they wait.
+// Dequeue drops such work too, but work that is not dequeued — below a
+// flood of higher ranks, or of a tenant past its fair share while others
+// are served first — would wait until its caller's deadline and learn
+// nothing; at the front of its queue it is the oldest, and it is told as
+// soon as the gate knows.
+func (c *Core) expire(now time.Time, l *level) {
+	if l.depth == 0 {
+		return
+	}
+	late := c.lateScratch[:0]
+	for tq := l.ring; ; {
+		for t := tq.head; t != nil && !t.req.Deadline.IsZero() && now.Add(c.startMargin(t.req.Key)).After(t.req.Deadline); t = t.next {
+			late = append(late, t)
+		}
+		if tq = tq.next; tq == l.ring {
+			break
+		}
+	}
+	for _, t := range late {
+		c.reject(now, t, ReasonExpired, c.perSlot())
+	}
+	clear(late)
+	c.lateScratch = late[:0]
 }
 
 // refuseQueued refuses queued ticket t for its wait at now. Its queue is

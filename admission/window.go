@@ -1,6 +1,7 @@
 package admission
 
 import (
+	"math"
 	"time"
 
 	"github.com/sluicehq/sluice/internal/loghist"
@@ -25,15 +26,71 @@ func bucketValue(i int) time.Duration { return buckets.Value(i) }
 
 // window is a bounded record of recent service times. Not safe for
 // concurrent use; the Core's owner serialises access.
+//
+// A window of hundreds of samples is a steady estimate, and a slow one: when
+// the dependency slows down fourfold, its samples turn over only as slowly
+// as the slowed calls complete — a quarter of a minute at the rates this
+// gate sees — and meanwhile every wait it estimates is a quarter of the
+// truth, every call it admits to wait is promised a start it will not get.
+// So the window also keeps a short memory, an exponentially weighted mean
+// of the last samples' logarithms (about the last 16), and compares it with
+// the window's own mean logarithm: once they differ by more than the noise
+// of a few samples of a typical spread (a quarter), the window's level has
+// shifted, and its mean and quantiles are scaled by the shift (see level).
+// The shape of the distribution is the window's, its level the last few
+// samples'. Logarithms, because service times are skewed: a level shift
+// multiplies them.
 type window struct {
 	ring   []time.Duration
 	next   int
 	n      int
 	sum    time.Duration
 	counts []uint32
+	// logSum is the sum of the ring's samples' logarithms (in seconds);
+	// recent the short memory of them, once there is a sample.
+	logSum float64
+	recent float64
 
 	stale         int // samples added since the quantiles were computed
 	p50, p95, p99 time.Duration
+}
+
+// recentWeight is the short memory's weight of a new sample: 1/16, about
+// the last 16 samples.
+const recentWeight = 1.0 / 16
+
+// levelShift is how far, as a factor, the last samples' level must be from
+// the window's before it counts: a quarter. The short memory of a
+// lognormal of σ 0.5 strays by about 9% (one standard deviation), so a
+// quarter is rarely noise, and a dependency that slowed fourfold passes it
+// within three samples.
+const levelShift = 1.25
+
+// minSample is the floor of a sample's logarithm: a zero service time (a
+// dependency that answers at once) has none.
+const minSample = time.Microsecond
+
+func logOf(d time.Duration) float64 { return math.Log(max(d, minSample).Seconds()) }
+
+// level is the factor the window's mean and quantiles are scaled by: the
+// last samples' level over the window's, when it has shifted by more than
+// levelShift either way, and 1 otherwise.
+func (w *window) level() float64 {
+	if w.n < 2*recomputeEvery {
+		return 1 // the window is the last samples
+	}
+	f := math.Exp(w.recent - w.logSum/float64(w.n))
+	if f > levelShift || f < 1/levelShift {
+		return f
+	}
+	return 1
+}
+
+func scaleBy(d time.Duration, f float64) time.Duration {
+	if f == 1 {
+		return d
+	}
+	return time.Duration(min(float64(d)*f, float64(maxSample)))
 }
 
 func newWindow(size int) *window {
@@ -44,13 +101,21 @@ func (w *window) add(d time.Duration) {
 	if d < 0 {
 		d = 0
 	}
+	l := logOf(d)
 	if w.n == len(w.ring) {
 		old := w.ring[w.next]
 		w.sum -= old
+		w.logSum -= logOf(old)
 		w.counts[bucketOf(old)]--
 	} else {
 		w.n++
 	}
+	if w.n == 1 {
+		w.recent = l
+	} else {
+		w.recent += recentWeight * (l - w.recent)
+	}
+	w.logSum += l
 	w.ring[w.next] = d
 	w.next++
 	if w.next == len(w.ring) {
@@ -67,20 +132,21 @@ func (w *window) mean() time.Duration {
 	if w.n == 0 {
 		return 0
 	}
-	return w.sum / time.Duration(w.n)
+	return scaleBy(w.sum/time.Duration(w.n), w.level())
 }
 
 // quantiles returns p50 and p95, recomputing them when enough samples arrived
 // since the last walk (always while the window is small).
 func (w *window) quantiles() (p50, p95 time.Duration) {
 	w.refresh()
-	return w.p50, w.p95
+	f := w.level()
+	return scaleBy(w.p50, f), scaleBy(w.p95, f)
 }
 
 // tail returns p99.
 func (w *window) tail() time.Duration {
 	w.refresh()
-	return w.p99
+	return scaleBy(w.p99, w.level())
 }
 
 func (w *window) refresh() {
