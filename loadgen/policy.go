@@ -150,7 +150,7 @@ func (a *Attempt) OK() bool {
 // the rest of a 2xx body. A refusal settles an attempt when its headers
 // arrive; anything else (an answer, a connection error, a body the policy
 // closed, the run cancelled) when it ends.
-func (a *Attempt) unanswered(deadline time.Time) bool {
+func (a *Attempt) unanswered() bool {
 	if !a.sent {
 		return false
 	}
@@ -160,14 +160,7 @@ func (a *Attempt) unanswered(deadline time.Time) bool {
 	case ReasonRunEnded:
 		return true // the run's bound comes after every request's deadline
 	}
-	// An attempt may outlive its caller's deadline (a naive client's fixed
-	// timeout): then the clock says whether it settled in time, judged as
-	// Report.Late judges answers.
-	settled := a.End
-	if a.Status != 0 && (a.refused || a.Status < 200 || a.Status >= 300) {
-		settled = a.HeadersAt
-	}
-	return settled.After(deadline)
+	return false
 }
 
 // Retryable reports whether a failed attempt is worth repeating: no response

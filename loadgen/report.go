@@ -78,15 +78,17 @@ type Report struct {
 	SendLag Latency `json:"send_lag"`
 
 	// Unanswered counts sent attempts left with neither an answer nor a
-	// refusal by their caller's own timeout: the attempt's own timeout
-	// fired, or the request's deadline passed, while the caller was
-	// waiting for the response headers or for the rest of the answer. A
-	// complete answer, a refusal (any non-2xx status), a connection error
-	// or a body the policy closed in time are not unanswered; an answer
-	// completed after the deadline is (its request is Late). UnansweredRatio
-	// is Unanswered / Attempts: the share of attempts whose callers waited
-	// to their own timeout for nothing. Attempts the generator did not send
-	// (client_overflow) are in neither figure.
+	// refusal by their caller's own timeout: the attempt's own timeout (the
+	// client's: Naive's fixed one, Polite's the time left to the deadline)
+	// fired while the caller was waiting for the response headers or for
+	// the rest of the answer. A complete answer, a refusal (any non-2xx
+	// status), a connection error or a body the policy closed are not
+	// unanswered, whenever they came: a naive client that waits past its
+	// request's deadline hears them (an answer that came after the
+	// deadline is Late). UnansweredRatio is Unanswered / Attempts: the
+	// share of attempts whose callers waited to their own timeout for
+	// nothing. Attempts the generator did not send (client_overflow) are in
+	// neither figure.
 	Unanswered      int     `json:"unanswered"`
 	UnansweredRatio float64 `json:"unanswered_ratio"`
 	// RefusalTime is measured over attempts refused with 429 or 503 (or
@@ -223,7 +225,7 @@ func (c *collector) record(cl *call, answered bool, end time.Time, err error) {
 		if !a.OK() {
 			rep.Rejections[a.Reason]++
 		}
-		if a.unanswered(r.Deadline) {
+		if a.unanswered() {
 			rep.Unanswered++
 			cr.Unanswered++
 		}
