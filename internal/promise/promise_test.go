@@ -1,0 +1,147 @@
+package promise
+
+import (
+	"flag"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/sluicehq/sluice/store/redistest"
+)
+
+var full = flag.Bool("promise.full", false, "over HTTP, run every scenario in all four variants (by default: see quick)")
+
+// quick is the HTTP suite of every change, under three minutes: the 5×
+// storm in all four variants, and every other scenario once, with one
+// prompt for every caller — where recognition can err — declaring its
+// attempts or not, in turn. The simulator runs every cell.
+func quick(i int, sc Scenario, v Variant) bool {
+	if sc.Name == "storm-5x" {
+		return true
+	}
+	return v.SamePrompt && v.Undeclared == (i%2 == 1)
+}
+
+// TestSuiteInTheSimulator runs the whole table — every scenario, every
+// variant — in virtual time, through the chain the gateway ships, and
+// fails on any floor it falls below.
+func TestSuiteInTheSimulator(t *testing.T) {
+	seconds := 60.0
+	if raceEnabled {
+		seconds = 40 // the race detector slows the simulator tenfold
+	}
+	for _, sc := range Suite() {
+		for _, v := range Variants() {
+			t.Run(sc.Name+"/"+v.String(), func(t *testing.T) {
+				r, err := RunSim(t.Context(), sc, v, SimOptions{Seed: 1, Seconds: seconds})
+				if err != nil {
+					t.Fatal(err)
+				}
+				report(t, sc, r)
+			})
+		}
+	}
+}
+
+// TestSuiteOverHTTP runs the table over real HTTP on loopback: the sluice
+// binary built from this tree as `sluice mock` and `sluice serve` (three
+// of them on a real Redis for the replicas), driven by the load generator.
+// By default it runs the quick cells, in about a minute and a half
+// (-promise.full: all 32, in about four and a half); .ci/run runs it
+// without the race detector, which would measure itself.
+func TestSuiteOverHTTP(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs real load for minutes")
+	}
+	if raceEnabled {
+		t.Skip("under -race the load measures the detector: .ci/run runs this test without it")
+	}
+	bin := filepath.Join(t.TempDir(), "sluice")
+	build := exec.CommandContext(t.Context(), "go", "build", "-o", bin, "../../cmd/sluice")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	redis := redistest.Start(t)
+	for i, sc := range Suite() {
+		for _, v := range Variants() {
+			if !*full && !quick(i, sc, v) {
+				continue
+			}
+			t.Run(sc.Name+"/"+v.String(), func(t *testing.T) {
+				r, err := RunHTTP(t.Context(), sc, v, HTTPOptions{Bin: bin, Seed: 1, Redis: redis.Addr})
+				if err != nil {
+					t.Fatal(err)
+				}
+				report(t, sc, r)
+			})
+		}
+	}
+}
+
+// report logs r's figures and fails t on every floor r falls below.
+func report(t *testing.T, sc Scenario, r *Result) {
+	t.Helper()
+	t.Logf("goodput %.1f%%, waste %.2f%%, unanswered %.2f%%, refusal p99 %.0f ms (%d), peak %d, %.1fs",
+		r.GoodputPct, r.WastePct, r.UnansweredPct, r.RefusalP99Ms, r.Refusals, r.PeakInFlight, r.Seconds)
+	for _, c := range Checks(sc, r) {
+		if !c.OK {
+			t.Errorf("%s", c)
+		}
+	}
+}
+
+// TestChecksTellFloorsFromFigures: a figure on the wrong side of its
+// floor fails it, one on the right side or exactly on it passes, and a
+// figure the run did not measure (the simulator has no provider
+// concurrency; a run without refusals has no refusal time) neither fails
+// nor passes.
+func TestChecksTellFloorsFromFigures(t *testing.T) {
+	sc := Scenario{Name: "x", Floors: []Floor{goodput(95), waste(1), refusedEarly, peak(20)}}
+	for _, tc := range []struct {
+		r      Result
+		failed int
+	}{
+		{Result{GoodputPct: 95, WastePct: 1, RefusalP99Ms: 200, Refusals: 1, PeakInFlight: 20}, 0},
+		{Result{GoodputPct: 94.9, WastePct: 1.1, RefusalP99Ms: 201, Refusals: 1, PeakInFlight: 21}, 4},
+		{Result{GoodputPct: 99, RefusalP99Ms: 5000, Refusals: 0, PeakInFlight: -1}, 0},
+	} {
+		if got := Failed(sc, &tc.r); len(got) != tc.failed {
+			t.Errorf("%+v: failed %q, want %d floors failed", tc.r, got, tc.failed)
+		}
+	}
+	for _, c := range Checks(sc, &Result{PeakInFlight: -1}) {
+		if c.Floor.What == "provider calls at once" && (c.Has || !c.OK) {
+			t.Errorf("an unmeasured figure: %+v, want not measured and not failed", c)
+		}
+	}
+}
+
+// TestSuiteNamesAreUnique: Lookup finds each scenario by its name and
+// refuses a name that is not in the table, naming the ones that are.
+func TestSuiteNamesAreUnique(t *testing.T) {
+	seen := map[string]bool{}
+	for _, sc := range Suite() {
+		if seen[sc.Name] {
+			t.Errorf("two scenarios named %s", sc.Name)
+		}
+		seen[sc.Name] = true
+		got, err := Lookup(sc.Name)
+		if err != nil || len(got) != 1 || got[0].Name != sc.Name {
+			t.Errorf("Lookup(%q): %v, %v", sc.Name, got, err)
+		}
+		var share float64
+		for _, s := range sc.Sources {
+			share += s.Share
+		}
+		if share < 0.999 || share > 1.001 {
+			t.Errorf("%s: the sources' shares add up to %v, want 1", sc.Name, share)
+		}
+		if len(sc.Floors) == 0 {
+			t.Errorf("%s promises nothing", sc.Name)
+		}
+	}
+	if _, err := Lookup("storm-5x,nope"); err == nil || !strings.Contains(err.Error(), "storm-2x") {
+		t.Errorf("Lookup of an unknown name: %v, want an error listing the scenarios", err)
+	}
+}

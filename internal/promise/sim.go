@@ -1,0 +1,121 @@
+package promise
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/sluicehq/sluice/gateway"
+	"github.com/sluicehq/sluice/sim"
+)
+
+// SimOptions configure RunSim.
+type SimOptions struct {
+	// Seed seeds the arrivals and service times.
+	Seed uint64
+	// Seconds is about how long the arrival window lasts in virtual time.
+	// Zero means 60.
+	Seconds float64
+}
+
+// RunSim runs sc with callers v in the simulator, under the policy the
+// gateway runs (full sluice) and its defaults.
+func RunSim(ctx context.Context, sc Scenario, v Variant, opt SimOptions) (*Result, error) {
+	s, err := simScenario(sc, v, opt)
+	if err != nil {
+		return nil, err
+	}
+	start := time.Now()
+	r, err := sim.Run(ctx, s, "sluice", sc.Load, sim.Options{})
+	if err != nil {
+		return nil, fmt.Errorf("%s %s: %w", sc.Name, v, err)
+	}
+	out := &Result{
+		Scenario:      sc.Name,
+		Variant:       v.String(),
+		Way:           "sim",
+		GoodputPct:    r.GoodputPct,
+		WastePct:      r.WastePct,
+		UnansweredPct: r.UnansweredPct,
+		RefusalP99Ms:  r.RefusalP99Ms,
+		Refusals:      r.Refused,
+		Success:       map[string]float64{},
+		PeakInFlight:  -1,
+		Declared:      !v.Undeclared,
+		Recognised:    r.RetriesRecognised + r.FirstsRecognised,
+		Seconds:       time.Since(start).Seconds(),
+	}
+	for _, src := range r.Sources {
+		out.Success[src.Name] = src.SuccessPct
+	}
+	return out, nil
+}
+
+// gatewayDefaults is what `sluice serve --upstream U --concurrency N`
+// runs with: the simulator's gate is given the same waiting room.
+func gatewayDefaults(concurrency int) (gateway.Config, error) {
+	return gateway.ParseConfig(fmt.Appendf(nil, "upstream: {url: \"http://127.0.0.1:1\"}\nadmission: {concurrency: %d}\n", concurrency))
+}
+
+// simScenario is sc as a simulator scenario: the provider, the classes,
+// naive callers retrying twice at once with their deadline as their
+// timeout, and the gateway's default waiting room.
+func simScenario(sc Scenario, v Variant, opt SimOptions) (*sim.Scenario, error) {
+	def, err := gatewayDefaults(Slots)
+	if err != nil {
+		return nil, err
+	}
+	maxQueue, _ := def.EffectiveMaxQueue()
+	seconds := opt.Seconds
+	if seconds == 0 {
+		seconds = 60
+	}
+	s := &sim.Scenario{
+		Name:     sc.Name,
+		Seed:     opt.Seed,
+		Requests: int(math.Ceil(sc.Load * NominalCapacity() * seconds)),
+		Upstream: sim.Upstream{
+			Concurrency: Slots,
+			Service:     sim.Service{Lognormal: &sim.Lognormal{Median: Median, Sigma: Sigma}},
+		},
+		// The gateway starts without a service time; the simulator's
+		// gate, without one, starts from the upstream's mean.
+		Sluice: sim.SluiceConfig{MaxQueue: maxQueue},
+	}
+	if sc.Slowdown > 1 {
+		s.Upstream.Steps = []sim.Step{{At: sim.TimePoint{F: 0.5, Fraction: true}, Factor: sc.Slowdown}}
+	}
+	if sc.Replicas > 1 {
+		s.Replicas = &sim.Replicas{Count: sc.Replicas}
+	}
+	classes := map[string]time.Duration{}
+	for _, src := range sc.Sources {
+		if d, ok := classes[src.Class]; ok && d != src.Deadline {
+			return nil, fmt.Errorf("%s: class %s has two deadlines", sc.Name, src.Class)
+		}
+		if _, ok := classes[src.Class]; !ok {
+			s.Classes = append(s.Classes, sim.Class{Name: src.Class, Deadline: src.Deadline})
+		}
+		classes[src.Class] = src.Deadline
+		headers := "attempt"
+		if v.Undeclared {
+			headers = "none"
+		}
+		s.Traffic = append(s.Traffic, sim.Source{
+			Name:           src.Name(),
+			Class:          src.Class,
+			Tenant:         src.Tenant,
+			Share:          src.Share,
+			Client:         "naive",
+			MaxAttempts:    3,
+			AttemptTimeout: src.Deadline,
+			Headers:        headers,
+			SamePrompt:     v.SamePrompt,
+		})
+	}
+	if err := s.Validate(); err != nil {
+		return nil, fmt.Errorf("%s: %w", sc.Name, err)
+	}
+	return s, nil
+}
