@@ -194,3 +194,97 @@ func TestCoreLetsAnEvenOddsCallTakeAnIdleSlot(t *testing.T) {
 		}
 	}
 }
+
+// TestCoreExpiresQueuedWorkAtItsLatestStart: queued work whose deadline
+// less its p95 has passed is refused (expired) at the next decision the
+// gate makes, wherever it waits — here at the front of its queue behind a
+// slot that does not free — and not only when it would be dequeued.
+func TestCoreExpiresQueuedWorkAtItsLatestStart(t *testing.T) {
+	c := newCore(t, Config{Concurrency: 1, MaxQueue: 10, FIFOOnly: true})
+	warm(c, 100*time.Millisecond, 32)
+	mustArrive(t, c, at(0), Request{}, &Ticket{}) // the slot, held
+	var front, behind Ticket
+	mustArrive(t, c, at(0), Request{Deadline: at(1000)}, &front)
+	mustArrive(t, c, at(0), Request{Deadline: at(10_000)}, &behind)
+	mustArrive(t, c, at(850), Request{Class: ClassSpeculative}, &Ticket{})
+	if front.state != ticketQueued {
+		t.Fatalf("before its latest start (900ms) the front call was decided: %v", front.Rejection())
+	}
+	c.Events()
+	mustArrive(t, c, at(950), Request{Class: ClassSpeculative}, &Ticket{})
+	if r := front.Rejection(); r == nil || r.Reason != ReasonExpired || front.QueueTime() != 950*time.Millisecond {
+		t.Fatalf("front call at 950ms: %+v after %v, want expired then", r, front.QueueTime())
+	}
+	if behind.state != ticketQueued {
+		t.Fatalf("the call behind it, with time to spare, was decided: %v", behind.Rejection())
+	}
+}
+
+// TestWindowFollowsALevelShift: when the service time steps up fourfold,
+// the window's estimates follow within a few samples — its mean, p50 and
+// p95 at least half again as high after eight slow samples of 256 —
+// instead of creeping up a thirty-second of the way per sample; and on a
+// steady distribution the short memory does not move them.
+func TestWindowFollowsALevelShift(t *testing.T) {
+	w := newWindow(256)
+	rng := rand.New(rand.NewPCG(3, 4))
+	steadyShifted := 0
+	for i := range 4096 {
+		w.add(lognormal(rng, 100*time.Millisecond, 0.5))
+		if i >= 256 && w.level() != 1 {
+			steadyShifted++
+		}
+	}
+	if steadyShifted > 4096/100 {
+		t.Errorf("on a steady lognormal (σ 0.5) the level shifted at %d of 3840 samples, want under 1%%", steadyShifted)
+	}
+	mean, _ := w.quantiles()
+	before := w.mean()
+	for range 8 {
+		w.add(lognormal(rng, 400*time.Millisecond, 0.5))
+	}
+	p50, p95 := w.quantiles()
+	if m := w.mean(); m < before*3/2 || p50 < mean*3/2 {
+		t.Errorf("after eight samples four times slower: mean %v (was %v), p50 %v (was %v), p95 %v; want half again as high at least", m, before, p50, mean, p95)
+	}
+	// The window fills with the new level: the estimates stay there, and
+	// the short memory agrees with the window again.
+	for range 512 {
+		w.add(lognormal(rng, 400*time.Millisecond, 0.5))
+	}
+	if f, m := w.level(), w.mean(); f != 1 || m < 350*time.Millisecond || m > 550*time.Millisecond {
+		t.Errorf("at the new level: shift %v, mean %v, want 1 and about 450ms", f, m)
+	}
+}
+
+// TestCoreCountsTheRanksAboveStillArriving: a retry ranks below its
+// tenant's first attempts; while those take every slot as they come, the
+// retry would not start however short the queue ahead of it is now, and it
+// is refused at once rather than promised a start — the ranks above go on
+// taking slots at the rate they were granted them. Without early refusal
+// it is queued, to wait out its deadline.
+func TestCoreCountsTheRanksAboveStillArriving(t *testing.T) {
+	for _, off := range []bool{false, true} {
+		c := newCore(t, Config{Concurrency: 2, MaxQueue: 100, FIFOOnly: true, NoEarlyRefusal: off})
+		warm(c, 100*time.Millisecond, 64)
+		h := &harness{t: t, c: c, service: func(string) time.Duration { return 100 * time.Millisecond }}
+		var arrivals []*arrival
+		for i := range 160 { // 20 a second for 8s: every slot, as it frees
+			now := t0.Add(time.Duration(i) * 50 * time.Millisecond)
+			arrivals = append(arrivals, &arrival{at: now, req: Request{Deadline: now.Add(time.Second)}})
+		}
+		retry := &arrival{at: t0.Add(6025 * time.Millisecond), req: Request{Attempt: 1, Deadline: t0.Add(7025 * time.Millisecond)}}
+		arrivals = append(arrivals, retry)
+		arrivals = merge(arrivals)
+		h.run(arrivals)
+		if off {
+			if retry.decision.Verdict != Queued {
+				t.Errorf("NoEarlyRefusal: the retry was %v, want queued", retry.decision.Verdict)
+			}
+			continue
+		}
+		if retry.decision.Verdict != Rejected || retry.decision.Reason != ReasonQueueWait {
+			t.Errorf("a retry below first attempts that take every slot: %+v, want queue_wait at once", retry.decision)
+		}
+	}
+}
