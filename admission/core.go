@@ -2,7 +2,6 @@ package admission
 
 import (
 	"fmt"
-	"math"
 	"time"
 )
 
@@ -989,38 +988,54 @@ func (c *Core) granted(now time.Time, ts *tenantState, rank int) {
 // smooth the grants of a few slots, short enough to see a flood start.
 func (c *Core) rateWindow() time.Duration { return max(time.Second, 32*c.perSlot()) }
 
-// grantRates are, by rank, exponentially weighted moving averages of the
-// slots granted per second: each grant adds 1/τ, and the sum decays by
-// e^(−Δt/τ), τ being the window.
+// grantRates are, by rank, the slots granted per second lately, counted
+// in two buckets of one window each, the current one and the one before:
+// the rate is the current count plus the share of the previous count its
+// window still covers, over a window — a sliding window's count, without
+// a clock read or an exponential per grant. A bucket's length is the
+// window when it began.
 type grantRates struct {
-	v  []float64
-	at []time.Time
+	start     time.Time
+	length    time.Duration
+	cur, prev []float64
+}
+
+// roll moves the buckets on to now.
+func (g *grantRates) roll(now time.Time, window time.Duration) {
+	if g.length == 0 {
+		g.start, g.length = now, window
+		return
+	}
+	switch end := g.start.Add(g.length); {
+	case now.Before(end):
+		return
+	case now.Before(end.Add(window)):
+		copy(g.prev, g.cur)
+	default:
+		clear(g.prev)
+	}
+	clear(g.cur)
+	g.start, g.length = now, window
 }
 
 func (g *grantRates) add(now time.Time, rank, ranks int, window time.Duration) {
-	if g.v == nil {
-		g.v, g.at = make([]float64, ranks), make([]time.Time, ranks)
+	if g.cur == nil {
+		g.cur, g.prev = make([]float64, ranks), make([]float64, ranks)
 	}
-	g.v[rank] = g.decayed(now, rank, window) + 1/window.Seconds()
-	g.at[rank] = now
-}
-
-func (g *grantRates) decayed(now time.Time, rank int, window time.Duration) float64 {
-	v := g.v[rank]
-	if v == 0 {
-		return 0
-	}
-	if dt := now.Sub(g.at[rank]); dt > 0 {
-		v *= math.Exp(-dt.Seconds() / window.Seconds())
-	}
-	return v
+	g.roll(now, window)
+	g.cur[rank]++
 }
 
 // above is the rate of the grants to the ranks above rank at now.
 func (g *grantRates) above(now time.Time, rank int, window time.Duration) float64 {
-	var sum float64
-	for r := rank + 1; r < len(g.v); r++ {
-		sum += g.decayed(now, r, window)
+	if g.cur == nil {
+		return 0
 	}
-	return sum
+	g.roll(now, window)
+	left := 1 - float64(now.Sub(g.start))/float64(g.length)
+	var n float64
+	for r := rank + 1; r < len(g.cur); r++ {
+		n += g.cur[r] + left*g.prev[r]
+	}
+	return n / g.length.Seconds()
 }

@@ -46,10 +46,14 @@ type window struct {
 	n      int
 	sum    time.Duration
 	counts []uint32
-	// logSum is the sum of the ring's samples' logarithms (in seconds);
-	// recent the short memory of them, once there is a sample.
+	// logs are the ring's samples' logarithms — their histogram buckets,
+	// eighths of a power of two (see logOf) — logSum their sum, recent
+	// the short memory of them once there is a sample, and shift the
+	// factor level found when the last sample was added.
+	logs   []float64
 	logSum float64
 	recent float64
+	shift  float64
 
 	stale         int // samples added since the quantiles were computed
 	p50, p95, p99 time.Duration
@@ -66,22 +70,30 @@ const recentWeight = 1.0 / 16
 // within three samples.
 const levelShift = 1.25
 
-// minSample is the floor of a sample's logarithm: a zero service time (a
-// dependency that answers at once) has none.
-const minSample = time.Microsecond
+// logOf is d's logarithm to the base 2^(1/8), to within a bucket: the
+// index of its histogram bucket, which add computes anyway — a logarithm
+// per sample would cost as much as the rest of an admission. Eight buckets
+// to a power of two, each at most an eighth of its value wide: a sample's
+// error is a few percent, its average over the short memory far less.
+func logOf(d time.Duration) float64 { return float64(bucketOf(d)) }
 
-func logOf(d time.Duration) float64 { return math.Log(max(d, minSample).Seconds()) }
+// shiftBuckets is levelShift in those units: 8·log2(levelShift).
+var shiftBuckets = 8 * math.Log2(levelShift)
 
 // level is the factor the window's mean and quantiles are scaled by: the
 // last samples' level over the window's, when it has shifted by more than
-// levelShift either way, and 1 otherwise.
-func (w *window) level() float64 {
+// levelShift either way, and 1 otherwise. It only changes as samples come,
+// and is kept from the last one.
+func (w *window) level() float64 { return w.shift }
+
+func (w *window) findLevel() float64 {
 	if w.n < 2*recomputeEvery {
 		return 1 // the window is the last samples
 	}
-	f := math.Exp(w.recent - w.logSum/float64(w.n))
-	if f > levelShift || f < 1/levelShift {
-		return f
+	// recent − logSum/n beyond ±shiftBuckets, without the division.
+	n := float64(w.n)
+	if d := w.recent*n - w.logSum; d > shiftBuckets*n || d < -shiftBuckets*n {
+		return math.Exp2(d / n / 8)
 	}
 	return 1
 }
@@ -94,7 +106,7 @@ func scaleBy(d time.Duration, f float64) time.Duration {
 }
 
 func newWindow(size int) *window {
-	return &window{ring: make([]time.Duration, size), counts: make([]uint32, buckets.Len())}
+	return &window{ring: make([]time.Duration, size), logs: make([]float64, size), counts: make([]uint32, buckets.Len()), shift: 1}
 }
 
 func (w *window) add(d time.Duration) {
@@ -105,11 +117,12 @@ func (w *window) add(d time.Duration) {
 	if w.n == len(w.ring) {
 		old := w.ring[w.next]
 		w.sum -= old
-		w.logSum -= logOf(old)
+		w.logSum -= w.logs[w.next]
 		w.counts[bucketOf(old)]--
 	} else {
 		w.n++
 	}
+	w.logs[w.next] = l
 	if w.n == 1 {
 		w.recent = l
 	} else {
@@ -124,6 +137,7 @@ func (w *window) add(d time.Duration) {
 	w.sum += d
 	w.counts[bucketOf(d)]++
 	w.stale++
+	w.shift = w.findLevel()
 }
 
 func (w *window) count() int { return w.n }
