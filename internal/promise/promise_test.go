@@ -145,3 +145,20 @@ func TestSuiteNamesAreUnique(t *testing.T) {
 		t.Errorf("Lookup of an unknown name: %v, want an error listing the scenarios", err)
 	}
 }
+
+// TestMedianOfRuns: each figure is the median of the runs', except the
+// declared calls taken for retries, where the worst run counts.
+func TestMedianOfRuns(t *testing.T) {
+	runs := []*Result{
+		{GoodputPct: 90, WastePct: 3, Recognised: 0, PeakInFlight: 17, Success: map[string]float64{"a": 100}},
+		{GoodputPct: 99, WastePct: 0, Recognised: 2, PeakInFlight: 16, Success: map[string]float64{"a": 97}},
+		{GoodputPct: 96, WastePct: 1, Recognised: 0, PeakInFlight: 20, Success: map[string]float64{"a": 99}},
+	}
+	m := MedianOf(runs)
+	if m.GoodputPct != 96 || m.WastePct != 1 || m.PeakInFlight != 17 || m.Success["a"] != 99 || m.Recognised != 2 {
+		t.Errorf("median %+v: want goodput 96, waste 1, peak 17, success 99, recognised 2 (the worst)", m)
+	}
+	if MedianOf(runs[:1]) != runs[0] || MedianOf(nil) != nil {
+		t.Error("the median of one run is that run, of none nothing")
+	}
+}

@@ -132,6 +132,8 @@ type Floor struct {
 	// Of reads the figure from a result, and false when the result has
 	// none (the simulator does not measure the provider's calls at once).
 	Of func(*Result) (float64, bool)
+	// Source names the source whose success the floor is about, if any.
+	Source string
 }
 
 // Check is one floor checked against a result.
@@ -202,7 +204,7 @@ var refusedEarly = Floor{What: "refusal p99 ms", Bound: float64(Deadline.Millise
 	Of: func(r *Result) (float64, bool) { return r.RefusalP99Ms, r.Refusals > 0 }}
 
 func success(source string, min float64) Floor {
-	return Floor{What: source + " success %", Min: true, Bound: min,
+	return Floor{What: source + " success %", Min: true, Bound: min, Source: source,
 		Of: func(r *Result) (float64, bool) { v, ok := r.Success[source]; return v, ok }}
 }
 
