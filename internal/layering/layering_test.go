@@ -33,7 +33,7 @@ var layers = [][]string{
 	// The shells and the tools around them: none imports another.
 	{"gateway", "sim", "loadgen", "mockllm"},
 	// Programs that assemble the shells.
-	{"internal/demo", "internal/calibrate", "internal/simreport", "internal/fleet"},
+	{"internal/demo", "internal/calibrate", "internal/simreport", "internal/fleet", "internal/promise"},
 	{"cmd/...", "scripts/...", "tools/...", "examples/..."},
 }
 
