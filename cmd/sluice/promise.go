@@ -43,6 +43,7 @@ func runPromise(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		seed     = fs.Uint64("seed", 1, "first seed")
 		window   = fs.Duration("window", 6*time.Second, "over HTTP, how long each run sends arrivals")
 		redis    = fs.String("redis", "", "host:port of a Redis for the replicas over HTTP (without it they are left out)")
+		gateway  = fs.String("gateway-bin", "", "over HTTP, run `sluice serve` from this binary instead (a baseline: an older release against the same mock and load)")
 		asJSON   = fs.Bool("json", false, "print every run's result as JSON")
 	)
 	if err := fs.Parse(args); err != nil {
@@ -93,7 +94,7 @@ func runPromise(ctx context.Context, args []string, stdout, stderr io.Writer) er
 					if way == "sim" {
 						r, err = promise.RunSim(ctx, sc, v, promise.SimOptions{Seed: s})
 					} else {
-						r, err = promise.RunHTTP(ctx, sc, v, promise.HTTPOptions{Bin: bin, Seed: s, Window: *window, Redis: *redis})
+						r, err = promise.RunHTTP(ctx, sc, v, promise.HTTPOptions{Bin: bin, GatewayBin: *gateway, Seed: s, Window: *window, Redis: *redis})
 					}
 					if err != nil {
 						return err

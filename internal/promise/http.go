@@ -3,6 +3,7 @@ package promise
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -33,6 +34,10 @@ type HTTPOptions struct {
 	// Bin is the sluice binary to run as `sluice mock` and `sluice
 	// serve`. Required.
 	Bin string
+	// GatewayBin, when set, runs `sluice serve` from another binary — an
+	// older release, say — against the same mock and load: a baseline
+	// measured in the same run.
+	GatewayBin string
 	// Seed seeds the arrivals and the mock's service times.
 	Seed uint64
 	// Window is how long the measured run sends arrivals. Zero means 6s.
@@ -186,8 +191,9 @@ func startGateways(ctx context.Context, procs *procs, sc Scenario, upstream stri
 	}
 	n := max(sc.Replicas, 1)
 	addrs := make([]string, n)
+	bin := cmp.Or(opt.GatewayBin, opt.Bin)
 	for i := range n {
-		addr, err := procs.start(ctx, opt.Bin, args, serveAddr)
+		addr, err := procs.start(ctx, bin, args, serveAddr)
 		if err != nil {
 			return "", fmt.Errorf("sluice serve: %w", err)
 		}
