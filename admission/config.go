@@ -62,7 +62,8 @@ type Config struct {
 	InitialServiceTime time.Duration
 
 	// FIFOOnly keeps FIFO order within a rank even under overload. The zero
-	// value enables adaptive LIFO.
+	// value serves newest-first the work queued while its queue stands (see
+	// "Refusing early" in the package doc).
 	FIFOOnly bool
 
 	// NoDequeueExpiry grants queued requests in turn even when their
@@ -83,10 +84,12 @@ type Config struct {
 	NoEarlyRefusal bool
 
 	// LIFOTarget and LIFOInterval define overload, CoDel-style, for each
-	// tenant's queue within a rank: it is overloaded once the age of its
-	// oldest item has stayed at or above a target for LIFOInterval, and stops
-	// being overloaded as soon as that age is seen below the target or the
-	// queue empties. The target is half the oldest item's time budget
+	// tenant's queue within a rank whose oldest item has no deadline (every
+	// queue's with NoEarlyRefusal; otherwise a queue with deadlines serves
+	// newest-first once it stands, see "Refusing early"): it is overloaded
+	// once the age of its oldest item has stayed at or above a target for
+	// LIFOInterval, and stops being overloaded as soon as that age is seen
+	// below the target or the queue empties. The target is half the oldest item's time budget
 	// (deadline − arrival) when it has a deadline — waiting that long eats
 	// the caller's budget, whatever the time scale of the dependency — and
 	// LIFOTarget when it has none. Zero means 1s and 1s.

@@ -178,7 +178,7 @@ func (c *Core) arrive(now time.Time, req *Request, t *Ticket, wait bool) (Decisi
 		c.reject(now, victim, ReasonEvicted, c.retryAfterFor(now, victim.rank, victim.req.Tenant, &victim.req))
 	}
 	*t = Ticket{Owner: t.Owner, req: *req, rank: rank, cost: cost, ts: ts, enqueued: now, state: ticketQueued, wait: d.EstimatedWait,
-		overload: !c.cfg.NoEarlyRefusal && ts.standing(now, rank)}
+		overload: !c.cfg.NoEarlyRefusal && !c.cfg.FIFOOnly && ts.standing(now, rank)}
 	c.push(t, ts)
 	c.c.enqueued++
 	// The newcomer may overtake queued work (a higher rank, or newest
@@ -741,7 +741,7 @@ func (c *Core) ahead(now time.Time, rank int, tenant string, ts *tenantState, co
 // would be an overload ticket, queued at the front of its tenant's
 // newest-first tickets, behind the promised ones (see tenantQueue).
 func (c *Core) front(now time.Time, rank int, tenant string, ts *tenantState) bool {
-	if c.cfg.NoEarlyRefusal {
+	if c.cfg.NoEarlyRefusal || c.cfg.FIFOOnly {
 		return false
 	}
 	if tq := c.levels[rank].queues[tenant]; tq != nil && tq.ovN > 0 {

@@ -20,15 +20,43 @@
 // tenant's flood cannot sit in front of everyone else's requests.
 //
 // When a slot frees, the highest rank is served first. Within a rank, tenants
-// take turns by fair queuing; within a tenant's queue the order is FIFO, switching to LIFO
-// while that queue is overloaded: under sustained overload the oldest item is
-// the one most likely to have been abandoned, so serving newest-first
-// completes the requests whose callers are still waiting. Overload is
-// detected CoDel-style, per tenant queue: the age of its oldest item has
-// stayed above a target (half that item's time budget, or
-// [Config.LIFOTarget] without a deadline) for [Config.LIFOInterval]. Items
+// take turns by fair queuing; within a tenant's queue the order is FIFO. Items
 // that can no longer finish in time are dropped at dequeue (reason expired)
 // without running, and a waiter whose deadline passes is told at once.
+//
+// # Refusing early
+//
+// The wait told at arrival is a promise, and the gate keeps it or says so as
+// soon as it knows it cannot (see "Refusing early" in core.go):
+//
+//   - Work pushed back by work that overtakes it — a higher rank, newer work
+//     served first, a slower dependency — is refused at once (queue_wait)
+//     when it can no longer start by its deadline less its p95; work whose
+//     deadline less its p95 has passed is refused (expired) wherever it
+//     waits, not only when dequeued.
+//   - A rank's wait counts the slots its tenant's higher ranks go on taking:
+//     a retry below a flood of first attempts waits for the next arrivals
+//     above it as well as for those queued now, and is refused at once when
+//     they take every slot.
+//   - A queue that has been refusing newcomers for their wait, without a
+//     pause, for a quarter of a newcomer's budget stands: sustained overload,
+//     not a burst. A newcomer may then wait only its allowance — a twentieth
+//     of its budget, or four slots' time — and the callers turned away are
+//     told at once. Newest-first is for this: the calls queued while the
+//     queue stands are served newest-first, after the calls promised a
+//     place before it stood, and one overtaken for its whole allowance is
+//     refused at once — under sustained overload the newest caller is the
+//     one surely still waiting, and no caller waits out a promise nobody
+//     keeps. ([Config.LIFOTarget] and [Config.LIFOInterval], a CoDel-style
+//     switch on the age of the oldest item, order only queues whose oldest
+//     item has no deadline, and every queue with [Config.NoEarlyRefusal].)
+//   - The service-time window follows a level shift of the dependency within
+//     a few samples, so a slowed dependency's waits are estimated as slow
+//     within a second or two rather than after the window turns over; and a
+//     call with even odds (its budget above the median service time, below
+//     the p95) may take a slot that is free with nothing queued — it never
+//     waits — so that a gate whose p95 crept past every budget does not idle
+//     for good.
 //
 // # Fairness
 //
