@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log"
 	"math"
 	"net/http"
 	"net/http/httputil"
@@ -473,6 +474,9 @@ func (p *procs) balance(addrs []string) (string, error) {
 			pr.Out.Host = pr.In.Host
 		},
 		Transport: &http.Transport{MaxIdleConnsPerHost: 1024},
+		// A caller that gives up mid-call is the run's business, not an
+		// error to print.
+		ErrorLog: log.New(io.Discard, "", 0),
 	}
 	u, stop, err := loopback.Serve(rp, time.Second)
 	if err != nil {
