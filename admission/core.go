@@ -102,7 +102,7 @@ func NewCore(cfg Config) (*Core, error) {
 		concurrency: cfg.Concurrency,
 		levels:      make([]level, cfg.Ranks.Count()),
 		tenants:     make(map[string]*tenantState),
-		all:         newWindow(cfg.ServiceWindow),
+		all:         newWindow(cfg.ServiceWindow, !cfg.NoEarlyRefusal),
 		keys:        make(map[string]*window),
 		overload:    overload{off: cfg.FIFOOnly, target: cfg.LIFOTarget, interval: cfg.LIFOInterval},
 	}, nil
@@ -386,7 +386,7 @@ func (c *Core) record(key string, o Outcome) {
 		if len(c.keys) >= c.cfg.MaxKeys {
 			return
 		}
-		w = newWindow(c.cfg.ServiceWindow)
+		w = newWindow(c.cfg.ServiceWindow, !c.cfg.NoEarlyRefusal)
 		c.keys[key] = w
 	}
 	w.add(o.ServiceTime)

@@ -226,7 +226,7 @@ func TestCoreExpiresQueuedWorkAtItsLatestStart(t *testing.T) {
 // instead of creeping up a thirty-second of the way per sample; and on a
 // steady distribution the short memory does not move them.
 func TestWindowFollowsALevelShift(t *testing.T) {
-	w := newWindow(256)
+	w := newWindow(256, true)
 	rng := rand.New(rand.NewPCG(3, 4))
 	steadyShifted := 0
 	for i := range 4096 {

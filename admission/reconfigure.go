@@ -26,7 +26,8 @@ import (
 // its levels are indexed by, the estimator's windows) and cannot change
 // while it runs: cfg must match the running config in Ranks,
 // WaitEstimator, ServiceWindow, MaxKeys, InitialServiceTime, FIFOOnly,
-// NoDequeueExpiry, LIFOTarget and LIFOInterval, or the error names the
+// NoDequeueExpiry, NoEarlyRefusal, LIFOTarget and LIFOInterval, or the
+// error names the
 // first that differs. An invalid cfg is refused the same way; either way
 // nothing changes. Decisions about queued tickets (a raised limit grants
 // some) are collected with Events, as after SetConcurrency.
@@ -81,6 +82,8 @@ func (c Config) fixedDiff(next Config) string {
 		return "FIFOOnly"
 	case c.NoDequeueExpiry != next.NoDequeueExpiry:
 		return "NoDequeueExpiry"
+	case c.NoEarlyRefusal != next.NoEarlyRefusal:
+		return "NoEarlyRefusal"
 	case c.LIFOTarget != next.LIFOTarget:
 		return "LIFOTarget"
 	case c.LIFOInterval != next.LIFOInterval:

@@ -163,6 +163,7 @@ func TestReconfigureRefusesWithoutChange(t *testing.T) {
 		{func(c *Config) { c.ServiceWindow = 512 }, "ServiceWindow"},
 		{func(c *Config) { c.InitialServiceTime = time.Second }, "InitialServiceTime"},
 		{func(c *Config) { c.FIFOOnly = true }, "FIFOOnly"},
+		{func(c *Config) { c.NoEarlyRefusal = true }, "NoEarlyRefusal"},
 	} {
 		next := Config{Concurrency: 7, MaxQueue: 9}
 		tc.mut(&next)

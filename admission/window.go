@@ -54,6 +54,7 @@ type window struct {
 	logSum float64
 	recent float64
 	shift  float64
+	follow bool
 
 	stale         int // samples added since the quantiles were computed
 	p50, p95, p99 time.Duration
@@ -87,7 +88,7 @@ var shiftBuckets = 8 * math.Log2(levelShift)
 func (w *window) level() float64 { return w.shift }
 
 func (w *window) findLevel() float64 {
-	if w.n < 2*recomputeEvery {
+	if !w.follow || w.n < 2*recomputeEvery {
 		return 1 // the window is the last samples
 	}
 	// recent − logSum/n beyond ±shiftBuckets, without the division.
@@ -105,8 +106,10 @@ func scaleBy(d time.Duration, f float64) time.Duration {
 	return time.Duration(min(float64(d)*f, float64(maxSample)))
 }
 
-func newWindow(size int) *window {
-	return &window{ring: make([]time.Duration, size), logs: make([]float64, size), counts: make([]uint32, buckets.Len()), shift: 1}
+// newWindow returns a window of size samples; with follow, its estimates
+// follow a level shift (see window), otherwise they are the window's alone.
+func newWindow(size int, follow bool) *window {
+	return &window{ring: make([]time.Duration, size), logs: make([]float64, size), counts: make([]uint32, buckets.Len()), shift: 1, follow: follow}
 }
 
 func (w *window) add(d time.Duration) {

@@ -22,7 +22,7 @@ func TestBucketsRoundTrip(t *testing.T) {
 
 func TestWindowQuantilesAndMean(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
-	w := newWindow(1000)
+	w := newWindow(1000, true)
 	var all []time.Duration
 	for range 5000 {
 		d := time.Duration(rng.ExpFloat64() * float64(time.Second))
@@ -52,7 +52,7 @@ func TestWindowQuantilesAndMean(t *testing.T) {
 }
 
 func TestWindowForgetsOldSamples(t *testing.T) {
-	w := newWindow(64)
+	w := newWindow(64, true)
 	for range 64 {
 		w.add(10 * time.Second)
 	}
