@@ -15,8 +15,7 @@ import (
 // gate; the Permit's Done settles the call with every stage and releases
 // its slot. Safe for concurrent use.
 type Chain struct {
-	gate   *admission.Gate   // the only one, or the first pool's
-	gates  []*admission.Gate // the pools' with routing, in RoutingConfig.Pools order
+	gates  []*admission.Gate // the pools', in RoutingConfig.Pools order
 	stages *stages
 	now    func() time.Time
 	reconf sync.Mutex // serializes Reconfigure
@@ -25,22 +24,12 @@ type Chain struct {
 // New returns a Chain for cfg, or an error naming the invalid field.
 func New(cfg Config) (*Chain, error) {
 	c := &Chain{now: time.Now}
-	var rt *router
-	if cfg.Routing != nil {
-		var err error
-		c.gates, rt, err = newPools(cfg.Routing, c.now(), admission.New, func(g *admission.Gate) poolGate { return realGate{g} })
-		if err != nil {
-			return nil, err
-		}
-		c.gate = c.gates[0]
-	} else {
-		g, err := admission.New(cfg.Admission)
-		if err != nil {
-			return nil, err
-		}
-		c.gate = g
+	gates, rt, err := newPools(cfg.routing(), c.now(), admission.New, func(g *admission.Gate) poolGate { return realGate{g} })
+	if err != nil {
+		return nil, err
 	}
-	st, err := newStages(cfg, c.gate, rt)
+	c.gates = gates
+	st, err := newStages(cfg, rt)
 	if err != nil {
 		return nil, err
 	}
@@ -49,16 +38,12 @@ func New(cfg Config) (*Chain, error) {
 }
 
 // gateOf is the gate of the call's pool.
-func (c *Chain) gateOf(r *Request) *admission.Gate {
-	if c.gates != nil {
-		return c.gates[r.Pool]
-	}
-	return c.gate
-}
+func (c *Chain) gateOf(r *Request) *admission.Gate { return c.gates[r.Pool] }
 
-// Gate returns the admission gate, for its statistics and estimates, and
-// for programs that protect other work with the same slots.
-func (c *Chain) Gate() *admission.Gate { return c.gate }
+// Gate returns the gate of the first pool — the only one of a chain
+// without routing — for its statistics and estimates, and for programs
+// that protect other work with the same slots.
+func (c *Chain) Gate() *admission.Gate { return c.gates[0] }
 
 // Identify finds the tenant of an API key — the identify stage's own
 // lookup — for a shell that authenticates callers before it reads their

@@ -34,8 +34,8 @@ type Config struct {
 	RefusalSpread time.Duration
 	// Routing spreads calls over pools of their own, one per (deployment,
 	// model), each with its own gate built from its PoolConfig.Admission
-	// (Admission is then unused). Nil means one pool: the gate of
-	// Admission, for every model.
+	// (Admission is then unused). Nil means one pool, DefaultPool: the gate
+	// of Admission, for every model.
 	Routing *RoutingConfig
 }
 
@@ -52,10 +52,8 @@ type stages struct {
 
 // newStages builds the stages before the gate; rt is the route stage (nil
 // without routing), whose view of the pools' gates the other stages get.
-func newStages(cfg Config, gate GateView, rt *router) (*stages, error) {
-	if rt != nil {
-		gate = rt.gateView
-	}
+func newStages(cfg Config, rt *router) (*stages, error) {
+	gate := rt.gateView
 	id, err := newIdentify(cfg.Tenants, gate)
 	if err != nil {
 		return nil, err

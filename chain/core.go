@@ -14,8 +14,7 @@ import (
 // Release, Cancel, SetConcurrency). It is what the simulator drives. Not
 // safe for concurrent use.
 type Core struct {
-	gate   *admission.Core   // the only one, or the first pool's
-	gates  []*admission.Core // the pools' with routing
+	gates  []*admission.Core // the pools', in RoutingConfig.Pools order
 	stages *stages
 	events []*Ticket
 	// paced are the tickets waiting for their pool's requests or tokens
@@ -72,22 +71,12 @@ type Decision struct {
 // NewCore returns a Core for cfg, or an error naming the invalid field.
 func NewCore(cfg Config) (*Core, error) {
 	c := &Core{}
-	var rt *router
-	if cfg.Routing != nil {
-		var err error
-		c.gates, rt, err = newPools(cfg.Routing, time.Time{}, admission.NewCore, func(g *admission.Core) poolGate { return coreGate{g} })
-		if err != nil {
-			return nil, err
-		}
-		c.gate = c.gates[0]
-	} else {
-		g, err := admission.NewCore(cfg.Admission)
-		if err != nil {
-			return nil, err
-		}
-		c.gate = g
+	gates, rt, err := newPools(cfg.routing(), time.Time{}, admission.NewCore, func(g *admission.Core) poolGate { return coreGate{g} })
+	if err != nil {
+		return nil, err
 	}
-	st, err := newStages(cfg, c.gate, rt)
+	c.gates = gates
+	st, err := newStages(cfg, rt)
 	if err != nil {
 		return nil, err
 	}
@@ -96,19 +85,15 @@ func NewCore(cfg Config) (*Core, error) {
 }
 
 // gateOf is the gate of the call's pool.
-func (c *Core) gateOf(r *Request) *admission.Core {
-	if c.gates != nil {
-		return c.gates[r.Pool]
-	}
-	return c.gate
-}
+func (c *Core) gateOf(r *Request) *admission.Core { return c.gates[r.Pool] }
 
-// Pools returns the pools' gates with routing, in RoutingConfig.Pools
-// order; nil without.
+// Pools returns the pools' gates, in RoutingConfig.Pools order: one
+// without routing.
 func (c *Core) Pools() []*admission.Core { return c.gates }
 
-// Gate returns the admission core, for its statistics and estimates.
-func (c *Core) Gate() *admission.Core { return c.gate }
+// Gate returns the first pool's gate — the only one without routing — for
+// its statistics and estimates.
+func (c *Core) Gate() *admission.Core { return c.gates[0] }
 
 // Arrive runs the call through the chain at now. A refusal by a stage or
 // the gate is a Rejected decision; an error that is not a refusal (an
@@ -240,9 +225,6 @@ func (c *Core) Events() []*Ticket {
 	c.events = append(c.events[:0], c.due...)
 	clear(c.due)
 	c.due = c.due[:0]
-	if c.gates == nil {
-		c.collect(c.gate)
-	}
 	for _, g := range c.gates {
 		c.collect(g)
 	}
@@ -286,7 +268,7 @@ func (c *Core) RetriesRecognised() uint64 { return c.stages.retriesRecognised() 
 // SetConcurrency changes the number of slots (see admission.Core).
 func (c *Core) SetConcurrency(now time.Time, n int) error {
 	c.now = now
-	return c.gate.SetConcurrency(now, n)
+	return c.gates[0].SetConcurrency(now, n)
 }
 
 // withdrawal is the cause a withdrawn call's holds are told: its deadline

@@ -34,17 +34,15 @@ import (
 // an error naming the field, and the running policy stays. Calls to
 // Reconfigure are serialized.
 //
-// With routing, cfg.Routing must name the same pools in the same order
-// (the pools are the deployments and models: a restart changes them), and
-// each pool's gate takes its PoolConfig.Admission.
+// cfg must name the same pools in the same order (the pools are the
+// deployments and models: a restart changes them; without routing, the one
+// pool of Admission), and each pool's gate takes its
+// PoolConfig.Admission.
 func (c *Chain) Reconfigure(cfg Config) error {
 	c.reconf.Lock()
 	defer c.reconf.Unlock()
-	if c.gates == nil {
-		return c.stages.reconfigure(c.now(), cfg, c.gate.Reconfigure)
-	}
-	return c.stages.reconfigure(c.now(), cfg, func(admission.Config) error {
-		return reconfigurePools(c.stages.route, cfg.Routing, func(i int, a admission.Config) error { return c.gates[i].Reconfigure(a) })
+	return c.stages.reconfigure(c.now(), cfg, func() error {
+		return reconfigurePools(c.stages.route, cfg.routing(), func(i int, a admission.Config) error { return c.gates[i].Reconfigure(a) })
 	})
 }
 
@@ -78,11 +76,8 @@ func reconfigurePools(rt *router, rc *RoutingConfig, apply func(int, admission.C
 // Queued tickets it grants are collected with Events.
 func (c *Core) Reconfigure(now time.Time, cfg Config) error {
 	c.now = now
-	if c.gates == nil {
-		return c.stages.reconfigure(now, cfg, func(a admission.Config) error { return c.gate.Reconfigure(now, a) })
-	}
-	return c.stages.reconfigure(now, cfg, func(admission.Config) error {
-		return reconfigurePools(c.stages.route, cfg.Routing, func(i int, a admission.Config) error { return c.gates[i].Reconfigure(now, a) })
+	return c.stages.reconfigure(now, cfg, func() error {
+		return reconfigurePools(c.stages.route, cfg.routing(), func(i int, a admission.Config) error { return c.gates[i].Reconfigure(now, a) })
 	})
 }
 
@@ -90,7 +85,7 @@ func (c *Core) Reconfigure(now time.Time, cfg Config) error {
 // apply its part, then applies the stages'. Only the gate's part can be
 // refused once the stages' checks have passed, and then nothing is
 // applied.
-func (s *stages) reconfigure(now time.Time, cfg Config, gate func(admission.Config) error) error {
+func (s *stages) reconfigure(now time.Time, cfg Config, gate func() error) error {
 	if (cfg.Spend == nil) != (s.spend == nil) || (s.spend != nil && cfg.Spend != s.spend.l) {
 		return errors.New("chain: Config.Spend: a running chain keeps its spend limiter (change its policy with spend.Limiter.Reconfigure)")
 	}
@@ -109,7 +104,7 @@ func (s *stages) reconfigure(now time.Time, cfg Config, gate func(admission.Conf
 			return fmt.Errorf("retries: per tenant: %w", err)
 		}
 	}
-	if err := gate(cfg.Admission); err != nil {
+	if err := gate(); err != nil {
 		return err
 	}
 	s.identify.table.Store(table)

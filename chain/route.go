@@ -229,7 +229,7 @@ func newRouter(cfg *RoutingConfig, gates []poolGate, now time.Time) (*router, er
 	for i, pc := range cfg.Pools {
 		switch {
 		case pc.Name == "" || pc.Deployment == "" || pc.Model == "":
-			return nil, fmt.Errorf("routing: pools[%d]: name, deployment and model are required", i)
+			return nil, fmt.Errorf("routing: pools[%d]: name, deployment and model (or %q) are required", i, AnyModel)
 		case byName[pc.Name] != nil:
 			return nil, fmt.Errorf("routing: pools[%d]: the name %q is taken", i, pc.Name)
 		case pc.RPM < 0 || pc.TPM < 0:
@@ -275,7 +275,7 @@ func newRouter(cfg *RoutingConfig, gates []poolGate, now time.Time) (*router, er
 	}
 	for _, from := range slices.Sorted(maps.Keys(cfg.Ladder)) {
 		to := cfg.Ladder[from]
-		if rt.routes[from] == nil || rt.routes[to] == nil {
+		if rt.routeOf(from) == nil || rt.routeOf(to) == nil {
 			return nil, fmt.Errorf("routing: ladder[%q] = %q: both must be routed models", from, to)
 		}
 		for m, n := to, 0; m != ""; m, n = cfg.Ladder[m], n+1 {
@@ -291,6 +291,23 @@ func newRouter(cfg *RoutingConfig, gates []poolGate, now time.Time) (*router, er
 	return rt, nil
 }
 
+// routeOf is model's route: its own, or the route of every model.
+func (rt *router) routeOf(model string) []*pool {
+	if ps, ok := rt.routes[model]; ok {
+		return ps
+	}
+	return rt.routes[AnyModel]
+}
+
+// modelAt is the name model has at pool p: p's model, or the name it is
+// asked by when p serves every model.
+func (p *pool) modelAt(model string) string {
+	if p.cfg.Model == AnyModel {
+		return model
+	}
+	return p.cfg.Model
+}
+
 // candidates are the pools that may serve model for the call's flavour.
 func (rt *router) candidates(model, flavour string) ([]*pool, error) {
 	if model == "" {
@@ -303,7 +320,7 @@ func (rt *router) candidates(model, flavour string) ([]*pool, error) {
 		}
 		return nil, &UnknownModelError{Flavour: flavour}
 	}
-	ps := rt.routes[model]
+	ps := rt.routeOf(model)
 	if len(ps) == 0 {
 		return nil, &UnknownModelError{Model: model}
 	}
@@ -345,7 +362,7 @@ func (rt *router) consider(now time.Time, r *Request, p *pool) (choice, error) {
 	c := choice{p: p, tokens: p.charge(r)}
 	c.wait = p.tokenWait(now, c.tokens)
 	ar := r.admission()
-	ar.Key = p.cfg.Model
+	ar.Key = p.modelAt(r.Model)
 	d, err := p.gate.estimate(now, ar)
 	if err != nil {
 		return c, err
@@ -479,7 +496,7 @@ func (rt *router) route(now time.Time, r *Request) (choice, error) {
 			c = lc
 		}
 	}
-	r.Pool, r.Upstream, r.UpstreamModel = c.p.idx, c.p.cfg.Deployment, c.p.cfg.Model
+	r.Pool, r.Upstream, r.UpstreamModel = c.p.idx, c.p.cfg.Deployment, c.p.modelAt(r.Model)
 	if !c.fits && c.wait > 0 {
 		if rej := c.d.Rejection(); rej != nil {
 			// Its gate refuses it now: refused here, before it takes
@@ -618,8 +635,8 @@ type poolsView struct{ rt *router }
 func (v poolsView) Rank(r admission.Request) (int, error) { return v.rt.pools[0].gate.Rank(r) }
 
 func (v poolsView) KeyStats(key string) admission.KeyStats {
-	if ps := v.rt.routes[key]; len(ps) > 0 {
-		return ps[0].gate.KeyStats(ps[0].cfg.Model)
+	if ps := v.rt.routeOf(key); len(ps) > 0 {
+		return ps[0].gate.KeyStats(ps[0].modelAt(key))
 	}
 	return v.rt.pools[0].gate.KeyStats(key)
 }
@@ -675,7 +692,7 @@ func (p *Permit) Failover(ctx context.Context, o Outcome) bool {
 	}
 	nh := rt.reserve(now, &r, c)
 	nh.tried = tried
-	r.Pool, r.Upstream, r.UpstreamModel = c.p.idx, c.p.cfg.Deployment, c.p.cfg.Model
+	r.Pool, r.Upstream, r.UpstreamModel = c.p.idx, c.p.cfg.Deployment, c.p.modelAt(r.Model)
 	var gp *admission.Permit
 	if pace(ctx, r.NotBefore, p.c.now) {
 		gp, err = p.c.gates[c.p.idx].Acquire(ctx, r.admission())
@@ -724,8 +741,9 @@ type Limits struct {
 // ObserveLimits aligns the call's pool on what its provider says remains of
 // its requests and tokens per minute: the pool's buckets never hold more
 // than the provider would accept. A pool without a configured limit learns
-// one from the first answer that gives it, so that it paces the calls it
-// sends before the provider refuses them. Without routing it does nothing.
+// one from the first answer that gives it, when its PoolConfig.Learn says
+// so, so that it paces the calls it sends before the provider refuses
+// them.
 func (p *Permit) ObserveLimits(requests, tokens Limits) {
 	i := p.routeHold()
 	if i < 0 {
@@ -742,7 +760,7 @@ func (p *Permit) ObserveLimits(requests, tokens Limits) {
 		}
 		b := x.b.Load()
 		if b == nil {
-			if x.l.Limit <= 0 {
+			if x.l.Limit <= 0 || !pl.cfg.Learn {
 				continue
 			}
 			nb := newBucket(x.l.Limit, now)
@@ -760,6 +778,10 @@ func (p *Permit) ObserveLimits(requests, tokens Limits) {
 	}
 }
 
+// Rank is the rank req would get: the same in every pool, which share the
+// chain's classes.
+func (c *Chain) Rank(req admission.Request) (int, error) { return c.gates[0].Rank(req) }
+
 // PoolInfo describes one pool of a routing chain.
 type PoolInfo struct {
 	Name, Deployment, Model, Flavour string
@@ -767,13 +789,10 @@ type PoolInfo struct {
 	Gate *admission.Gate
 }
 
-// Pools lists the pools with routing, in RoutingConfig.Pools order; nil
-// without.
+// Pools lists the pools, in RoutingConfig.Pools order: one, DefaultPool,
+// without routing.
 func (c *Chain) Pools() []PoolInfo {
 	rt := c.stages.route
-	if rt == nil {
-		return nil
-	}
 	out := make([]PoolInfo, len(rt.pools))
 	for i, p := range rt.pools {
 		out[i] = PoolInfo{Name: p.cfg.Name, Deployment: p.cfg.Deployment, Model: p.cfg.Model, Flavour: p.cfg.Flavour, Gate: c.gates[i]}

@@ -17,7 +17,7 @@ import (
 // poolCfg is a pool of conc slots whose gate assumes svc per call until it
 // has samples.
 func poolCfg(name, deployment, model string, conc int, svc time.Duration) PoolConfig {
-	return PoolConfig{Name: name, Deployment: deployment, Model: model,
+	return PoolConfig{Name: name, Deployment: deployment, Model: model, Learn: true,
 		Admission: admission.Config{Concurrency: conc, MaxQueue: 16, InitialServiceTime: svc}}
 }
 
@@ -774,8 +774,9 @@ func TestAcquireRoutesByTheContextDeadline(t *testing.T) {
 }
 
 // ObserveLimits: a pool without a configured limit learns one from the
-// provider's headers and paces by it; a configured one is lowered to what
-// the provider says remains, never raised, and keeps its capacity.
+// provider's headers and paces by it (when it learns: the one pool of a
+// chain without routing does not); a configured one is lowered to what the
+// provider says remains, never raised, and keeps its capacity.
 func TestObserveLimits(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		rc := twoPools()
@@ -1140,5 +1141,38 @@ func TestRoutePassesOverAPoolThatWouldServeLate(t *testing.T) {
 	d, tk = arriveAt(t, c, t0, Request{Model: "m", Deadline: t0.Add(5500 * time.Millisecond)})
 	if r := tk.Request(); d.Verdict != admission.Queued || r.Pool != 1 {
 		t.Fatalf("call both pools would serve late: %v at pool %d, want queued at b (the sooner start)", d.Verdict, r.Pool)
+	}
+}
+
+// One upstream is one pool: a chain without routing has DefaultPool, of
+// its Admission's gate, which serves every model under its own name (the
+// gate keeps each model's service times), and which does not learn limits
+// from the provider's headers — it has none to configure.
+func TestOneUpstreamIsOnePool(t *testing.T) {
+	c, err := New(Config{Admission: admission.Config{Concurrency: 2, MaxQueue: 4}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pools := c.Pools()
+	if len(pools) != 1 || pools[0].Name != DefaultPool || pools[0].Model != AnyModel || pools[0].Gate != c.Gate() {
+		t.Fatalf("pools %+v, want one, %s, for every model, the chain's gate", pools, DefaultPool)
+	}
+	ctx := context.Background()
+	for _, model := range []string{"m", "n"} {
+		p, err := c.Acquire(ctx, Request{Model: model, Deadline: time.Now().Add(time.Minute)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r := p.Request(); r.Upstream != DefaultPool || r.UpstreamModel != model || r.Pool != 0 {
+			t.Fatalf("%s: pool %d, deployment %q, model %q; want 0, %s, %s", model, r.Pool, r.Upstream, r.UpstreamModel, DefaultPool, model)
+		}
+		p.ObserveLimits(Limits{Limit: 10, Remaining: 9, Known: true}, Limits{Limit: 1000, Remaining: 900, Known: true})
+		p.Done(Outcome{Result: admission.Success, ServiceTime: time.Second})
+	}
+	if keys := c.Gate().Keys(); len(keys) != 2 {
+		t.Errorf("service times kept for %v, want each model's", keys)
+	}
+	if s := c.PoolState(0); s.TokensKnown || s.RequestsKnown {
+		t.Errorf("the one pool learned limits from the provider's headers: %+v", s)
 	}
 }

@@ -17,8 +17,9 @@ type RoutingConfig struct {
 	Pools []PoolConfig
 	// Routes maps a model as callers name it (aliases included) to the
 	// names of its pools in failover order: a call goes to the first whose
-	// estimate meets its deadline. Every model a pool serves must be
-	// routed; every name listed must be a pool.
+	// estimate meets its deadline. Routes[AnyModel] is the route of the
+	// models not named. Every pool must be on a route; every name listed
+	// must be a pool.
 	Routes map[string][]string
 	// Ladder maps a model to the cheaper model a call may be degraded to
 	// when none of its pools can serve it in time (see DegradeClasses and
@@ -44,7 +45,8 @@ type PoolConfig struct {
 	// "deployment/model" by convention. Required, unique.
 	Name string
 	// Deployment names the deployment (X-Sluice-Upstream); Model is the
-	// model's name there, which the call is sent with. Required.
+	// model's name there, which the call is sent with, or AnyModel: every
+	// model, sent as it is asked for. Required.
 	Deployment, Model string
 	// Flavour is the API the deployment speaks ("openai", "anthropic"). A
 	// call that names its flavour (Request.Flavour) is routed only to
@@ -54,9 +56,37 @@ type PoolConfig struct {
 	Admission admission.Config
 	// RPM and TPM are the deployment's requests and tokens per minute for
 	// this model. Zero means none configured: a bucket is then learned
-	// from the provider's rate-limit headers when it sends them (see
-	// Permit.ObserveLimits). Negative is an error.
+	// from the provider's rate-limit headers when it sends them and Learn
+	// says so (see Permit.ObserveLimits). Negative is an error.
 	RPM, TPM int64
+	// Learn lets the pool learn the limits it has none of from the
+	// provider's rate-limit headers. False leaves a pool without a
+	// configured limit unpaced (the one pool of a chain without routing,
+	// which has none to configure).
+	Learn bool
+}
+
+// A chain without routing has one pool, named DefaultPool after its
+// deployment, whose gate is Config.Admission and which serves every model:
+// a PoolConfig whose Model is AnyModel takes a call under the model it
+// asks for, and Routes[AnyModel] is the route of every model not routed by
+// name. So one upstream is one pool, as each of several is, and the chain
+// has one shape.
+const (
+	DefaultPool = "default"
+	AnyModel    = "*"
+)
+
+// routing is the routing of a chain of cfg: cfg.Routing, or one pool for
+// every model, of gate cfg.Admission.
+func (cfg Config) routing() *RoutingConfig {
+	if cfg.Routing != nil {
+		return cfg.Routing
+	}
+	return &RoutingConfig{
+		Pools:  []PoolConfig{{Name: DefaultPool, Deployment: DefaultPool, Model: AnyModel, Admission: cfg.Admission}},
+		Routes: map[string][]string{AnyModel: {DefaultPool}},
+	}
 }
 
 // DefaultProbeInterval and DefaultMaxProbeInterval are the probe's

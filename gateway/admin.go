@@ -156,7 +156,7 @@ func (g *Gateway) State() State {
 		s.Models[model] = ServiceState{P50Ms: ks.P50.Milliseconds(), P95Ms: ks.P95.Milliseconds(), MeanMs: ks.Mean.Milliseconds(), Samples: ks.Samples}
 	})
 	for name, cl := range g.cfg.Classes {
-		rank, _ := g.gate.Rank(admissionRequest(name))
+		rank, _ := g.chain.Rank(admissionRequest(name))
 		timeout := cl.DefaultTimeout.D()
 		if timeout == 0 {
 			timeout = g.cfg.Limits.MaxTimeout.D()

@@ -107,7 +107,7 @@ func TestEstimateEndpoint(t *testing.T) {
 			t.Errorf("the API listener's estimate shows %s: %s", field, body)
 		}
 	}
-	hold, _ := g.gate.TryAcquire(admission.Request{})
+	hold, _ := g.Gate().TryAcquire(admission.Request{})
 	defer hold.Drop()
 	code, e, body = estimate("priority=interactive&timeout_ms=1500")
 	if code != 200 || e.Admit || e.Reason != "queue_wait" || e.EstimatedWaitMs != 1000 || e.RetryAfterMs < 1 {
@@ -170,7 +170,7 @@ func TestGracefulShutdown(t *testing.T) {
 		readAll(t, resp)
 		inflight <- resp.StatusCode
 	}()
-	eventually(t, "a call in flight", func() bool { return g.gate.Stats().InFlight == 1 })
+	eventually(t, "a call in flight", func() bool { return g.Gate().Stats().InFlight == 1 })
 	stop()
 	eventually(t, "draining", func() bool { return g.draining.Load() })
 	resp := post(t, t.Context(), url, chatBody, nil)

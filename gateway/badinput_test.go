@@ -57,7 +57,7 @@ func TestBadInputIsRefusedAndNothingIsForwarded(t *testing.T) {
 	if st := mock.Stats(); st.Received != 0 {
 		t.Fatalf("the provider received %d bad requests", st.Received)
 	}
-	if st := g.gate.Stats(); st.InFlight != 0 || st.Admitted != 0 {
+	if st := g.Gate().Stats(); st.InFlight != 0 || st.Admitted != 0 {
 		t.Fatalf("bad input took a slot: %+v", st)
 	}
 }
@@ -76,7 +76,7 @@ func TestUpstreamUnreachableIs502(t *testing.T) {
 	if resp.StatusCode != http.StatusBadGateway || decodeError(t, b).Code != "upstream_unreachable" {
 		t.Fatalf("status %d: %s", resp.StatusCode, b)
 	}
-	if st := g.gate.Stats(); st.InFlight != 0 || st.Completed[1] != 1 {
+	if st := g.Gate().Stats(); st.InFlight != 0 || st.Completed[1] != 1 {
 		t.Fatalf("the failed call was not released as a failure: %+v", st)
 	}
 }
@@ -91,5 +91,5 @@ func TestUpstreamFaultsReleaseTheSlot(t *testing.T) {
 			t.Errorf("fault %s: status %d %s", fault, resp.StatusCode, b)
 		}
 	}
-	eventually(t, "every slot released", func() bool { return g.gate.Stats().InFlight == 0 })
+	eventually(t, "every slot released", func() bool { return g.Gate().Stats().InFlight == 0 })
 }

@@ -237,7 +237,7 @@ func (g *Gateway) openBatch(getenv func(string) string) (*batchAPI, error) {
 		}
 		js = bs
 	}
-	rank, err := g.gate.Rank(admission.Request{Class: cfg.Class})
+	rank, err := g.chain.Rank(admission.Request{Class: cfg.Class})
 	if err != nil { // the class was added to classes: cannot happen
 		js.Close()
 		return nil, fmt.Errorf("config: batch.class: %w", err)

@@ -127,7 +127,7 @@ func TestBatchSDK(t *testing.T) {
 	if got := mock.Stats().Received; got != n {
 		t.Errorf("the provider received %d calls for %d items", got, n)
 	}
-	if st := s.g.gate.Stats(); st.InFlight != 0 || st.Queued != 0 {
+	if st := s.g.Gate().Stats(); st.InFlight != 0 || st.Queued != 0 {
 		t.Errorf("after the batch: %d in flight, %d queued", st.InFlight, st.Queued)
 	}
 
@@ -353,7 +353,7 @@ func TestBatchExpiresAndCancels(t *testing.T) {
 	if b, err = acme.Batches.New(ctx, openai.BatchNewParams{InputFileID: f.ID, Endpoint: openai.BatchNewParamsEndpointV1ChatCompletions, CompletionWindow: "1h"}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "an item to run", func() bool { return s.g.gate.Stats().InFlight > 0 })
+	eventually(t, "an item to run", func() bool { return s.g.Gate().Stats().InFlight > 0 })
 	if b, err = acme.Batches.Cancel(ctx, b.ID); err != nil {
 		t.Fatal(err)
 	}
@@ -398,7 +398,7 @@ func TestBatchYieldsToLiveWork(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "items to fill the slots", func() bool { return s.g.gate.Stats().InFlight == 2 })
+	eventually(t, "items to fill the slots", func() bool { return s.g.Gate().Stats().InFlight == 2 })
 	maxDepth := 0
 	for range 10 {
 		resp := post(t, ctx, s.url, chatBody, map[string]string{"Authorization": "Bearer sk-acme"})
@@ -412,7 +412,7 @@ func TestBatchYieldsToLiveWork(t *testing.T) {
 		if queued > 200*time.Millisecond {
 			t.Errorf("live call queued %v behind the batch", queued)
 		}
-		maxDepth = max(maxDepth, s.g.gate.Stats().Queued)
+		maxDepth = max(maxDepth, s.g.Gate().Stats().Queued)
 	}
 	if maxDepth > cfg.Batch.withDefaults().MaxWaiting+1 {
 		t.Errorf("queue depth %d with a batch running", maxDepth)
@@ -573,7 +573,7 @@ func TestBatchPausesForASpike(t *testing.T) {
 			}
 		})
 	}
-	eventually(t, "the live queue to form", func() bool { return s.g.gate.Stats().Queued >= 3 })
+	eventually(t, "the live queue to form", func() bool { return s.g.Gate().Stats().Queued >= 3 })
 	before := items()
 	time.Sleep(time.Second) // the spike's length: what is measured is what happens meanwhile
 	during := items() - before

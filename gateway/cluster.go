@@ -13,6 +13,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/sluicehq/sluice/lease"
 	"github.com/sluicehq/sluice/store"
 )
 
@@ -21,7 +22,7 @@ import (
 // the provider's number for the whole cluster, not each replica's: every
 // interval each replica publishes its demand (calls in flight and queued,
 // by rank) and renews a lease of slots, which becomes its gate's
-// concurrency (see store.Divide). Admission, the wait estimate and the
+// concurrency (see lease.Divide). Admission, the wait estimate and the
 // queue stay local; no request waits on Redis.
 type LeaseConfig struct {
 	// Disabled keeps admission.concurrency each replica's own, as without
@@ -112,7 +113,7 @@ type cluster struct {
 	mu struct {
 		sync.Mutex
 		mode       string
-		grant      store.LeaseGrant
+		grant      lease.Grant
 		known      int       // live replicas in the last answer
 		expires    time.Time // of the lease, on this replica's clock
 		renewed    time.Time
@@ -236,13 +237,14 @@ func (c *cluster) renew(ctx context.Context, now time.Time) {
 	if c.abandon.Load() {
 		return
 	}
-	level := c.g.limit.level(now)
-	st := c.g.gate.Stats()
+	p := c.g.pools[0]
+	level := p.limit.level(now)
+	st := p.info.Gate.Stats()
 	demand := make([]int, len(st.Depth))
 	for r := range demand {
-		demand[r] = min(st.Depth[r]+st.InFlightByRank[r], store.MaxLeaseDemand)
+		demand[r] = min(st.Depth[r]+st.InFlightByRank[r], lease.MaxDemand)
 	}
-	q := store.LeaseRequest{ID: c.id, TTL: c.ttl, Demand: demand, InFlight: st.InFlight, Current: st.Concurrency, Limit: level}
+	q := lease.Request{ID: c.id, TTL: c.ttl, Demand: demand, InFlight: st.InFlight, Current: st.Concurrency, Limit: level}
 	c.mu.Lock()
 	if c.mu.rejoin || c.mu.mode == modeHeld || c.mu.mode == modeLocal {
 		q.Max = c.shareLocked(level)
@@ -297,9 +299,9 @@ func (c *cluster) renew(ctx context.Context, now time.Time) {
 		replicas = max(1, c.mu.known)
 	}
 	c.mu.Unlock()
-	if len(c.g.pools) > 0 {
-		// With upstreams, each pool's limits are divided between the
-		// live replicas, rather than leased slot by slot: the lease
+	if !c.leasing() {
+		// With several pools, each pool's limits are divided between
+		// the live replicas, rather than leased slot by slot: the lease
 		// table counts them.
 		c.mu.Lock()
 		changed := replicas != c.mu.pools
@@ -335,9 +337,15 @@ func (c *cluster) apply(n int) {
 	c.mu.Unlock()
 	c.leaseSlots.Set(float64(n))
 	if !same {
-		_ = c.g.gate.SetConcurrency(n)
+		_ = c.g.chain.SetPoolConcurrency(0, n)
 	}
 }
+
+// leasing says the replicas lease the slots of the one pool by demand,
+// rank by rank (an `upstream:`); with several pools, each pool's limits
+// are divided between the live replicas instead — leasing each pool's
+// slots would be a round trip per pool.
+func (c *cluster) leasing() bool { return len(c.g.pools) == 1 }
 
 func (c *cluster) collectors() []prometheus.Collector {
 	return []prometheus.Collector{c.leaseSlots, c.live, c.total, c.local, c.renewals}

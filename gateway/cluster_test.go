@@ -55,7 +55,7 @@ func TestClusterLeasesShareTheConcurrency(t *testing.T) {
 			ca, cb := clusterState(t, a.admin), clusterState(t, b.admin)
 			return ca != nil && cb != nil && ca.Mode == "shared" && cb.Mode == "shared" &&
 				ca.Replicas == 2 && cb.Replicas == 2 && ca.Concurrency == total && cb.Concurrency == total &&
-				ca.Slots+cb.Slots == total && a.g.gate.Stats().Concurrency+b.g.gate.Stats().Concurrency == total
+				ca.Slots+cb.Slots == total && a.g.Gate().Stats().Concurrency+b.g.Gate().Stats().Concurrency == total
 		}
 	}
 	eventually(t, "two leases adding up to 16", settled(16))
@@ -83,13 +83,13 @@ func TestClusterStartsOnOneSlotAndFallsBack(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { g.books.redis.Close() })
-	if c := g.gate.Stats().Concurrency; c != 1 {
+	if c := g.Gate().Stats().Concurrency; c != 1 {
 		t.Fatalf("before the first lease the gate has %d slots, want 1", c)
 	}
 	x := serve(t, cfg)
 	eventually(t, "the local share", func() bool {
 		c := clusterState(t, x.admin)
-		return c != nil && c.Mode == "local" && c.Slots == 8 && x.g.gate.Stats().Concurrency == 8
+		return c != nil && c.Mode == "local" && c.Slots == 8 && x.g.Gate().Stats().Concurrency == 8
 	})
 	resp := post(t, t.Context(), x.url, chatBody, nil)
 	if body := readAll(t, resp); resp.StatusCode != 200 {
@@ -111,7 +111,7 @@ func TestClusterLeaseShrinkLetsCallsFinish(t *testing.T) {
 	m, up := startMock(t, mockllm.Config{})
 	cfg := leasedConfig(t, up.URL, rs.URL())
 	a := serve(t, cfg)
-	eventually(t, "A alone with all 16 slots", func() bool { return a.g.gate.Stats().Concurrency == 16 })
+	eventually(t, "A alone with all 16 slots", func() bool { return a.g.Gate().Stats().Concurrency == 16 })
 	const held = "1500" // ms at the provider
 	send := func(url string, n int) chan int {
 		codes := make(chan int, n)
@@ -132,14 +132,14 @@ func TestClusterLeaseShrinkLetsCallsFinish(t *testing.T) {
 		return codes
 	}
 	fromA := send(a.url, 10)
-	eventually(t, "A's 10 calls in flight", func() bool { return a.g.gate.Stats().InFlight == 10 })
+	eventually(t, "A's 10 calls in flight", func() bool { return a.g.Gate().Stats().InFlight == 10 })
 	b := serve(t, cfg)
 	fromB := send(b.url, 12)
 	peak := 0
 	shrunk := false
 	deadline := time.Now().Add(10 * time.Second)
 	for n := 0; n < 22; {
-		st := a.g.gate.Stats()
+		st := a.g.Gate().Stats()
 		shrunk = shrunk || st.Concurrency < st.InFlight
 		peak = max(peak, m.Stats().InService)
 		select {

@@ -154,7 +154,7 @@ func newSampler(g *Gateway) *sampler {
 	s.meta = DashboardMeta{EverySeconds: dashboardEvery.Seconds(), Classes: map[string]ClassState{}}
 	best := -1
 	for name, cl := range g.cfg.Classes {
-		rank, _ := g.gate.Rank(admissionRequest(name))
+		rank, _ := g.chain.Rank(admissionRequest(name))
 		timeout := cl.DefaultTimeout.D()
 		if timeout == 0 {
 			timeout = g.cfg.Limits.MaxTimeout.D()

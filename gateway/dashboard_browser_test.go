@@ -310,7 +310,7 @@ func TestDashboardInBrowser(t *testing.T) {
 	}
 
 	// Settled: the page and the state agree exactly.
-	eventually(t, "the gateway idle", func() bool { st := g.gate.Stats(); return st.InFlight+st.Queued == 0 })
+	eventually(t, "the gateway idle", func() bool { st := g.Gate().Stats(); return st.InFlight+st.Queued == 0 })
 	final := readState()
 	var finalRefused uint64
 	for _, n := range final.Rejected {

@@ -270,10 +270,8 @@ func must[T any](v T, err error) T {
 // definedWhen lists the metrics the monitoring examples use that a
 // gateway exports only under a condition this test does not set up.
 var definedWhen = map[string]string{
-	"sluice_store_up":                 "a shared store is configured",
-	"sluice_cluster_local_share":      "the replicas lease the concurrency on Redis",
-	"sluice_pool_down":                "upstreams: (a pool per deployment and model)",
-	"sluice_upstream_failovers_total": "upstreams: (a pool per deployment and model)",
+	"sluice_store_up":            "a shared store is configured",
+	"sluice_cluster_local_share": "the replicas lease the concurrency on Redis",
 }
 
 // TestMonitoringMetricsExist: every metric the example alerts and the

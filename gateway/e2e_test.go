@@ -222,11 +222,11 @@ func TestSpeculativeIsShedBeforeInteractive(t *testing.T) {
 		out <- res{class, resp.StatusCode, resp.Header.Get(contract.HeaderReason)}
 	}
 	go send("interactive") // takes the slot
-	eventually(t, "the first call in flight", func() bool { return g.gate.Stats().InFlight == 1 })
+	eventually(t, "the first call in flight", func() bool { return g.Gate().Stats().InFlight == 1 })
 	for range 3 {
 		go send("speculative")
 	}
-	eventually(t, "speculative work queued", func() bool { return g.gate.Stats().Queued == 3 })
+	eventually(t, "speculative work queued", func() bool { return g.Gate().Stats().Queued == 3 })
 	for range 3 {
 		go send("interactive")
 	}
@@ -271,7 +271,7 @@ func TestDisconnectCancelsTheUpstreamCall(t *testing.T) {
 		t.Fatalf("client: %v", err)
 	}
 	eventually(t, "the upstream call aborted", func() bool { return mock.Stats().Aborted == 1 })
-	eventually(t, "the slot released", func() bool { return g.gate.Stats().InFlight == 0 })
+	eventually(t, "the slot released", func() bool { return g.Gate().Stats().InFlight == 0 })
 }
 
 // TestDeadlineCancelsTheUpstreamCall: the caller's budget ends mid-call; the
@@ -289,7 +289,7 @@ func TestDeadlineCancelsTheUpstreamCall(t *testing.T) {
 		t.Fatalf("answered after %v", el)
 	}
 	eventually(t, "the upstream call aborted", func() bool { return mock.Stats().Aborted == 1 })
-	if st := g.gate.Stats(); st.InFlight != 0 {
+	if st := g.Gate().Stats(); st.InFlight != 0 {
 		t.Fatalf("slot not released: %+v", st)
 	}
 }
@@ -316,7 +316,7 @@ func TestStreamArrivesIncrementallyAndHoldsTheSlot(t *testing.T) {
 		}
 		if chunks == 0 {
 			first = time.Since(start)
-			if n := g.gate.Stats().InFlight; n != 1 {
+			if n := g.Gate().Stats().InFlight; n != 1 {
 				t.Errorf("in flight %d while the stream runs, want 1", n)
 			}
 		}
@@ -332,7 +332,7 @@ func TestStreamArrivesIncrementallyAndHoldsTheSlot(t *testing.T) {
 	if first > last/2 {
 		t.Fatalf("first chunk after %v, last after %v: the stream was buffered", first, last)
 	}
-	eventually(t, "the slot released after the stream", func() bool { return g.gate.Stats().InFlight == 0 })
+	eventually(t, "the slot released after the stream", func() bool { return g.Gate().Stats().InFlight == 0 })
 }
 
 // TestOpenAISDKThroughTheGateway: the official SDK works for plain and
@@ -376,7 +376,7 @@ func TestOpenAISDKThroughTheGateway(t *testing.T) {
 	cfg.Admission = AdmissionConfig{Concurrency: 1, MaxQueue: new(0), InitialServiceTime: Duration(20 * time.Millisecond)}
 	g, gw = startGateway(t, cfg)
 	client = openai.NewClient(option.WithBaseURL(gw.URL+"/v1/"), option.WithAPIKey("sk-test"))
-	hold, err := g.gate.TryAcquire(admission.Request{})
+	hold, err := g.Gate().TryAcquire(admission.Request{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -400,7 +400,7 @@ func TestSDKTimeoutIsTheDeadline(t *testing.T) {
 	cfg := baseConfig(up.URL)
 	cfg.Admission = AdmissionConfig{Concurrency: 1, MaxQueue: new(16), InitialServiceTime: Duration(3 * time.Second)}
 	g, gw := startGateway(t, cfg)
-	hold, err := g.gate.TryAcquire(admission.Request{})
+	hold, err := g.Gate().TryAcquire(admission.Request{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -123,11 +123,7 @@ func (g *Gateway) serveEstimate(w http.ResponseWriter, r *http.Request, global b
 		return
 	}
 	d := e.Decision
-	gate := g.gate
-	if g.pools != nil {
-		gate = g.pools[e.Request.Pool].info.Gate // the pool the call would go to
-	}
-	st := gate.Stats()
+	st := g.pools[e.Request.Pool].info.Gate.Stats() // the pool the call would go to
 	est := contract.Estimate{
 		Priority:        e.Request.Class,
 		Rank:            d.Rank,
@@ -141,7 +137,7 @@ func (g *Gateway) serveEstimate(w http.ResponseWriter, r *http.Request, global b
 	if e.Request.Degraded {
 		est.ModelCalled = e.Request.Model
 	}
-	if g.pools != nil {
+	if len(g.pools) > 1 {
 		est.Upstream = e.Request.Upstream
 	}
 	if global {

@@ -45,8 +45,8 @@ func TestTenantCapEndToEnd(t *testing.T) {
 	a1 := send("sk-a")
 	<-arrived // a holds its one slot
 	a2 := send("sk-a")
-	eventually(t, "a's second call queued", func() bool { return g.gate.Stats().Queued == 1 })
-	if st := g.gate.Stats(); st.InFlight != 1 {
+	eventually(t, "a's second call queued", func() bool { return g.Gate().Stats().Queued == 1 })
+	if st := g.Gate().Stats(); st.InFlight != 1 {
 		t.Fatalf("in flight %d with a's second queued, want 1: a is at its cap with 3 slots free", st.InFlight)
 	}
 	resp := post(t, t.Context(), gw.URL, chatBody, map[string]string{"Authorization": "Bearer sk-a", contract.HeaderTimeoutMs: "10000"})

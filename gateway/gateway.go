@@ -34,15 +34,13 @@ import (
 type Gateway struct {
 	cfg      Config
 	chain    *chain.Chain
-	gate     *admission.Gate // the chain's (the first pool's with upstreams:)
-	deps     []*deployment   // where calls go (pools.go)
-	pools    []*gatewayPool  // the route stage's pools; nil with upstream:
+	deps     []*deployment  // where calls go (pools.go)
+	pools    []*gatewayPool // the route stage's pools: one with upstream:
 	routes   *routes
 	proxy    *httputil.ReverseProxy
 	metrics  *metrics
 	log      *slog.Logger
 	draining atomic.Bool
-	limit    *aimd
 	spend    *spend.Limiter // the chain's; nil without a spend section
 	alerter  *spend.Alerter
 	books    books      // where the spend books live (store.go)
@@ -117,8 +115,6 @@ func New(cfg Config, opts Options) (*Gateway, error) {
 	if g.chain, err = chain.New(ccfg); err != nil {
 		return nil, fmt.Errorf("config: %w", err)
 	}
-	g.gate = g.chain.Gate()
-	g.limit = newAIMD(cfg.UpstreamLimit, cfg.Admission.Concurrency)
 	for i, p := range g.chain.Pools() {
 		d := g.deps[slices.IndexFunc(g.deps, func(d *deployment) bool { return d.name == p.Deployment })]
 		g.pools = append(g.pools, &gatewayPool{info: p, dep: d, limit: newAIMD(cfg.UpstreamLimit, p.Gate.Stats().Concurrency), set: g.poolSetter(i)})
@@ -172,9 +168,10 @@ func newTransport(idle int) *http.Transport {
 	}
 }
 
-// Gate returns the admission gate, for programs that embed the gateway and
-// want to protect other work with the same slots.
-func (g *Gateway) Gate() *admission.Gate { return g.gate }
+// Gate returns the admission gate of the first pool — the only one with
+// `upstream:` — for programs that embed the gateway and want to protect
+// other work with the same slots.
+func (g *Gateway) Gate() *admission.Gate { return g.chain.Gate() }
 
 // Registry returns the gateway's Prometheus registry.
 func (g *Gateway) Registry() *prometheus.Registry { return g.metrics.reg }
@@ -351,16 +348,14 @@ func (g *Gateway) serveCall(w http.ResponseWriter, r *http.Request, rt *route, t
 		Unpriced:        !rt.billed,
 		AllowDegrade:    hdr.degrade,
 	}
-	if (g.spend != nil || g.pools != nil) && rt.billed {
-		// Priced by the spend stage, charged against a pool's tokens
+	if rt.billed {
+		// Priced by the spend stage, charged against its pool's tokens
 		// per minute by the route stage.
 		req.InputTokens = spend.EstimateInputTokens(body.raw)
 	}
-	if g.pools != nil {
-		req.Flavour = FlavourOpenAI
-		if x.anthropic {
-			req.Flavour = FlavourAnthropic
-		}
+	req.Flavour = FlavourOpenAI
+	if x != nil && x.anthropic {
+		req.Flavour = FlavourAnthropic
 	}
 	g.refreshLimits(time.Now()) // the climb back up that accrued while idle
 	// chain.Acquire, in a span of its own when tracing (trace.go).

@@ -139,10 +139,11 @@ func (g *Gateway) observe(now time.Time, resp *http.Response, c *call) {
 	if resp == nil {
 		return
 	}
-	if c != nil && g.pools != nil {
+	if c != nil {
 		c.permit.ObserveLimits(providerLimits(resp.Header))
 	}
-	a, set := g.limitOf(c)
+	p := g.poolOf(c)
+	a, set := p.limit, p.set
 	if a.off {
 		return
 	}
@@ -151,19 +152,6 @@ func (g *Gateway) observe(now time.Time, resp *http.Response, c *call) {
 		g.metrics.limitDecreases.Inc()
 		g.log.Warn("the provider is rate limiting: concurrency lowered", "concurrency", n, "upstream", g.deploymentOf(c).name, "model", c.modelName())
 	}
-}
-
-// setConcurrency gives the gate the controller's level, which is at least
-// 1 by construction. With the cluster's concurrency leased, the level is
-// the cluster's number instead: the lease loop publishes it (the table
-// divides the smallest level of the live replicas) and the gate gets its
-// lease of it.
-func (g *Gateway) setConcurrency(n int) {
-	if c := g.books.cluster; c != nil {
-		c.limitChanged(n)
-		return
-	}
-	_ = g.gate.SetConcurrency(n)
 }
 
 // remainingHeaders are the providers' counts of what is left of a rate

@@ -107,7 +107,7 @@ func TestAdaptiveLimitRecoversWhenIdle(t *testing.T) {
 		resp := &http.Response{StatusCode: http.StatusTooManyRequests, Header: http.Header{}}
 		g.observe(past, resp, nil)                  // 16 → 8
 		g.observe(past.Add(time.Second), resp, nil) // 9 → 4
-		if c := g.gate.Stats().Concurrency; c != 4 {
+		if c := g.Gate().Stats().Concurrency; c != 4 {
 			t.Fatalf("after the storm: concurrency %d, want 4", c)
 		}
 	}
@@ -119,7 +119,7 @@ func TestAdaptiveLimitRecoversWhenIdle(t *testing.T) {
 	if b := readAll(t, resp); resp.StatusCode != 200 {
 		t.Fatalf("estimate: %d %s", resp.StatusCode, b)
 	}
-	if c := g.gate.Stats().Concurrency; c != 16 {
+	if c := g.Gate().Stats().Concurrency; c != 16 {
 		t.Fatalf("after an idle hour the estimate saw concurrency %d, want 16", c)
 	}
 	storm()
@@ -135,8 +135,8 @@ func TestAdaptiveLimitRecoversWhenIdle(t *testing.T) {
 			resp.Body.Close()
 		}
 	}()
-	eventually(t, "the call in flight", func() bool { return g.gate.Stats().InFlight == 1 })
-	c := g.gate.Stats().Concurrency
+	eventually(t, "the call in flight", func() bool { return g.Gate().Stats().InFlight == 1 })
+	c := g.Gate().Stats().Concurrency
 	cancel()
 	<-done
 	if c != 16 {
@@ -174,7 +174,7 @@ func TestProviderHeadersPaceBeforeThe429(t *testing.T) {
 				if b := readAll(t, resp); resp.StatusCode != 200 {
 					t.Fatalf("call %d: %d %s", i, resp.StatusCode, b)
 				}
-				if c := g.gate.Stats().Concurrency; c != want {
+				if c := g.Gate().Stats().Concurrency; c != want {
 					t.Fatalf("after call %d: concurrency %d, want %d", i, c, want)
 				}
 			}

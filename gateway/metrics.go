@@ -185,7 +185,7 @@ func newMetrics(g *Gateway) *metrics {
 func classRanks(g *Gateway) map[string]int {
 	out := map[string]int{}
 	for name := range g.cfg.Classes {
-		out[name], _ = g.gate.Rank(admissionRequest(name))
+		out[name], _ = g.chain.Rank(admissionRequest(name))
 	}
 	return out
 }

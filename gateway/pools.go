@@ -15,9 +15,10 @@ import (
 )
 
 // deployment is where a call is sent: a provider's base URL and the key it
-// is called with. With `upstream:` there is one, named "default"; with
-// `upstreams:` one per entry, and each (deployment, model) is a pool of
-// the chain's route stage (chain/route.go).
+// is called with. With `upstream:` there is one, named "default", and one
+// pool that serves every model; with `upstreams:` one per entry, and each
+// (deployment, model) is a pool of the chain's route stage
+// (chain/route.go).
 type deployment struct {
 	name    string
 	url     *url.URL
@@ -47,12 +48,16 @@ func (d *deployment) target(in, out *http.Request) {
 	}
 }
 
-// deploymentOf is the deployment of the call's pool.
-func (g *Gateway) deploymentOf(c *call) *deployment {
-	if c != nil && len(g.pools) > 0 {
-		return g.pools[c.permit.Request().Pool].dep
+// deploymentOf is the deployment of the call's pool (the first outside a
+// call).
+func (g *Gateway) deploymentOf(c *call) *deployment { return g.poolOf(c).dep }
+
+// poolOf is the call's pool (the first outside a call).
+func (g *Gateway) poolOf(c *call) *gatewayPool {
+	if c == nil {
+		return g.pools[0]
 	}
-	return g.deps[0]
+	return g.pools[c.permit.Request().Pool]
 }
 
 // gatewayPool is one pool of the route stage as the gateway runs it: its
@@ -66,21 +71,18 @@ type gatewayPool struct {
 	set func(int)
 }
 
-// limitOf is the adaptive limit of the call's pool (the gate's without
-// routing).
-func (g *Gateway) limitOf(c *call) (*aimd, func(int)) {
-	if c != nil && len(g.pools) > 0 {
-		p := g.pools[c.permit.Request().Pool]
-		return p.limit, p.set
-	}
-	return g.limit, g.setConcurrency
-}
-
 // poolSetter gives pool i's gate the level of its adaptive limit: with
 // replicas sharing the deployments (store.redis, cluster.go), this
-// replica's share of it.
+// replica's part of it — its lease of the one pool's concurrency, or its
+// share of each of several pools'.
 func (g *Gateway) poolSetter(i int) func(int) {
-	return func(n int) { _ = g.chain.SetPoolConcurrency(i, max(1, n/g.replicas())) }
+	return func(n int) {
+		if c := g.books.cluster; c != nil && c.leasing() {
+			c.limitChanged(n)
+			return
+		}
+		_ = g.chain.SetPoolConcurrency(i, max(1, n/g.replicas()))
+	}
 }
 
 // replicas is how many replicas share the deployments' limits, as the
@@ -110,10 +112,6 @@ func (g *Gateway) sharePools(now time.Time, n int) {
 // refreshLimits applies the climb back up that accrued while idle to every
 // gate, before an admission.
 func (g *Gateway) refreshLimits(now time.Time) {
-	if len(g.pools) == 0 {
-		g.limit.refresh(now, g.setConcurrency)
-		return
-	}
 	for _, p := range g.pools {
 		p.limit.refresh(now, p.set)
 	}
@@ -200,12 +198,7 @@ func (pc *poolCollector) Collect(ch chan<- prometheus.Metric) {
 }
 
 // gateOf is the gate of the call's pool.
-func (g *Gateway) gateOf(c *call) *admission.Gate {
-	if c != nil && len(g.pools) > 0 {
-		return g.pools[c.permit.Request().Pool].info.Gate
-	}
-	return g.gate
-}
+func (g *Gateway) gateOf(c *call) *admission.Gate { return g.poolOf(c).info.Gate }
 
 // modelName is the call's model, "" outside a call.
 func (c *call) modelName() string {
@@ -215,15 +208,15 @@ func (c *call) modelName() string {
 	return c.model
 }
 
-// stats is the gateway's admission state: the gate's, or with upstreams
-// every pool's added up — slots, calls in flight and queued, by rank and in
-// all, the counters — with the longest estimated wait of each rank, LIFO
-// when any pool serves newest-first, the slowest percentiles and the mean
-// weighted by samples. The dashboard, the metrics, the state dump, the
-// Batch API and the drain at shutdown read it.
+// stats is the gateway's admission state: the one pool's, or every pool's
+// added up — slots, calls in flight and queued, by rank and in all, the
+// counters — with the longest estimated wait of each rank, LIFO when any
+// pool serves newest-first, the slowest percentiles and the mean weighted
+// by samples. The dashboard, the metrics, the state dump, the Batch API
+// and the drain at shutdown read it.
 func (g *Gateway) stats() admission.Stats {
-	if len(g.pools) == 0 {
-		return g.gate.Stats()
+	if len(g.pools) == 1 {
+		return g.pools[0].info.Gate.Stats()
 	}
 	var out admission.Stats
 	out.Rejected, out.Completed = map[admission.Reason]uint64{}, map[admission.Result]uint64{}
@@ -275,26 +268,23 @@ func addInts(a, b []int) []int {
 	return a
 }
 
-// serviceByKey calls f with the service-time statistics of each model the
-// gate keeps them for, or with upstreams of each pool (named
-// deployment/model).
+// serviceByKey calls f with the service-time statistics of each pool
+// (named deployment/model), or, for a pool that serves every model, of
+// each model it keeps them for.
 func (g *Gateway) serviceByKey(f func(name string, ks admission.KeyStats)) {
-	if len(g.pools) == 0 {
-		for _, model := range g.gate.Keys() {
-			f(model, g.gate.KeyStats(model))
-		}
-		return
-	}
 	for _, p := range g.pools {
-		f(p.info.Name, p.info.Gate.KeyStats(p.info.Model))
+		if p.info.Model != chain.AnyModel {
+			f(p.info.Name, p.info.Gate.KeyStats(p.info.Model))
+			continue
+		}
+		for _, model := range p.info.Gate.Keys() {
+			f(model, p.info.Gate.KeyStats(model))
+		}
 	}
 }
 
-// maxQueue is the waiting room in force: the gate's, or every pool's.
+// maxQueue is the waiting room in force: every pool's.
 func (g *Gateway) maxQueue() int {
-	if len(g.pools) == 0 {
-		return g.gate.MaxQueue()
-	}
 	n := 0
 	for _, p := range g.pools {
 		n += p.info.Gate.MaxQueue()

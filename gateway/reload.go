@@ -222,13 +222,13 @@ func (g *Gateway) apply(p *pending) error {
 	if err != nil {
 		return err
 	}
-	if len(g.pools) > 0 {
-		// The pools are restart-only (prepare refused a change): their
+	if ccfg.Routing, err = p.cfg.routingConfig(ccfg.Admission); err != nil {
+		return err
+	}
+	if ccfg.Routing != nil {
+		// Several pools: restart-only (prepare refused a change); their
 		// slots stay their controllers'; their waiting rooms and tenants
 		// change.
-		if ccfg.Routing, err = p.cfg.routingConfig(ccfg.Admission); err != nil {
-			return err
-		}
 		for i := range ccfg.Routing.Pools {
 			ccfg.Routing.Pools[i].Admission.Concurrency = 0
 		}
@@ -237,15 +237,17 @@ func (g *Gateway) apply(p *pending) error {
 		}
 		return g.reconfigureSpend(sc, p.cfg.Spend)
 	}
+	// The one pool of `upstream:`, whose concurrency may change: the
+	// chain keeps the gate's slots (zero); they are the controller's to
+	// set, at the level it gives for the new ceiling.
 	ceiling := ccfg.Admission.Concurrency
-	// The chain keeps the gate's slots (zero); they are the controller's
-	// to set, at the level it gives for the new ceiling.
 	ccfg.Admission.Concurrency = 0
-	err = g.limit.rescale(time.Now(), ceiling, func(level int) error {
+	pool := g.pools[0]
+	err = pool.limit.rescale(time.Now(), ceiling, func(level int) error {
 		if err := g.chain.Reconfigure(ccfg); err != nil {
 			return fmt.Errorf("config: %w", err)
 		}
-		g.setConcurrency(level)
+		pool.set(level)
 		return nil
 	})
 	if err != nil {

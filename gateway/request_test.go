@@ -94,7 +94,7 @@ func TestDuplicateTopLevelKeysAreRefused(t *testing.T) {
 	if st := mock.Stats(); st.Received != received {
 		t.Fatalf("the provider received %d requests, want the %d valid ones", st.Received, received)
 	}
-	if st := g.gate.Stats(); st.InFlight != 0 {
+	if st := g.Gate().Stats(); st.InFlight != 0 {
 		t.Fatalf("a refused body holds a slot: %+v", st)
 	}
 }

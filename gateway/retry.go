@@ -193,7 +193,7 @@ func (u *upstream) RoundTrip(req *http.Request) (*http.Response, error) {
 		}
 		// Another deployment of the model before the same one again
 		// (pools.go): it has no reason to fail too.
-		if u.g.pools != nil && u.failover(req, c, resp, err) {
+		if u.failover(req, c, resp, err) {
 			discard(resp)
 			retarget, same = true, 1
 			continue

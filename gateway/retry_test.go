@@ -183,7 +183,7 @@ func TestNoRetryOnceTheResponseStarted(t *testing.T) {
 	if !strings.Contains(got, "choices") || calls.Load() != 1 {
 		t.Fatalf("caller got %q; provider called %d times", got, calls.Load())
 	}
-	eventually(t, "the slot released", func() bool { return g.gate.Stats().InFlight == 0 })
+	eventually(t, "the slot released", func() bool { return g.Gate().Stats().InFlight == 0 })
 }
 
 // fastBudget makes the global retry budget accrue a token a millisecond: a
@@ -214,20 +214,20 @@ func TestConcurrencyFollowsTheProvidersRateLimit(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	if c := g.gate.Stats().Concurrency; c >= 8 {
+	if c := g.Gate().Stats().Concurrency; c >= 8 {
 		t.Fatalf("concurrency %d after the provider's 429s", c)
 	}
 	if testutilValue(g.metrics.limitDecreases) == 0 {
 		t.Fatal("no decrease counted")
 	}
-	lowered := g.gate.Stats().Concurrency
+	lowered := g.Gate().Stats().Concurrency
 	// The provider answers again: sequential calls, one slot at a time.
 	deadline := time.Now().Add(10 * time.Second)
-	for g.gate.Stats().Concurrency < 8 && time.Now().Before(deadline) {
+	for g.Gate().Stats().Concurrency < 8 && time.Now().Before(deadline) {
 		resp := post(t, t.Context(), gw.URL, chatBody, nil)
 		readAll(t, resp)
 	}
-	if c := g.gate.Stats().Concurrency; c != 8 {
+	if c := g.Gate().Stats().Concurrency; c != 8 {
 		t.Fatalf("concurrency recovered from %d only to %d", lowered, c)
 	}
 }
@@ -241,7 +241,7 @@ func TestClientGivesUpWhenRetryAfterExceedsItsDeadline(t *testing.T) {
 	cfg := baseConfig(up.URL)
 	cfg.Admission = AdmissionConfig{Concurrency: 1, MaxQueue: new(0), InitialServiceTime: Duration(5 * time.Second)}
 	g, gw := startGateway(t, cfg)
-	hold, err := g.gate.TryAcquire(admission.Request{})
+	hold, err := g.Gate().TryAcquire(admission.Request{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -129,7 +129,7 @@ func TestPassthroughIsAdmittedThroughTheChain(t *testing.T) {
 		t.Fatalf("provider received %d, want 1", n)
 	}
 	// Unbilled, it fed no estimate: the gate has no completed sample.
-	if st := g.gate.Stats(); st.ServiceSamples != 0 {
+	if st := g.Gate().Stats(); st.ServiceSamples != 0 {
 		t.Fatalf("a metadata call fed %d service-time samples to the estimator", st.ServiceSamples)
 	}
 }

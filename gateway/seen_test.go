@@ -62,7 +62,7 @@ func TestHeaderlessRetryIsRecognised(t *testing.T) {
 	cfg.Retries.PerTenant = cfg.Retries.Budget
 	g, gw := startGateway(t, cfg)
 	anon := contract.AnonymousTenant
-	stats := func() admission.Stats { return g.gate.Stats() }
+	stats := func() admission.Stats { return g.Gate().Stats() }
 	depth := func() (n int) {
 		for _, d := range stats().Depth {
 			n += d
@@ -120,8 +120,8 @@ func TestHeaderlessRetryIsRecognised(t *testing.T) {
 	// The same request again: a retry, waiting at the retry rank.
 	retried := make(chan int, 1)
 	go func() { retried <- plain() }()
-	retryRank, _ := g.gate.Rank(admission.Request{Class: admission.ClassInteractive, Attempt: 1})
-	firstRank, _ := g.gate.Rank(admission.Request{Class: admission.ClassInteractive})
+	retryRank, _ := g.Gate().Rank(admission.Request{Class: admission.ClassInteractive, Attempt: 1})
+	firstRank, _ := g.Gate().Rank(admission.Request{Class: admission.ClassInteractive})
 	if retryRank == firstRank {
 		t.Fatalf("the retry rank %d is the first attempts' rank", retryRank)
 	}
@@ -221,7 +221,7 @@ func TestHeaderlessRetryAfterTheCallerGaveUp(t *testing.T) {
 	cfg.Retries.PerTenant = cfg.Retries.Budget
 	g, gw := startGateway(t, cfg)
 	queued := func() (n int) {
-		for _, d := range g.gate.Stats().Depth {
+		for _, d := range g.Gate().Stats().Depth {
 			n += d
 		}
 		return n
@@ -236,7 +236,7 @@ func TestHeaderlessRetryAfterTheCallerGaveUp(t *testing.T) {
 			readAll(t, resp)
 		}
 	}()
-	eventually(t, "the slot taken", func() bool { return g.gate.Stats().InFlight == 1 })
+	eventually(t, "the slot taken", func() bool { return g.Gate().Stats().InFlight == 1 })
 
 	impatient := &http.Client{Timeout: 300 * time.Millisecond}
 	if _, err := impatient.Post(gw.URL+"/v1/chat/completions", "application/json", strings.NewReader(chatBody)); err == nil {
@@ -244,7 +244,7 @@ func TestHeaderlessRetryAfterTheCallerGaveUp(t *testing.T) {
 	}
 	eventually(t, "the abandoned request withdrawn", func() bool { return queued() == 0 })
 	unblock()
-	eventually(t, "the slot free", func() bool { return g.gate.Stats().InFlight == 0 })
+	eventually(t, "the slot free", func() bool { return g.Gate().Stats().InFlight == 0 })
 
 	resp, err := http.Post(gw.URL+"/v1/chat/completions", "application/json", strings.NewReader(chatBody))
 	if err != nil {
@@ -285,7 +285,7 @@ func TestADeclaredFirstAttemptIsBelieved(t *testing.T) {
 		Model:    "gpt-4o-mini",
 		Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("Summarise the incident")},
 	}
-	hold, err := g.gate.TryAcquire(admission.Request{}) // the one slot, taken
+	hold, err := g.Gate().TryAcquire(admission.Request{}) // the one slot, taken
 	if err != nil {
 		t.Fatal(err)
 	}

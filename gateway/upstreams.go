@@ -387,7 +387,7 @@ func (c Config) routingConfig(base admission.Config) (*chain.RoutingConfig, erro
 			}
 			rc.Pools = append(rc.Pools, chain.PoolConfig{
 				Name: poolName(d.Name, m.Name), Deployment: d.Name, Model: m.Name,
-				Flavour: d.flavour(), Admission: a, RPM: m.RPM, TPM: m.TPM,
+				Flavour: d.flavour(), Admission: a, RPM: m.RPM, TPM: m.TPM, Learn: true,
 			})
 		}
 	}

@@ -77,7 +77,7 @@
 //
 // With a replicas section every sluice rung runs as several gateway
 // replicas, one chain each, whose concurrency the lease table the gateway
-// uses with Redis (store.LeaseTable, the Go twin of the Lua script) sets
+// uses with Redis (lease.Table, the Go twin of the Lua script) sets
 // every lease interval from each replica's demand by rank; traffic goes
 // round-robin or to the replica a source is pinned to, and [Result]'s
 // Provider reports the upstream's calls in flight over all replicas
@@ -110,8 +110,9 @@
 //
 // # Non-goals
 //
-//   - Network, HTTP and process overheads, which internal/calibrate measures
-//     by running the same workload for real.
+//   - Network, HTTP and process overheads, which
+//     cmd/sluice/internal/calibrate measures by running the same workload
+//     for real.
 //   - Varied usage: every call of a traffic source reports the same tokens,
 //     and the spend limiter is given the true prompt size where the gateway
 //     estimates it from the body. Without a spend section a call costs a
@@ -120,6 +121,6 @@
 //   - Faults (errors, hangs, resets) and the gateway's own retries of the
 //     provider, which only faults trigger.
 //   - Rendering: the text tables, docs/results.md and its plots are written
-//     by internal/simreport from [Sweep] and [Result], so that importing the
-//     simulator does not import a plotting library.
+//     by cmd/sluice/internal/simreport from [Sweep] and [Result], so that
+//     importing the simulator does not import a plotting library.
 package sim

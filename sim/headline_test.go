@@ -11,7 +11,7 @@ import (
 // different number of requests changes, not for flakiness.
 
 // headlineLoad is the load of the headline claims. docs/results.md states
-// them at the same load (internal/simreport).
+// them at the same load (cmd/sluice/internal/simreport).
 const headlineLoad = 5
 
 // headlineRequests is the number of logical requests per headline run.

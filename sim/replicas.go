@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/sluicehq/sluice/store"
+	"github.com/sluicehq/sluice/lease"
 )
 
 // replicaServer is a sluice policy run as several gateway replicas in front
@@ -19,7 +19,7 @@ import (
 type replicaServer struct {
 	e        *engine
 	reps     []*gateServer
-	table    store.LeaseTable
+	table    lease.Table
 	interval time.Duration
 	next     []time.Duration // each replica's next renewal
 	rr       int             // round-robin position
@@ -113,9 +113,9 @@ func (rs *replicaServer) renew(now time.Duration, g *gateServer, i int) {
 	st := core.Stats(t)
 	demand := make([]int, len(st.Depth))
 	for r := range demand {
-		demand[r] = min(st.Depth[r]+st.InFlightByRank[r], store.MaxLeaseDemand)
+		demand[r] = min(st.Depth[r]+st.InFlightByRank[r], lease.MaxDemand)
 	}
-	grant, err := rs.table.Renew(store.LeaseRequest{ID: fmt.Sprintf("replica-%02d", i), Now: t, TTL: 15 * rs.interval,
+	grant, err := rs.table.Renew(lease.Request{ID: fmt.Sprintf("replica-%02d", i), Now: t, TTL: 15 * rs.interval,
 		Demand: demand, InFlight: st.InFlight, Current: st.Concurrency, Limit: rs.e.s.sc.Upstream.Concurrency})
 	if err != nil {
 		rs.e.fail(fmt.Errorf("policy %s: lease: %w", rs.e.s.policy.Name, err))

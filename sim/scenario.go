@@ -71,7 +71,7 @@ type Scenario struct {
 // Replicas is a fleet of gateways in front of one upstream (replicas):
 // each sluice policy runs Count chains, one per replica, whose
 // concurrency is set every LeaseInterval by the lease table the gateway
-// uses with Redis (store.LeaseTable: the cluster's concurrency divided by
+// uses with Redis (lease.Table: the cluster's concurrency divided by
 // demand, ranks first). Traffic is spread round-robin, except the sources
 // pinned to a replica (traffic[].replica): that is how demand is skewed
 // between replicas. The baselines run as one queue, as before.

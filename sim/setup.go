@@ -553,6 +553,7 @@ func (s *setup) routingConfig() *chain.RoutingConfig {
 			Admission:  s.coreConfigFor(md.Concurrency, time.Duration(float64(s.mean)*md.ServiceFactor)),
 			RPM:        md.RPM,
 			TPM:        md.TPM,
+			Learn:      true,
 		})
 		rc.Routes[name] = []string{pool}
 	}

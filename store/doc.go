@@ -32,15 +32,12 @@
 // SET NX the transition's key posts the webhook. With Redis unreachable,
 // every replica posts its own.
 //
-// Leases is the lease table of the cluster's concurrency: each replica
-// renews its lease every interval in one Lua script, publishing its demand
-// by rank; the script drops the rows past their TTL, divides the smallest
-// published limit among the live replicas (Divide: a floor of one slot
-// each, then rank by rank max-min, then the idle slots spread), and grants
-// the caller its share less what the others still hold (so that slots
-// move between replicas only as calls drain). LeaseTable is the same in Go,
-// time an input, for the simulator and as the script's reference: the
-// tests run both on the same renewals.
+// Leases is the lease table of the cluster's concurrency on Redis: each
+// replica renews its lease every interval in one Lua script that does what
+// lease.Table.Renew does — package lease states the division — on a hash
+// that expires a TTL after the last renewal, by Redis's clock unless the
+// renewal brings its own. The tests run the script and lease.Table on the
+// same renewals (package leasetest) and require the same grants.
 //
 // Jobs is a batch.JobStore on Redis Streams, shared by a fleet: each
 // batch's items a stream read by one consumer group (a replica per
@@ -56,8 +53,7 @@
 //
 // Exact limits across replicas between two syncs (a fleet may overshoot a
 // budget by what it admits in one interval), books that survive a Redis that
-// loses its data (run it with persistence), and a provider's in-flight
-// calls within its slots at every instant of a replica's joining (one
-// floor slot per replica that joins while every slot is held; see
-// docs/replicas.md).
+// loses its data (run it with persistence), and a provider's calls in
+// flight within its slots at every instant of a replica's joining (see
+// package lease).
 package store

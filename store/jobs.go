@@ -12,10 +12,10 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	jobq "github.com/sluicehq/sluice/batch"
+	"github.com/sluicehq/sluice/batch"
 )
 
-// Jobs is a jobq.JobStore on Redis, shared by every replica of a fleet: a
+// Jobs is a batch.JobStore on Redis, shared by every replica of a fleet: a
 // batch created on one is run by all of them.
 //
 // Each batch's items are a stream, written (XADD, ids 0-1, 0-2, … in line
@@ -52,7 +52,7 @@ type Jobs struct {
 	retention time.Duration
 }
 
-var _ jobq.JobStore = (*Jobs)(nil)
+var _ batch.JobStore = (*Jobs)(nil)
 
 // JobsOptions configure Jobs.
 type JobsOptions struct {
@@ -99,7 +99,7 @@ local function fkey(id) return P .. 'f:' .. id end
 local function qkey(t) return P .. 'q:' .. t end
 local function sid(i) return '0-' .. (i + 1) end
 local function member(id, i) return i .. ':' .. id end
--- errline is jobq.ErrorLine: the same keys in the same order.
+-- errline is batch.ErrorLine: the same keys in the same order.
 local function errline(id, i, c, code, msg)
   return '{"id":' .. cjson.encode('batch_req_' .. id .. '_' .. i) .. ',"custom_id":' .. cjson.encode(c) ..
     ',"response":null,"error":{"code":"' .. code .. '","message":"' .. msg .. '"}}'
@@ -206,11 +206,11 @@ return 1
 
 // PutFile stores a file, its content written in chunks of at most a MiB
 // and made visible by the last call.
-func (j *Jobs) PutFile(ctx context.Context, f jobq.File, content []byte) error {
+func (j *Jobs) PutFile(ctx context.Context, f batch.File, content []byte) error {
 	if n, err := j.exists(ctx, j.key("f", f.ID)); err != nil {
 		return err
 	} else if n {
-		return fmt.Errorf("%w: file %s exists", jobq.ErrConflict, f.ID)
+		return fmt.Errorf("%w: file %s exists", batch.ErrConflict, f.ID)
 	}
 	staging := ""
 	if len(content) > 0 {
@@ -227,7 +227,7 @@ func (j *Jobs) PutFile(ctx context.Context, f jobq.File, content []byte) error {
 		return err
 	}
 	if ok == 0 {
-		return fmt.Errorf("%w: file %s exists", jobq.ErrConflict, f.ID)
+		return fmt.Errorf("%w: file %s exists", batch.ErrConflict, f.ID)
 	}
 	return nil
 }
@@ -268,7 +268,7 @@ func (j *Jobs) eval(ctx context.Context, s *redis.Script, now time.Time, retenti
 	return out, err
 }
 
-func (j *Jobs) fileMeta(ctx context.Context, tenant, id string) (jobq.File, string, error) {
+func (j *Jobs) fileMeta(ctx context.Context, tenant, id string) (batch.File, string, error) {
 	var h map[string]string
 	err := j.r.Do(ctx, func(ctx context.Context, c redis.UniversalClient) error {
 		var err error
@@ -276,18 +276,18 @@ func (j *Jobs) fileMeta(ctx context.Context, tenant, id string) (jobq.File, stri
 		return err
 	})
 	if err != nil {
-		return jobq.File{}, "", err
+		return batch.File{}, "", err
 	}
 	if len(h) == 0 || h["tenant"] != tenant {
-		return jobq.File{}, "", jobq.ErrNotFound
+		return batch.File{}, "", batch.ErrNotFound
 	}
 	n, _ := strconv.ParseInt(h["bytes"], 10, 64)
 	at, _ := time.Parse(time.RFC3339Nano, h["created_at"])
-	return jobq.File{ID: id, Tenant: tenant, Purpose: h["purpose"], Filename: h["filename"], Bytes: n, CreatedAt: at}, h["batch"], nil
+	return batch.File{ID: id, Tenant: tenant, Purpose: h["purpose"], Filename: h["filename"], Bytes: n, CreatedAt: at}, h["batch"], nil
 }
 
 // File returns the tenant's file.
-func (j *Jobs) File(ctx context.Context, tenant, id string) (jobq.File, error) {
+func (j *Jobs) File(ctx context.Context, tenant, id string) (batch.File, error) {
 	f, _, err := j.fileMeta(ctx, tenant, id)
 	return f, err
 }
@@ -301,7 +301,7 @@ func (j *Jobs) FileContent(ctx context.Context, tenant, id string) ([]byte, erro
 		return nil, err
 	}
 	if from != "" {
-		return j.resultsFile(ctx, from, id == jobq.OutputFileID(from))
+		return j.resultsFile(ctx, from, id == batch.OutputFileID(from))
 	}
 	out := make([]byte, 0, f.Bytes)
 	for off := int64(0); ; off += chunkBytes {
@@ -418,7 +418,7 @@ type batchRec struct {
 // time, then creates the batch, its consumer group and its places in the
 // queues in one script: until then no replica sees it, and a creation cut
 // short leaves only a stream that expires within an hour.
-func (j *Jobs) CreateBatch(ctx context.Context, b jobq.Batch, reqs []jobq.Request) error {
+func (j *Jobs) CreateBatch(ctx context.Context, b batch.Batch, reqs []batch.Request) error {
 	if len(reqs) == 0 {
 		return errors.New("batch: a batch needs at least one request")
 	}
@@ -441,7 +441,7 @@ func (j *Jobs) CreateBatch(ctx context.Context, b jobq.Batch, reqs []jobq.Reques
 			return err
 		}
 		if ok == 0 {
-			return fmt.Errorf("%w: batch %s exists", jobq.ErrConflict, b.ID)
+			return fmt.Errorf("%w: batch %s exists", batch.ErrConflict, b.ID)
 		}
 	}
 	rec, err := json.Marshal(batchRec{ID: b.ID, Endpoint: b.Endpoint, InputFileID: b.InputFileID, CompletionWindow: b.CompletionWindow,
@@ -455,7 +455,7 @@ func (j *Jobs) CreateBatch(ctx context.Context, b jobq.Batch, reqs []jobq.Reques
 	case err != nil:
 		return err
 	case ok == 0:
-		return fmt.Errorf("%w: batch %s exists", jobq.ErrConflict, b.ID)
+		return fmt.Errorf("%w: batch %s exists", batch.ErrConflict, b.ID)
 	case ok < 0:
 		return fmt.Errorf("batch: creating %s: its items were not all written (created twice at once?)", b.ID)
 	}
@@ -471,28 +471,28 @@ func (j *Jobs) readBatch(ctx context.Context, c redis.Cmdable, id string) *redis
 
 // parseBatch reads HMGET batchFields; ok is false for a batch that does
 // not exist.
-func parseBatch(vals []any) (jobq.Batch, bool) {
+func parseBatch(vals []any) (batch.Batch, bool) {
 	s := make([]string, len(vals))
 	for i, v := range vals {
 		s[i], _ = v.(string)
 	}
 	if s[0] == "" {
-		return jobq.Batch{}, false
+		return batch.Batch{}, false
 	}
 	var rec batchRec
 	if json.Unmarshal([]byte(s[0]), &rec) != nil {
-		return jobq.Batch{}, false
+		return batch.Batch{}, false
 	}
 	atoi := func(x string) int { n, _ := strconv.Atoi(x); return n }
 	at := func(x string) time.Time { t, _ := time.Parse(time.RFC3339Nano, x); return t }
-	return jobq.Batch{ID: rec.ID, Tenant: s[1], Endpoint: rec.Endpoint, InputFileID: rec.InputFileID, CompletionWindow: rec.CompletionWindow,
-		Metadata: rec.Metadata, Status: jobq.Status(s[2]), Counts: jobq.Counts{Total: atoi(s[3]), Completed: atoi(s[4]), Failed: atoi(s[5])},
+	return batch.Batch{ID: rec.ID, Tenant: s[1], Endpoint: rec.Endpoint, InputFileID: rec.InputFileID, CompletionWindow: rec.CompletionWindow,
+		Metadata: rec.Metadata, Status: batch.Status(s[2]), Counts: batch.Counts{Total: atoi(s[3]), Completed: atoi(s[4]), Failed: atoi(s[5])},
 		Cancelled: atoi(s[6]), OutputFileID: s[7], ErrorFileID: s[8], CreatedAt: rec.CreatedAt, InProgressAt: rec.InProgressAt,
 		ExpiresAt: rec.ExpiresAt, FinalizingAt: at(s[9]), CompletedAt: at(s[10]), ExpiredAt: at(s[11]), CancellingAt: at(s[12]), CancelledAt: at(s[13])}, true
 }
 
 // Batch returns the tenant's batch.
-func (j *Jobs) Batch(ctx context.Context, tenant, id string) (jobq.Batch, error) {
+func (j *Jobs) Batch(ctx context.Context, tenant, id string) (batch.Batch, error) {
 	var vals []any
 	err := j.r.Do(ctx, func(ctx context.Context, c redis.UniversalClient) error {
 		var err error
@@ -500,17 +500,17 @@ func (j *Jobs) Batch(ctx context.Context, tenant, id string) (jobq.Batch, error)
 		return err
 	})
 	if err != nil {
-		return jobq.Batch{}, err
+		return batch.Batch{}, err
 	}
 	b, ok := parseBatch(vals)
 	if !ok || b.Tenant != tenant {
-		return jobq.Batch{}, jobq.ErrNotFound
+		return batch.Batch{}, batch.ErrNotFound
 	}
 	return b, nil
 }
 
 // Batches lists the tenant's batches, newest first, from its listing.
-func (j *Jobs) Batches(ctx context.Context, tenant, after string, limit int) ([]jobq.Batch, bool, error) {
+func (j *Jobs) Batches(ctx context.Context, tenant, after string, limit int) ([]batch.Batch, bool, error) {
 	l := j.key("l", tenant)
 	top := "+inf"
 	if after != "" {
@@ -526,11 +526,11 @@ func (j *Jobs) Batches(ctx context.Context, tenant, after string, limit int) ([]
 			return nil, false, err
 		}
 		if !found {
-			return nil, false, jobq.ErrNotFound
+			return nil, false, batch.ErrNotFound
 		}
 		top = "(" + strconv.FormatFloat(seq, 'f', -1, 64)
 	}
-	var list []jobq.Batch
+	var list []batch.Batch
 	more := false
 	err := j.r.Do(ctx, func(ctx context.Context, c redis.UniversalClient) error {
 		list, more = nil, false
@@ -598,24 +598,24 @@ return {1, es[#es][1]}
 
 // Cancel marks the batch cancelling and cancels its queued items, a chunk
 // per call; the claimed ones finish (or are released, and cancelled then).
-func (j *Jobs) Cancel(ctx context.Context, tenant, id string, now time.Time) (jobq.Batch, error) {
+func (j *Jobs) Cancel(ctx context.Context, tenant, id string, now time.Time) (batch.Batch, error) {
 	after := ""
 	for {
 		v, err := j.eval(ctx, cancelChunk, now, 0, id, tenant, after)
 		if err != nil {
-			return jobq.Batch{}, err
+			return batch.Batch{}, err
 		}
 		res, _ := v.([]any)
 		if len(res) != 2 {
-			return jobq.Batch{}, fmt.Errorf("batch: cancel: unexpected answer %v", v)
+			return batch.Batch{}, fmt.Errorf("batch: cancel: unexpected answer %v", v)
 		}
 		st, _ := res[0].(int64)
 		next, _ := res[1].(string)
 		switch st {
 		case 0:
-			return jobq.Batch{}, jobq.ErrNotFound
+			return batch.Batch{}, batch.ErrNotFound
 		case -1:
-			return jobq.Batch{}, fmt.Errorf("%w: batch %s is %s", jobq.ErrConflict, id, next)
+			return batch.Batch{}, fmt.Errorf("%w: batch %s is %s", batch.ErrConflict, id, next)
 		}
 		if next == "" {
 			break
@@ -686,7 +686,7 @@ return out
 `)
 
 // Claim hands out up to max items to owner until now+lease.
-func (j *Jobs) Claim(ctx context.Context, now time.Time, owner string, lease time.Duration, max int) ([]jobq.Claim, error) {
+func (j *Jobs) Claim(ctx context.Context, now time.Time, owner string, lease time.Duration, max int) ([]batch.Claim, error) {
 	if max <= 0 {
 		return nil, nil
 	}
@@ -695,7 +695,7 @@ func (j *Jobs) Claim(ctx context.Context, now time.Time, owner string, lease tim
 		return nil, err
 	}
 	rows, _ := v.([]any)
-	out := make([]jobq.Claim, 0, len(rows))
+	out := make([]batch.Claim, 0, len(rows))
 	for _, row := range rows {
 		f, _ := row.([]any)
 		if len(f) < 9 {
@@ -705,8 +705,8 @@ func (j *Jobs) Claim(ctx context.Context, now time.Time, owner string, lease tim
 		num := func(x any) int { n, _ := x.(int64); return int(n) }
 		var rec batchRec
 		_ = json.Unmarshal([]byte(str(f[8])), &rec)
-		out = append(out, jobq.Claim{Batch: str(f[0]), Index: num(f[1]), Tenant: str(f[7]), Deadline: rec.ExpiresAt,
-			Request:  jobq.Request{CustomID: str(f[2]), Method: str(f[3]), URL: str(f[4]), Body: []byte(str(f[5]))},
+		out = append(out, batch.Claim{Batch: str(f[0]), Index: num(f[1]), Tenant: str(f[7]), Deadline: rec.ExpiresAt,
+			Request:  batch.Request{CustomID: str(f[2]), Method: str(f[3]), URL: str(f[4]), Body: []byte(str(f[5]))},
 			Attempts: num(f[6]), Owner: owner})
 	}
 	return out, nil
@@ -740,7 +740,7 @@ return 1
 `)
 
 // Release puts a claimed item back.
-func (j *Jobs) Release(ctx context.Context, c jobq.Claim, attempted bool, now time.Time) error {
+func (j *Jobs) Release(ctx context.Context, c batch.Claim, attempted bool, now time.Time) error {
 	a := "0"
 	if attempted {
 		a = "1"
@@ -761,8 +761,8 @@ return 1
 `)
 
 // Complete writes the item's result once.
-func (j *Jobs) Complete(ctx context.Context, c jobq.Claim, r jobq.Result, now time.Time) (bool, error) {
-	if r.Kind < jobq.Succeeded || r.Kind > jobq.Cancelled || len(r.Line) == 0 {
+func (j *Jobs) Complete(ctx context.Context, c batch.Claim, r batch.Result, now time.Time) (bool, error) {
+	if r.Kind < batch.Succeeded || r.Kind > batch.Cancelled || len(r.Line) == 0 {
 		return false, fmt.Errorf("batch: Complete: result kind %d with %d bytes of line", r.Kind, len(r.Line))
 	}
 	n, err := j.eval(ctx, completeScript, now, 0, c.Batch, c.Index, strconv.Itoa(int(r.Kind)), r.Line)
@@ -771,7 +771,7 @@ func (j *Jobs) Complete(ctx context.Context, c jobq.Claim, r jobq.Result, now ti
 	}
 	switch n {
 	case int64(-1):
-		return false, jobq.ErrNotFound
+		return false, batch.ErrNotFound
 	case int64(1):
 		return true, nil
 	}

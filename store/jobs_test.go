@@ -11,7 +11,7 @@ import (
 
 	"testing"
 
-	jobq "github.com/sluicehq/sluice/batch"
+	"github.com/sluicehq/sluice/batch"
 	"github.com/sluicehq/sluice/batch/batchtest"
 	"github.com/sluicehq/sluice/store/redistest"
 )
@@ -20,7 +20,7 @@ import (
 // redis-server: the Redis store keeps the Bolt store's promises.
 func TestJobsConformance(t *testing.T) {
 	srv := redistest.Start(t)
-	batchtest.Run(t, func(t *testing.T) jobq.JobStore {
+	batchtest.Run(t, func(t *testing.T) batch.JobStore {
 		return NewJobs(newRedis(t, srv, clusterName(t), Options{}), JobsOptions{})
 	})
 }
@@ -35,19 +35,19 @@ func TestJobsLargeBatchLeavesNothingUnbounded(t *testing.T) {
 	j := NewJobs(r, JobsOptions{Retention: time.Hour})
 	ctx := context.Background()
 	big := bytes.Repeat([]byte("0123456789abcdef"), 3<<20/16+5)
-	if err := j.PutFile(ctx, jobq.File{ID: "f1", Tenant: "a", Purpose: "batch", Bytes: int64(len(big)), CreatedAt: time.Now()}, big); err != nil {
+	if err := j.PutFile(ctx, batch.File{ID: "f1", Tenant: "a", Purpose: "batch", Bytes: int64(len(big)), CreatedAt: time.Now()}, big); err != nil {
 		t.Fatal(err)
 	}
 	if got, err := j.FileContent(ctx, "a", "f1"); err != nil || !bytes.Equal(got, big) {
 		t.Fatalf("FileContent: %d bytes, %v; want %d", len(got), err, len(big))
 	}
 	const n = 3*ChunkItems + 7
-	reqs := make([]jobq.Request, n)
+	reqs := make([]batch.Request, n)
 	for i := range reqs {
-		reqs[i] = jobq.Request{CustomID: fmt.Sprintf("r%d", i), Method: "POST", URL: "/v1/embeddings", Body: []byte(`{"model":"m"}`)}
+		reqs[i] = batch.Request{CustomID: fmt.Sprintf("r%d", i), Method: "POST", URL: "/v1/embeddings", Body: []byte(`{"model":"m"}`)}
 	}
 	now := time.Now()
-	if err := j.CreateBatch(ctx, jobq.Batch{ID: "b1", Tenant: "a", CreatedAt: now, ExpiresAt: now.Add(time.Minute)}, reqs); err != nil {
+	if err := j.CreateBatch(ctx, batch.Batch{ID: "b1", Tenant: "a", CreatedAt: now, ExpiresAt: now.Add(time.Minute)}, reqs); err != nil {
 		t.Fatal(err)
 	}
 	cs, err := j.Claim(ctx, now, "w", time.Hour, 5)
@@ -55,7 +55,7 @@ func TestJobsLargeBatchLeavesNothingUnbounded(t *testing.T) {
 		t.Fatalf("Claim = %d, %v", len(cs), err)
 	}
 	for _, c := range cs[:3] {
-		if ok, err := j.Complete(ctx, c, jobq.Result{Kind: jobq.Succeeded, Line: jobq.Line(c, 200, "", []byte(`{}`))}, now); !ok || err != nil {
+		if ok, err := j.Complete(ctx, c, batch.Result{Kind: batch.Succeeded, Line: batch.Line(c, 200, "", []byte(`{}`))}, now); !ok || err != nil {
 			t.Fatal(ok, err)
 		}
 	}
@@ -66,7 +66,7 @@ func TestJobsLargeBatchLeavesNothingUnbounded(t *testing.T) {
 		t.Fatalf("ExpireDue = %d, %v; want %d", k, err, n-3)
 	}
 	b, err := j.Batch(ctx, "a", "b1")
-	if err != nil || b.Status != jobq.StatusExpired || b.Counts != (jobq.Counts{Total: n, Completed: 3, Failed: n - 3}) {
+	if err != nil || b.Status != batch.StatusExpired || b.Counts != (batch.Counts{Total: n, Completed: 3, Failed: n - 3}) {
 		t.Fatalf("%+v, %v", b, err)
 	}
 	errs, err := j.FileContent(ctx, "a", b.ErrorFileID)

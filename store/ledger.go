@@ -95,7 +95,7 @@ type Ledger struct {
 		sync.Mutex
 		pending  map[int64]map[string]int64 // minute → scope → amount
 		npending int
-		inflight *batch // written but not acknowledged; retried as is
+		inflight *writeBatch // written but not acknowledged; retried as is
 		dropped  int64
 		failing  bool
 		fullAt   map[string]time.Time
@@ -104,9 +104,9 @@ type Ledger struct {
 	dropped prometheus.CounterFunc
 }
 
-// batch is one flush: its id makes a retry after an ambiguous failure (a
+// writeBatch is one flush: its id makes a retry after an ambiguous failure (a
 // timeout after Redis applied it) a no-op instead of a double count.
-type batch struct {
+type writeBatch struct {
 	id      string
 	keys    []string
 	amounts []any
@@ -374,7 +374,7 @@ func (l *Ledger) flush(ctx context.Context) error {
 	return nil
 }
 
-func (l *Ledger) takeLocked() *batch {
+func (l *Ledger) takeLocked() *writeBatch {
 	if l.mu.npending == 0 {
 		return nil
 	}
@@ -383,7 +383,7 @@ func (l *Ledger) takeLocked() *batch {
 		minutes = append(minutes, m)
 	}
 	slices.Sort(minutes)
-	b := &batch{id: strconv.FormatUint(l.seq.Add(1), 10)}
+	b := &writeBatch{id: strconv.FormatUint(l.seq.Add(1), 10)}
 	for _, m := range minutes {
 		byScope := l.mu.pending[m]
 		for scope, v := range byScope {

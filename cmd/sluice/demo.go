@@ -7,7 +7,7 @@ import (
 	"io"
 	"time"
 
-	"github.com/sluicehq/sluice/internal/demo"
+	"github.com/sluicehq/sluice/cmd/sluice/internal/demo"
 )
 
 func init() {

@@ -11,7 +11,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/sluicehq/sluice/internal/promise"
+	"github.com/sluicehq/sluice/cmd/sluice/internal/promise"
 )
 
 func init() {

@@ -14,8 +14,8 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/sluicehq/sluice/internal/calibrate"
-	"github.com/sluicehq/sluice/internal/simreport"
+	"github.com/sluicehq/sluice/cmd/sluice/internal/calibrate"
+	"github.com/sluicehq/sluice/cmd/sluice/internal/simreport"
 	"github.com/sluicehq/sluice/sim"
 )
 

@@ -17,23 +17,34 @@ const module = "github.com/sluicehq/sluice"
 
 // layers are the module's packages from the bottom up: a package may
 // import packages of lower layers only, never one of its own layer or
-// above. A name ending in "/..." stands for every package under it.
+// above. A name ending in "/..." stands for every package under it; a
+// package belongs to the lowest layer that names it, so that the
+// programs under cmd/sluice/internal sit below the rest of cmd.
 var layers = [][]string{
 	// Helpers that import nothing of the project.
 	{"internal/loghist", "internal/yamltime", "internal/loopback", "internal/layering"},
 	// The wire contract: headers, reasons, error bodies.
 	{"contract"},
-	// The policies; batch, the durable job store and its executor.
-	{"admission", "retrybudget", "batch"},
+	// The policies, none of which imports another: admission; retry
+	// budgets; lease, the division of a cluster's concurrency among its
+	// replicas, in Go without Redis so that the simulator runs it too;
+	// batch, the durable job store and its executor.
+	{"admission", "retrybudget", "lease", "batch"},
 	{"spend"}, // prices and budgets in the gate's ranks and reasons
-	// The admission chain, which runs the policies in order; the ledgers'
-	// and the job stores' shared test suites.
-	{"chain", "spend/spendtest", "batch/batchtest", "store", "store/redistest"},
+	// The admission chain, which runs the policies in order; store, their
+	// Redis side (the ledger, the lease table, the job store); the tests
+	// every ledger, job store and lease table shares.
+	{"chain", "spend/spendtest", "batch/batchtest", "lease/leasetest", "store", "store/redistest"},
 	{"client"},
 	// The shells and the tools around them: none imports another.
 	{"gateway", "sim", "loadgen", "mockllm"},
-	// Programs that assemble the shells.
-	{"internal/demo", "internal/calibrate", "internal/simreport", "internal/fleet", "internal/promise"},
+	// Programs that assemble the shells: the binary's commands (demo,
+	// the simulator's report and calibration, promise) and the replicas'
+	// test harness (fleet). None imports another, and Go's internal rule
+	// keeps every package outside cmd/sluice from importing them.
+	{"cmd/sluice/internal/..."},
+	// The binary, a thin main over the packages above, and the other
+	// programs.
 	{"cmd/...", "scripts/...", "tools/...", "examples/..."},
 }
 
@@ -91,18 +102,7 @@ func violations(graph map[string][]string) []string {
 // may not, as the simulator's test of the gateway does).
 func imports(t *testing.T) map[string][]string {
 	t.Helper()
-	gobin, err := exec.LookPath("go")
-	if err != nil {
-		t.Fatalf("the go command is needed to read the import graph: %v", err)
-	}
-	cmd := exec.Command(gobin, "list", "-e", "-json=ImportPath,Imports,Error", module+"/...")
-	cmd.Dir = "../.." // the module's root, from this package's directory
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
-	if err != nil {
-		t.Fatalf("go list: %v\n%s", err, stderr.String())
-	}
+	out := goList(t, "-e", "-json=ImportPath,Imports,Error", module+"/...")
 	graph := map[string][]string{}
 	dec := json.NewDecoder(bytes.NewReader(out))
 	for {
@@ -136,6 +136,25 @@ func imports(t *testing.T) map[string][]string {
 	return graph
 }
 
+// goList runs go list with args in the module's root and returns its
+// output.
+func goList(t *testing.T, args ...string) []byte {
+	t.Helper()
+	gobin, err := exec.LookPath("go")
+	if err != nil {
+		t.Fatalf("the go command is needed to read the import graph: %v", err)
+	}
+	cmd := exec.Command(gobin, append([]string{"list"}, args...)...)
+	cmd.Dir = "../.." // the module's root, from this package's directory
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("go list: %v\n%s", err, stderr.String())
+	}
+	return out
+}
+
 func inModule(importPath string) (string, bool) {
 	rel, ok := strings.CutPrefix(importPath, module+"/")
 	return path.Clean(rel), ok
@@ -148,9 +167,22 @@ func TestImportsReadTopDown(t *testing.T) {
 	}
 	// The packages the layering is about must be there to be checked;
 	// contract is checked when present.
-	for _, p := range []string{"admission", "retrybudget", "spend", "chain", "gateway", "sim", "client", "loadgen", "mockllm"} {
+	for _, p := range []string{"admission", "retrybudget", "lease", "spend", "chain", "store", "gateway", "sim", "client", "loadgen", "mockllm"} {
 		if _, ok := graph[p]; !ok {
 			t.Errorf("package %s is missing from the module's import graph", p)
+		}
+	}
+}
+
+// TestSimulatorWithoutRedis: the simulator runs the lease table's
+// division in Go (package lease), not the store's Redis side, so that
+// importing it does not import a Redis client.
+func TestSimulatorWithoutRedis(t *testing.T) {
+	for _, p := range []string{"sim", "lease"} {
+		for dep := range strings.FieldsSeq(string(goList(t, "-deps", module+"/"+p))) {
+			if strings.HasPrefix(dep, "github.com/redis/") {
+				t.Errorf("%s depends on %s", p, dep)
+			}
 		}
 	}
 }
@@ -159,21 +191,26 @@ func TestImportsReadTopDown(t *testing.T) {
 // edges it must refuse.
 func TestViolationsNameTheEdge(t *testing.T) {
 	graph := map[string][]string{
-		"gateway":     {"chain", "sim"},         // one shell into the other
-		"chain":       {"admission", "gateway"}, // the chain into a shell
-		"loadgen":     {"client", "gateway"},
-		"contract":    {},
-		"admission":   {"contract"},
-		"spend":       {"admission"},
-		"cmd/sluice":  {"gateway", "sim"},
-		"newthing":    {},
-		"sim":         {"chain"},
-		"client":      {"retrybudget"},
-		"retrybudget": {},
+		"gateway":                  {"chain", "sim"},         // one shell into the other
+		"chain":                    {"admission", "gateway"}, // the chain into a shell
+		"loadgen":                  {"client", "gateway"},
+		"contract":                 {},
+		"admission":                {"contract"},
+		"spend":                    {"admission"},
+		"lease":                    {"store"}, // the division into its Redis side
+		"store":                    {"spend", "lease"},
+		"cmd/sluice":               {"gateway", "sim", "cmd/sluice/internal/demo"},
+		"cmd/sluice/internal/demo": {"gateway", "cmd/sluice"}, // a program into the binary
+		"newthing":                 {},
+		"sim":                      {"chain", "lease"},
+		"client":                   {"retrybudget"},
+		"retrybudget":              {},
 	}
 	want := []string{
 		"chain imports gateway, a layer above it (gateway, sim, loadgen, mockllm)",
+		"cmd/sluice/internal/demo imports cmd/sluice, a layer above it (cmd/..., scripts/..., tools/..., examples/...)",
 		"gateway imports sim, of its own layer (gateway, sim, loadgen, mockllm)",
+		"lease imports store, a layer above it (chain, spend/spendtest, batch/batchtest, lease/leasetest, store, store/redistest)",
 		"loadgen imports gateway, of its own layer (gateway, sim, loadgen, mockllm)",
 		"package newthing has no layer: add it to layers in internal/layering",
 	}

@@ -58,7 +58,7 @@ func TestSuiteOverHTTP(t *testing.T) {
 		t.Skip("under -race the load measures the detector: .ci/run runs this test without it")
 	}
 	bin := filepath.Join(t.TempDir(), "sluice")
-	build := exec.CommandContext(t.Context(), "go", "build", "-o", bin, "../../cmd/sluice")
+	build := exec.CommandContext(t.Context(), "go", "build", "-o", bin, "../..") // cmd/sluice
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}

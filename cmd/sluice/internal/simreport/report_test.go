@@ -14,7 +14,7 @@ import (
 
 func loadScenario(t *testing.T, file string) *sim.Scenario {
 	t.Helper()
-	sc, err := sim.LoadScenario("../../scenarios/" + file + ".yaml")
+	sc, err := sim.LoadScenario("../../../../scenarios/" + file + ".yaml")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -321,7 +321,9 @@ func TestRedisStoppedMidStorm(t *testing.T) {
 // TestFleetFigures prints the figures of docs/perf.md ("several
 // replicas, one provider"): the storm with leases on Redis and without a
 // store, at 5× capacity for 10s. It runs only with SLUICE_FLEET_FIGURES=1
-// (and without -race): go test -run TestFleetFigures -v ./internal/fleet
+// (and without -race):
+//
+//	go test -run TestFleetFigures -v ./cmd/sluice/internal/fleet
 func TestFleetFigures(t *testing.T) {
 	if os.Getenv("SLUICE_FLEET_FIGURES") != "1" {
 		t.Skip("set SLUICE_FLEET_FIGURES=1 to print the figures")
