@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"math"
 	"time"
+
+	"github.com/sluicehq/sluice/internal/yamlpath"
 )
 
 // MaxRanks bounds the number of ranks a gate can have.
@@ -98,27 +100,60 @@ type Config struct {
 }
 
 // TenantConfig is one tenant's part of a [Config]; see the package's
-// fairness model.
+// fairness model. It is also the YAML of a tenant's share in sluice's
+// configurations (weight, max_concurrency, queue_share: the gateway's
+// tenants[], a scenario's sluice.tenants.<name>); see Validate.
 type TenantConfig struct {
 	// Weight is the tenant's weight in the fair share: within a rank,
 	// tenants are served estimated cost in proportion to their weights,
 	// and across ranks a tenant's fair share of the slots is weighted the
 	// same way. Zero means 1. Negative, NaN, infinite or above MaxWeight
 	// is an error.
-	Weight float64
+	Weight float64 `yaml:"weight"`
 	// MaxInFlight caps the slots the tenant may hold at once: at the cap its
 	// requests queue even while slots are free for others. Zero means no
 	// cap. Negative is an error.
-	MaxInFlight int
+	MaxInFlight int `yaml:"max_concurrency"`
 	// MaxQueue caps how many queued requests the tenant may hold; past it
 	// its newcomers are refused with reason queue_full. Zero means
-	// Config.MaxQueuePerTenant. Negative is an error.
-	MaxQueue int
+	// QueueShare's part of Config.MaxQueue, or Config.MaxQueuePerTenant
+	// without one. Negative is an error.
+	MaxQueue int `yaml:"-"`
+	// QueueShare is the fraction of Config.MaxQueue the tenant's queued
+	// requests may take, at least one place, when MaxQueue is zero: with
+	// several gates (a pool each) it is taken of each gate's own bound.
+	// Zero means Config.MaxQueuePerTenant. Outside [0, 1], or with
+	// MaxQueue, is an error.
+	QueueShare float64 `yaml:"queue_share"`
 }
 
 // MaxWeight bounds a tenant's weight: beyond a million to one, shares are
 // below the resolution of any cost estimate.
 const MaxWeight = 1e6
+
+// MaxConcurrency is the largest concurrency a configuration file may give,
+// a gate's or a tenant's cap (Validate): no provider grants more to one
+// key, and each slot is a goroutine and a connection.
+const MaxConcurrency = 100_000
+
+// IsZero reports whether tc leaves everything to the defaults.
+func (tc TenantConfig) IsZero() bool { return tc == TenantConfig{} }
+
+// Validate checks tc as written in a configuration file, naming the first
+// bad key by its YAML name (a *yamlpath.FieldError relative to the
+// tenant): weight 0 to MaxWeight, max_concurrency 0 to MaxConcurrency,
+// queue_share 0 to 1.
+func (tc TenantConfig) Validate() error {
+	switch {
+	case !(tc.Weight >= 0 && tc.Weight <= MaxWeight):
+		return yamlpath.Errorf("weight", "%v is out of range, want 0 (for 1) to %g", tc.Weight, float64(MaxWeight))
+	case tc.MaxInFlight < 0 || tc.MaxInFlight > MaxConcurrency:
+		return yamlpath.Errorf("max_concurrency", "%d is out of range, want 0 (no cap) to %d", tc.MaxInFlight, MaxConcurrency)
+	case !(tc.QueueShare >= 0 && tc.QueueShare <= 1):
+		return yamlpath.Errorf("queue_share", "%v is out of range, want 0 (for max_queue_per_tenant) to 1", tc.QueueShare)
+	}
+	return nil
+}
 
 func (tc TenantConfig) validate(name string) error {
 	switch {
@@ -128,6 +163,10 @@ func (tc TenantConfig) validate(name string) error {
 		return fmt.Errorf("admission: Config.Tenants[%q].MaxInFlight = %d, want ≥ 0", name, tc.MaxInFlight)
 	case tc.MaxQueue < 0:
 		return fmt.Errorf("admission: Config.Tenants[%q].MaxQueue = %d, want ≥ 0", name, tc.MaxQueue)
+	case math.IsNaN(tc.QueueShare) || tc.QueueShare < 0 || tc.QueueShare > 1:
+		return fmt.Errorf("admission: Config.Tenants[%q].QueueShare = %v, want 0..1", name, tc.QueueShare)
+	case tc.QueueShare > 0 && tc.MaxQueue > 0:
+		return fmt.Errorf("admission: Config.Tenants[%q] has both MaxQueue and QueueShare", name)
 	}
 	return nil
 }
@@ -335,6 +374,11 @@ func (cfg Config) normalize() (Config, error) {
 			}
 			if tc.Weight == 0 {
 				tc.Weight = 1
+			}
+			if tc.QueueShare > 0 {
+				// At least one place: a share rounding to nothing would
+				// mean the default, not none.
+				tc.MaxQueue, tc.QueueShare = max(int(tc.QueueShare*float64(cfg.MaxQueue)), 1), 0
 			}
 			tenants[name] = tc
 		}

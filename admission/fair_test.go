@@ -191,6 +191,65 @@ func TestTenantCaps(t *testing.T) {
 	}
 }
 
+// TestTenantQueueShare: a tenant's QueueShare is its part of each gate's
+// own waiting room, at least one place, and follows the bound when a
+// reconfiguration changes it.
+func TestTenantQueueShare(t *testing.T) {
+	queued := func(c *Core, ms int) int {
+		t.Helper()
+		n := 0
+		for {
+			d, err := c.Arrive(at(ms), Request{Tenant: "a"}, &Ticket{}, true)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if d.Verdict == Rejected {
+				if d.Reason != ReasonQueueFull {
+					t.Fatalf("refused with %v, want queue_full", d.Reason)
+				}
+				return n
+			}
+			if d.Verdict == Queued {
+				n++
+			}
+		}
+	}
+	share := map[string]TenantConfig{"a": {QueueShare: 0.25}}
+	c := newCore(t, Config{Concurrency: 1, MaxQueue: 8, Tenants: share})
+	if n := queued(c, 0); n != 2 {
+		t.Fatalf("a quarter of 8 places: a queued %d, want 2", n)
+	}
+	if err := c.Reconfigure(at(1), Config{Concurrency: 1, MaxQueue: 40, Tenants: share}); err != nil {
+		t.Fatal(err)
+	}
+	if n := queued(c, 2); n != 8 {
+		t.Fatalf("a quarter of 40 places, 2 already queued: a queued %d more, want 8", n)
+	}
+	tiny := newCore(t, Config{Concurrency: 1, MaxQueue: 2, Tenants: map[string]TenantConfig{"a": {QueueShare: 0.01}}})
+	if n := queued(tiny, 0); n != 1 {
+		t.Fatalf("a share rounding to nothing: a queued %d, want 1 place", n)
+	}
+}
+
+func TestTenantConfigValidateNamesTheKey(t *testing.T) {
+	for _, tt := range []struct {
+		tc  TenantConfig
+		key string
+	}{
+		{TenantConfig{Weight: -1}, "weight"},
+		{TenantConfig{Weight: math.NaN()}, "weight"},
+		{TenantConfig{MaxInFlight: MaxConcurrency + 1}, "max_concurrency"},
+		{TenantConfig{QueueShare: 2}, "queue_share"},
+	} {
+		if err := tt.tc.Validate(); err == nil || !strings.HasPrefix(err.Error(), tt.key+":") {
+			t.Errorf("%+v: %v, want an error naming %s", tt.tc, err, tt.key)
+		}
+	}
+	if err := (TenantConfig{Weight: 3, MaxInFlight: 2, QueueShare: 1}).Validate(); err != nil {
+		t.Error(err)
+	}
+}
+
 func TestTenantConfigErrors(t *testing.T) {
 	for _, tt := range []struct {
 		tc   TenantConfig
@@ -202,6 +261,9 @@ func TestTenantConfigErrors(t *testing.T) {
 		{TenantConfig{Weight: 2e6}, "Weight"},
 		{TenantConfig{MaxInFlight: -1}, "MaxInFlight"},
 		{TenantConfig{MaxQueue: -1}, "MaxQueue"},
+		{TenantConfig{QueueShare: 1.5}, "QueueShare"},
+		{TenantConfig{QueueShare: math.NaN()}, "QueueShare"},
+		{TenantConfig{QueueShare: 0.5, MaxQueue: 2}, "both MaxQueue and QueueShare"},
 	} {
 		_, err := NewCore(Config{Concurrency: 1, Tenants: map[string]TenantConfig{"x": tt.tc}})
 		if err == nil || !strings.Contains(err.Error(), tt.want) || !strings.Contains(err.Error(), `"x"`) {

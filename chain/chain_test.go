@@ -169,7 +169,7 @@ func TestQueuedCallsGiveBackAndCanceledIsWasted(t *testing.T) {
 }
 
 func TestIdentify(t *testing.T) {
-	keyed := []TenantConfig{{Name: "acme", Tier: "high", KeysSHA256: []string{HashKey("k-acme")}}, {Name: "bolt", Tier: "low", KeysSHA256: []string{HashKey("k-bolt")}}}
+	keyed := []TenantConfig{{Name: "acme", Tier: "high", APIKeysSHA256: []string{HashKey("k-acme")}}, {Name: "bolt", Tier: "low", APIKeysSHA256: []string{HashKey("k-bolt")}}}
 	ch, err := New(Config{Admission: admission.Config{Concurrency: 1}, Tenants: keyed})
 	if err != nil {
 		t.Fatal(err)
@@ -205,7 +205,7 @@ func TestIdentify(t *testing.T) {
 	if _, err := New(Config{Admission: admission.Config{Concurrency: 1}, Tenants: []TenantConfig{{Name: "a"}, {Name: "a"}}}); err == nil || !strings.Contains(err.Error(), "tenants[1].name") {
 		t.Fatalf("duplicate tenant: %v, want an error naming tenants[1].name", err)
 	}
-	if _, err := New(Config{Admission: admission.Config{Concurrency: 1}, Tenants: []TenantConfig{{Name: "a", KeysSHA256: []string{"xyz"}}}}); err == nil || !strings.Contains(err.Error(), "tenants[0].api_keys_sha256[0]") {
+	if _, err := New(Config{Admission: admission.Config{Concurrency: 1}, Tenants: []TenantConfig{{Name: "a", APIKeysSHA256: []string{"xyz"}}}}); err == nil || !strings.Contains(err.Error(), "tenants[0].api_keys_sha256[0]") {
 		t.Fatalf("bad digest: %v, want an error naming the field", err)
 	}
 }
@@ -362,7 +362,7 @@ func TestChainAndCoreAgree(t *testing.T) {
 func TestTenantsHeldToTheirClasses(t *testing.T) {
 	ch, err := New(Config{Admission: admission.Config{Concurrency: 4}, Tenants: []TenantConfig{
 		{Name: "nightly", Classes: []string{"batch", "speculative"}},
-		{Name: "strict", Classes: []string{"batch"}, RefuseOtherClasses: true},
+		{Name: "strict", Classes: []string{"batch"}, DisallowedClass: "refuse"},
 		{Name: "web"},
 	}})
 	if err != nil {

@@ -44,14 +44,15 @@ type stages struct {
 	identify *identify
 	seen     *seen
 	retries  *retries
+	degrade  *degrader // nil without a ladder
 	spend    *spendStage
-	route    *router // nil without routing
+	route    *router
 	all      []Stage // list(), computed once
 	spread   *spread // the retry calendar of every refusal, the gate's included
 }
 
-// newStages builds the stages before the gate; rt is the route stage (nil
-// without routing), whose view of the pools' gates the other stages get.
+// newStages builds the stages before the gate; rt is the route stage, whose
+// view of the pools' gates the other stages get.
 func newStages(cfg Config, rt *router) (*stages, error) {
 	gate := rt.gateView
 	id, err := newIdentify(cfg.Tenants, gate)
@@ -68,6 +69,9 @@ func newStages(cfg Config, rt *router) (*stages, error) {
 	if cfg.Spend != nil {
 		s.spend = &spendStage{l: cfg.Spend, gate: gate}
 	}
+	if len(rt.ladder) > 0 {
+		s.degrade = &degrader{rt: rt}
+	}
 	s.route = rt
 	s.all = s.list()
 	if len(s.all) > maxStages {
@@ -82,9 +86,6 @@ func newStages(cfg Config, rt *router) (*stages, error) {
 func (s *stages) admit(now time.Time, r *Request, hs *holds) (Decision, error) {
 	err := hs.admit(s.all, now, r)
 	if err == nil {
-		if r.DegradedBy == DegradedByLoad && s.spend != nil {
-			s.spend.reprice(now, r, hs)
-		}
 		return Decision{}, nil
 	}
 	var rej *admission.Rejection

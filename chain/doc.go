@@ -10,18 +10,29 @@
 //
 //  1. identify: whose call it is — a tenant named by a trusted shell, or
 //     found by its API key (stored as SHA-256 digests, compared in
-//     constant time) — and so its tier;
+//     constant time) — and so its tier and class;
 //  2. recognise: a call identical to one its tenant sent lately (same
 //     model and body fingerprint) whose last copy failed — refused, timed
 //     out, abandoned — is a retry, whatever its headers say (seen.go);
 //  3. retry budgets: a first attempt earns retries, a retry must be paid
 //     for from its tenant's budget and then the global one (the tenant is
 //     refunded when the global budget refuses);
-//  4. spend: the call's cost is estimated and reserved; past the spend
-//     ceiling's or the tenant's budget's stages it is refused, marked over
-//     quota, or degraded to a cheaper model;
-//  5. the gate: the admission.Core decides by estimated wait against the
-//     deadline, queues, evicts or refuses.
+//  4. degrade under load: a call none of its model's pools would serve in
+//     time, and that may be degraded, goes one rung down the routing
+//     ladder when the rung can serve it (degrade.go);
+//  5. spend: the call's cost is estimated and reserved at the model it
+//     will call; past the spend ceiling's or the tenant's budget's stages
+//     it is refused, marked over quota, or degraded to a cheaper model;
+//  6. route: the pool of the call's model whose estimate meets its
+//     deadline, and the pool's request and token buckets;
+//  7. the gate: that pool's admission.Core decides by estimated wait
+//     against the deadline, queues, evicts or refuses.
+//
+// The order is data: one table (order, in stage.go) names the stages
+// before the gate with the reason each stands where it does, and adding
+// one is one entry there and a type implementing [Stage]. No stage
+// reaches into another's hold after the fact. Stages take the time as an
+// input and never read the clock, sleep or start goroutines.
 //
 // When the call ends it is settled (outcome, usage, service time: the spend
 // reservation replaced by the actual cost, wasted spend counted) and its
@@ -45,11 +56,6 @@
 // rather than one time for all, so that retries which honour Retry-After
 // exactly come back at the rate they can be admitted instead of as one
 // wave. Config.RefusalSpread bounds how far the times reach.
-//
-// The order is data: one list (stages.list, in stage.go) names the stages
-// before the gate, and adding one is one entry there and a type
-// implementing [Stage]. Stages take the
-// time as an input and never read the clock, sleep or start goroutines.
 //
 // # Two shells
 //

@@ -160,8 +160,8 @@ func TestEstimateTellsWhatTheCallGets(t *testing.T) {
 func TestEstimateReportsBadInputAsArriveDoes(t *testing.T) {
 	c, err := NewCore(Config{
 		Admission: admission.Config{Concurrency: 1},
-		Tenants: []TenantConfig{{Name: "a", KeysSHA256: []string{HashKey("key-a")},
-			Classes: []string{admission.ClassBatch}, RefuseOtherClasses: true}},
+		Tenants: []TenantConfig{{Name: "a", APIKeysSHA256: []string{HashKey("key-a")},
+			Classes: []string{admission.ClassBatch}, DisallowedClass: "refuse"}},
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -20,8 +20,8 @@ func reloadConfig(t *testing.T) Config {
 	return Config{
 		Admission: admission.Config{Concurrency: 2, MaxQueue: 8, InitialServiceTime: time.Second},
 		Tenants: []TenantConfig{
-			{Name: "a", KeysSHA256: []string{HashKey("key-a")}, Classes: []string{admission.ClassBatch}},
-			{Name: "b", Tier: "low", KeysSHA256: []string{HashKey("key-b")}},
+			{Name: "a", APIKeysSHA256: []string{HashKey("key-a")}, Classes: []string{admission.ClassBatch}},
+			{Name: "b", Tier: "low", APIKeysSHA256: []string{HashKey("key-b")}},
 		},
 		Retries: RetryConfig{
 			Global:    retrybudget.Config{Ratio: 0.5, MinPerSecond: 1e-9, MaxTokens: 100},
@@ -74,8 +74,8 @@ func TestReconfigureTenants(t *testing.T) {
 
 	next := cfg
 	next.Tenants = []TenantConfig{
-		{Name: "a", Tier: "high", KeysSHA256: []string{HashKey("key-a2")}}, // new key, new tier, any class
-		{Name: "c", KeysSHA256: []string{HashKey("key-c")}, Classes: []string{admission.ClassSpeculative}, RefuseOtherClasses: true},
+		{Name: "a", Tier: "high", APIKeysSHA256: []string{HashKey("key-a2")}}, // new key, new tier, any class
+		{Name: "c", APIKeysSHA256: []string{HashKey("key-c")}, Classes: []string{admission.ClassSpeculative}, DisallowedClass: "refuse"},
 	} // b removed
 	next.Retries.Global.Ratio = 0.1
 	if err := c.Reconfigure(next); err != nil {
@@ -143,7 +143,7 @@ func TestReconfigureRefusedChangesNothing(t *testing.T) {
 		field string
 	}{
 		{func(c *Config) { c.Tenants[1].Tier = "platinum" }, "tenants[1].tier"},
-		{func(c *Config) { c.Tenants[0].KeysSHA256 = []string{"zz"} }, "tenants[0].api_keys_sha256[0]"},
+		{func(c *Config) { c.Tenants[0].APIKeysSHA256 = []string{"zz"} }, "tenants[0].api_keys_sha256[0]"},
 		{func(c *Config) { c.Tenants[0].Classes = []string{"urgent"} }, "tenants[0].classes[0]"},
 		{func(c *Config) { c.Tenants[1].Name = "a" }, "tenants[1].name"},
 		{func(c *Config) { c.Retries.PerTenant.Ratio = 3 }, "Ratio"},
@@ -156,7 +156,7 @@ func TestReconfigureRefusedChangesNothing(t *testing.T) {
 		next := reloadConfig(t)
 		next.Spend = cfg.Spend
 		next.Admission.Concurrency, next.Admission.MaxQueue = 5, 3
-		next.Tenants = []TenantConfig{{Name: "a", KeysSHA256: []string{HashKey("key-new")}}, {Name: "b", KeysSHA256: []string{HashKey("key-b")}}}
+		next.Tenants = []TenantConfig{{Name: "a", APIKeysSHA256: []string{HashKey("key-new")}}, {Name: "b", APIKeysSHA256: []string{HashKey("key-b")}}}
 		tc.mut(&next)
 		err := c.Reconfigure(next)
 		if err == nil || !strings.Contains(err.Error(), tc.field) {
@@ -247,7 +247,7 @@ func TestCoreReconfigure(t *testing.T) {
 		t.Fatal(err)
 	}
 	next := cfg
-	next.Tenants = []TenantConfig{{Name: "a", Tier: "low", KeysSHA256: []string{HashKey("key-a")}}}
+	next.Tenants = []TenantConfig{{Name: "a", Tier: "low", APIKeysSHA256: []string{HashKey("key-a")}}}
 	next.Admission.Concurrency = 3
 	if err := c.Reconfigure(t0, next); err != nil {
 		t.Fatal(err)

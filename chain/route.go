@@ -178,16 +178,18 @@ func (h *health) isDown() bool {
 }
 
 // router is the route stage, the last before the gate: it picks the pool
-// of each call — the first of its model's route whose estimate (the gate's
-// wait and p95, plus the wait for its tokens) meets the call's deadline —
-// degrades the call one rung down the ladder when none can and the call
-// allows it, and reserves the call's requests and tokens from the pool's
-// buckets.
+// of each call for the model the earlier stages leave it — the first of
+// the model's route whose estimate (the gate's wait and p95, plus the wait
+// for its tokens) meets the call's deadline — and reserves the call's
+// requests and tokens from the pool's buckets. Its estimates (pick) are
+// also the degrade stage's (degrade.go), which sends a call one rung down
+// the ladder before spend when none of its model's pools can serve it in
+// time.
 type router struct {
 	pools    []*pool
 	routes   map[string][]*pool
-	ladder   map[string]string
-	degrade  map[string]bool // classes degraded without asking
+	ladder   map[string]string // RoutingConfig.Ladder, for the degrade stage
+	degrade  map[string]bool   // classes degraded without asking
 	probe    time.Duration
 	maxProbe time.Duration
 	gateView GateView // the stages' view: the pools' gates by model
@@ -472,29 +474,21 @@ func (c choice) late(now time.Time, r *Request) bool {
 	return !r.Deadline.IsZero() && c.wait+c.d.EstimatedWait > r.Deadline.Sub(now)/3
 }
 
-// mayDegrade says whether the call may be sent down the ladder under load.
-func (rt *router) mayDegrade(r *Request) bool {
-	return !r.Degraded && (r.AllowDegrade || rt.degrade[r.Class]) && rt.ladder[r.Model] != ""
-}
+// inTime says the call would be served in time at c's pool: its
+// estimate meets the deadline and the call would not be served late.
+func (c choice) inTime(now time.Time, r *Request) bool { return c.fits && !c.late(now, r) }
 
-// route chooses the call's pool and applies it to r: the pool, the
-// deployment's model and, when the call is degraded under load, the rung's
-// model. A call no pool can serve in time, and that may not be degraded,
-// goes to the pool of the soonest start, whose gate then decides — unless
-// it must wait for that pool's tokens, when it is refused here: its wait
-// for tokens and its gate's estimate together miss its deadline, or its
-// gate would refuse it (a call is not paced only to be refused).
+// route chooses the call's pool for r.Model, as the earlier stages leave
+// it (degraded or not), and applies it to r: the pool and the deployment's
+// model. A call no pool can serve in time goes to the pool of the soonest
+// start, whose gate then decides — unless it must wait for that pool's
+// tokens, when it is refused here: its wait for tokens and its gate's
+// estimate together miss its deadline, or its gate would refuse it (a call
+// is not paced only to be refused).
 func (rt *router) route(now time.Time, r *Request) (choice, error) {
 	c, err := rt.pick(now, r, r.Model, nil)
 	if err != nil {
 		return c, err
-	}
-	if (!c.fits || c.late(now, r)) && rt.mayDegrade(r) {
-		lower := rt.ladder[r.Model]
-		if lc, err := rt.pick(now, r, lower, nil); err == nil && lc.fits {
-			r.AskedModel, r.Model, r.Degraded, r.DegradedBy = r.Model, lower, true, DegradedByLoad
-			c = lc
-		}
 	}
 	r.Pool, r.Upstream, r.UpstreamModel = c.p.idx, c.p.cfg.Deployment, c.p.modelAt(r.Model)
 	if !c.fits && c.wait > 0 {

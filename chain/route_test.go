@@ -406,7 +406,11 @@ func TestRouteDegradeUnderLoad(t *testing.T) {
 }
 
 // A call the spend stage degraded is not degraded again under load, though
-// its rung has one below it that would serve it in time.
+// its rung has one below it that would serve it in time: the degrade stage,
+// before spend, judged the model asked (big, which has room), and the
+// route stage only picks the pool of the model spend leaves. (Tiny has no
+// price here: the call for small sent to tiny is priced as small, see
+// TestDegradedUnderLoadToAnUnpricedRung.)
 func TestRouteSpendDegradedNotDegradedAgain(t *testing.T) {
 	c := routeCore(t, Config{
 		Spend: limiter(t, unitPrices), // ladder big → small
@@ -1020,9 +1024,9 @@ func TestFailoverAbandonedGivesBack(t *testing.T) {
 	})
 }
 
-// A call degraded under load is booked at the model it calls: its spend
-// reservation at the model asked is replaced by one at the rung's, and the
-// books hold the rung's cost once it is settled.
+// A call degraded under load is booked at the model it calls: the degrade
+// stage moves it before the spend stage reserves, and the books hold the
+// rung's cost once it is settled.
 func TestRouteLoadDegradedBookedAtTheRung(t *testing.T) {
 	l := limiter(t, prices)
 	c := routeCore(t, Config{Spend: l, Routing: &RoutingConfig{

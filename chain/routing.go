@@ -2,6 +2,8 @@ package chain
 
 import (
 	"fmt"
+	"maps"
+	"slices"
 	"time"
 
 	"github.com/sluicehq/sluice/admission"
@@ -79,14 +81,34 @@ const (
 
 // routing is the routing of a chain of cfg: cfg.Routing, or one pool for
 // every model, of gate cfg.Admission.
+//
+// The tenants' shares (TenantConfig.Share) are every pool's: each pool's
+// gate gets them, a queue share taken of that gate's own waiting room.
 func (cfg Config) routing() *RoutingConfig {
-	if cfg.Routing != nil {
-		return cfg.Routing
+	rt := cfg.Routing
+	if rt == nil {
+		rt = &RoutingConfig{
+			Pools:  []PoolConfig{{Name: DefaultPool, Deployment: DefaultPool, Model: AnyModel, Admission: cfg.Admission}},
+			Routes: map[string][]string{AnyModel: {DefaultPool}},
+		}
 	}
-	return &RoutingConfig{
-		Pools:  []PoolConfig{{Name: DefaultPool, Deployment: DefaultPool, Model: AnyModel, Admission: cfg.Admission}},
-		Routes: map[string][]string{AnyModel: {DefaultPool}},
+	if !slices.ContainsFunc(cfg.Tenants, func(t TenantConfig) bool { return !t.Share.IsZero() }) {
+		return rt
 	}
+	shared := *rt
+	shared.Pools = slices.Clone(rt.Pools)
+	for i := range shared.Pools {
+		a := &shared.Pools[i].Admission
+		tenants := make(map[string]admission.TenantConfig, len(a.Tenants)+len(cfg.Tenants))
+		maps.Copy(tenants, a.Tenants)
+		for _, t := range cfg.Tenants {
+			if !t.Share.IsZero() {
+				tenants[t.Name] = t.Share
+			}
+		}
+		a.Tenants = tenants
+	}
+	return &shared
 }
 
 // DefaultProbeInterval and DefaultMaxProbeInterval are the probe's

@@ -2,7 +2,6 @@ package chain
 
 import (
 	"errors"
-	"fmt"
 	"hash/maphash"
 	"math"
 	"sync"
@@ -10,49 +9,79 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/admission"
+	"github.com/sluicehq/sluice/internal/yamlpath"
 )
 
-// Defaults of RecogniseConfig.
+// Defaults and bounds of RecogniseConfig.
 const (
 	DefaultRecogniseWindow     = 30 * time.Second
 	DefaultRecogniseMaxEntries = 1 << 16
+	// MaxRecogniseWindow bounds Window: a copy an hour old is a new
+	// request.
+	MaxRecogniseWindow = time.Hour
 	// MaxRecogniseEntries bounds MaxEntries: about 4 GiB of entries is no
 	// longer a bounded memory anyone meant to configure.
 	MaxRecogniseEntries = 1 << 26
 )
 
 // RecogniseConfig configures the stage that recognises retries sent
-// without a retry header: a copy of a request its tenant sent lately (same
-// class, model and body) that failed is a retry of it.
+// without a retry header (X-Sluice-Attempt, X-Stainless-Retry-Count): a
+// request identical to one its tenant sent within the window (same class,
+// model and body bytes) whose last copy was refused, timed out, was
+// abandoned by its caller or failed upstream is a retry — ranked as one and
+// charged to the retry budgets. One whose last copy succeeded is not (see
+// docs/retries.md). In a configuration file it is retries.recognise.
 type RecogniseConfig struct {
 	// Disabled leaves the stage out: only the attempt the shell read from
 	// the caller (a header) marks a retry.
-	Disabled bool
+	Disabled bool `yaml:"disabled"`
 	// Window is how long after a copy of a request failed another copy
-	// counts as its retry. Zero means DefaultRecogniseWindow (30s);
-	// negative is an error.
-	Window time.Duration
+	// counts as its retry. Zero means DefaultRecogniseWindow (30s); at most
+	// MaxRecogniseWindow (1h).
+	Window time.Duration `yaml:"window"`
 	// MaxEntries bounds the requests remembered, each in constant memory
-	// (about 67 bytes, see the seen type); past it the oldest is forgotten
-	// first. Zero means DefaultRecogniseMaxEntries (65536); negative or
-	// above MaxRecogniseEntries is an error.
-	MaxEntries int
+	// (about 67 bytes, see the seen type: 4.2 MiB at the default); past it
+	// the oldest is forgotten first. Nil (absent) means
+	// DefaultRecogniseMaxEntries (65536); 1 to MaxRecogniseEntries
+	// otherwise. Zero is an error: Disabled turns recognition off.
+	MaxEntries *int `yaml:"max_entries"`
 }
 
-func (c RecogniseConfig) withDefaults() (RecogniseConfig, error) {
-	switch {
-	case c.Window < 0:
-		return c, fmt.Errorf("window: %v, want ≥ 0 (0 for %v)", c.Window, DefaultRecogniseWindow)
-	case c.MaxEntries < 0 || c.MaxEntries > MaxRecogniseEntries:
-		return c, fmt.Errorf("max_entries: %d, want 0 (for %d) to %d", c.MaxEntries, DefaultRecogniseMaxEntries, MaxRecogniseEntries)
+// Validate names the first bad field by its YAML key (a
+// *yamlpath.FieldError relative to the section). A disabled stage is not
+// checked: nothing of it is used.
+func (c RecogniseConfig) Validate() error {
+	if c.Disabled {
+		return nil
 	}
-	if c.Window == 0 {
-		c.Window = DefaultRecogniseWindow
+	if c.Window < 0 || c.Window > MaxRecogniseWindow {
+		return yamlpath.Errorf("window", "%v is out of range, want 0 (for %v) to %v", c.Window, DefaultRecogniseWindow, MaxRecogniseWindow)
 	}
-	if c.MaxEntries == 0 {
-		c.MaxEntries = DefaultRecogniseMaxEntries
+	if m := c.MaxEntries; m != nil {
+		if *m == 0 {
+			return yamlpath.Errorf("max_entries", "0 remembers nothing; want 1..%d (or disabled: true)", MaxRecogniseEntries)
+		}
+		if *m < 1 || *m > MaxRecogniseEntries {
+			return yamlpath.Errorf("max_entries", "%d is out of range, want 1..%d", *m, MaxRecogniseEntries)
+		}
 	}
-	return c, nil
+	return nil
+}
+
+// resolved validates c and returns its window and bound with the defaults
+// filled in.
+func (c RecogniseConfig) resolved() (window time.Duration, maxEntries int, err error) {
+	if err := c.Validate(); err != nil {
+		return 0, 0, err
+	}
+	window, maxEntries = c.Window, DefaultRecogniseMaxEntries
+	if window == 0 {
+		window = DefaultRecogniseWindow
+	}
+	if c.MaxEntries != nil {
+		maxEntries = *c.MaxEntries
+	}
+	return window, maxEntries, nil
 }
 
 // seen is the stage that recognises a retry by what it asks rather than by
@@ -158,11 +187,11 @@ func newSeen(cfg RecogniseConfig) (*seen, error) {
 	if cfg.Disabled {
 		return nil, nil
 	}
-	cfg, err := cfg.withDefaults()
+	window, maxEntries, err := cfg.resolved()
 	if err != nil {
 		return nil, err
 	}
-	s := &seen{window: cfg.Window, max: cfg.MaxEntries, seed: maphash.MakeSeed()}
+	s := &seen{window: window, max: maxEntries, seed: maphash.MakeSeed()}
 	s.mu.index = map[uint64]uint32{}
 	return s, nil
 }

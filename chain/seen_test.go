@@ -225,7 +225,7 @@ func TestSeenRetriesAreChargedAndRanked(t *testing.T) {
 // At most MaxEntries requests are remembered, and the oldest is forgotten
 // first: its next copy is a first attempt again.
 func TestSeenForgetsTheOldestFirst(t *testing.T) {
-	c := seenCore(t, RecogniseConfig{MaxEntries: 3})
+	c := seenCore(t, RecogniseConfig{MaxEntries: new(3)})
 	fail := func(prompt uint64, at time.Duration) {
 		tk := new(Ticket)
 		c.Arrive(t0.Add(at), copyOf(prompt), tk, false)
@@ -261,7 +261,7 @@ func TestSeenForgetsTheOldestFirst(t *testing.T) {
 // and one open for longer than a window (renewed) does not hold the others
 // back.
 func TestSeenForgetsWhatCannotMatter(t *testing.T) {
-	s, _ := newSeen(RecogniseConfig{MaxEntries: 1000})
+	s, _ := newSeen(RecogniseConfig{MaxEntries: new(1000)})
 	admit := func(prompt uint64, at time.Duration) Hold {
 		r := copyOf(prompt)
 		h, _ := s.Admit(t0.Add(at), &r)
@@ -303,8 +303,10 @@ func TestSeenConfig(t *testing.T) {
 		field string
 	}{
 		{RecogniseConfig{Window: -time.Second}, "recognise: window"},
-		{RecogniseConfig{MaxEntries: -1}, "recognise: max_entries"},
-		{RecogniseConfig{MaxEntries: MaxRecogniseEntries + 1}, "recognise: max_entries"},
+		{RecogniseConfig{MaxEntries: new(-1)}, "recognise: max_entries"},
+		{RecogniseConfig{MaxEntries: new(MaxRecogniseEntries + 1)}, "recognise: max_entries"},
+		{RecogniseConfig{MaxEntries: new(0)}, "recognise: max_entries: 0 remembers nothing"},
+		{RecogniseConfig{Window: MaxRecogniseWindow + time.Second}, "recognise: window"},
 	} {
 		_, err := NewCore(Config{Admission: admission.Config{Concurrency: 1}, Recognise: tc.cfg})
 		if err == nil || !strings.Contains(err.Error(), tc.field) {
@@ -361,7 +363,7 @@ func TestSeenConcurrent(t *testing.T) {
 	c, err := New(Config{
 		Admission: admission.Config{Concurrency: 64, MaxQueue: 64},
 		Retries:   RetryConfig{Disabled: true},
-		Recognise: RecogniseConfig{MaxEntries: 16},
+		Recognise: RecogniseConfig{MaxEntries: new(16)},
 	})
 	if err != nil {
 		t.Fatal(err)

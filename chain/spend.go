@@ -1,6 +1,7 @@
 package chain
 
 import (
+	"errors"
 	"fmt"
 	"time"
 
@@ -12,7 +13,10 @@ import (
 // in the gate (before any over-quota demotion) goes with its tenant,
 // model, class and tokens to spend.Limiter.Admit. A refusal is the call's
 // answer (429 tenant_budget or 503 spend_ceiling); over quota marks the
-// call for the gate; a degraded call continues with the rung's model.
+// call for the gate; a degraded call continues with the rung's model. The
+// model is the one the call will call: the degrade stage, before this one,
+// has already sent a call down a rung under load, so the one reservation
+// made here is at the right price.
 type spendStage struct {
 	l    *spend.Limiter
 	gate GateView
@@ -27,25 +31,36 @@ func (s *spendStage) Admit(now time.Time, r *Request) (Hold, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &spendHold{s: s, res: d.Reservation, tenant: r.Tenant, model: r.Model, estimate: d.EstimatedUSD}, nil
+	return &spendHold{s: s, res: d.Reservation, tenant: r.Tenant, model: d.Model, estimate: d.EstimatedUSD}, nil
 }
 
 // decide asks the limiter about the call — ask is its Admit, or its Peek
 // for an estimate — and applies its answer to r: over quota, degraded,
-// the estimated cost. A refusal is returned as the error.
+// the estimated cost. A refusal is returned as the error. The decision's
+// Model is the model priced: r.Model, but for a rung of the routing ladder
+// spend has no price for.
 func (s *spendStage) decide(now time.Time, r *Request, ask func(time.Time, spend.Request) (spend.Decision, error)) (spend.Decision, error) {
 	rank, err := s.gate.Rank(r.admission())
 	if err != nil {
 		return spend.Decision{}, err
 	}
-	d, err := ask(now, spend.Request{
+	req := spend.Request{
 		Tenant:               r.Tenant,
 		Model:                r.Model,
 		Rank:                 rank,
 		Class:                r.Class,
 		EstimatedInputTokens: r.InputTokens,
 		MaxOutputTokens:      r.MaxOutputTokens,
-	})
+	}
+	d, err := ask(now, req)
+	if err != nil && r.DegradedBy == DegradedByLoad && errors.Is(err, spend.ErrUnknownModel) {
+		// The routing ladder's rung has no price, the model asked may:
+		// the call is priced (and refused, or degraded for money) as the
+		// model asked, booked high rather than refused for a rung its
+		// caller never named.
+		req.Model = r.AskedModel
+		d, err = ask(now, req)
+	}
 	switch {
 	case err != nil:
 		return d, err
@@ -56,13 +71,18 @@ func (s *spendStage) decide(now time.Time, r *Request, ask func(time.Time, spend
 		r.OverQuota = true
 	}
 	if d.Degraded {
-		r.AskedModel, r.Model, r.Degraded, r.DegradedBy = r.Model, d.Model, true, DegradedBySpend
+		if !r.Degraded {
+			r.AskedModel = r.Model
+		}
+		// A call degraded under load keeps the model its caller asked;
+		// the cause is the last move down.
+		r.Model, r.Degraded, r.DegradedBy = d.Model, true, DegradedBySpend
 	}
 	r.EstimatedUSD = d.EstimatedUSD
 	return d, nil
 }
 
-// spendHold is one call's reservation.
+// spendHold is one call's reservation, at model.
 type spendHold struct {
 	s        *spendStage
 	res      *spend.Reservation
@@ -99,35 +119,4 @@ func (h *spendHold) Settle(now time.Time, o Outcome) error {
 		}
 	}
 	return nil
-}
-
-// reprice books a call the route stage degraded under load (after this
-// stage reserved it at the model asked) at the model it will call: the
-// reservation at the asked model is replaced by one at the rung's. When the
-// limiter would not take the rung's as it stands (refused, or degraded
-// further, which the route stage did not choose a pool for) the first
-// reservation is kept: the call is booked high, never low.
-func (s *spendStage) reprice(now time.Time, r *Request, hs *holds) {
-	i := -1
-	for j := 0; j < hs.n; j++ {
-		if _, ok := hs.h[j].(*spendHold); ok {
-			i = j
-		}
-	}
-	if i < 0 {
-		return
-	}
-	rr := *r
-	rr.Degraded, rr.AskedModel, rr.DegradedBy = false, "", ""
-	d, err := s.decide(now, &rr, s.l.Admit)
-	if err != nil {
-		return
-	}
-	if rr.Model != r.Model {
-		s.l.Cancel(now, d.Reservation)
-		return
-	}
-	hs.h[i].Cancel(now, nil)
-	hs.h[i] = &spendHold{s: s, res: d.Reservation, tenant: r.Tenant, model: r.Model, estimate: d.EstimatedUSD}
-	r.EstimatedUSD, r.OverQuota = d.EstimatedUSD, r.OverQuota || d.OverQuota
 }

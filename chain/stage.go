@@ -40,29 +40,60 @@ type GateView interface {
 	KeyStats(key string) admission.KeyStats
 }
 
-// list returns the chain's stages before the gate, in the order they are
-// asked. This list is the chain's order: a call refused by one stage costs
-// nothing of the stages after it. Stages a configuration leaves out (no
-// retry budgets, recognition disabled, no spend section) are not in it.
+// order is the chain's order: every stage a chain may have, in the order a
+// call is asked, each with the reason it stands where it does. A call a
+// stage refuses costs nothing of the stages after it, and each stage sees
+// the call as the earlier ones left it: both reasons decide every place.
+// Adding a stage is one entry here and a type implementing [Stage].
+var order = [...]struct {
+	name string
+	// of is the chain's stage, nil when its configuration leaves it out.
+	of func(*stages) Stage
+}{
+	// First: every later stage, and the gate, ask whose call it is — its
+	// tenant, tier and class.
+	{"identify", func(s *stages) Stage { return s.identify }},
+	// Before the retry budgets: a retry it recognises is charged as one,
+	// and ranked as one by the gate.
+	{"recognise", func(s *stages) Stage { return orNil(s.seen) }},
+	// Before degrade, spend and route: a retry its budget refuses is
+	// refused before any pool is estimated or any spend reserved.
+	{"retries", func(s *stages) Stage { return orNil(s.retries) }},
+	// Before spend: spend reserves at the model the call will call, and
+	// judges a call sent down a rung at the rung's price — no stage
+	// reprices another's hold after the fact. It judges the model asked
+	// at the rank the call has so far: spend's over-quota mark comes after.
+	{"degrade", func(s *stages) Stage { return orNil(s.degrade) }},
+	// Before route: it may move the call down its own ladder for money,
+	// and its refusal takes nothing from a pool's buckets.
+	{"spend", func(s *stages) Stage { return orNil(s.spend) }},
+	// Last: the pool is chosen for the call as the earlier stages leave it
+	// (its class, its model degraded or not, over quota), and a refusal by
+	// any of them takes nothing from the pool's buckets.
+	{"route", func(s *stages) Stage { return orNil(s.route) }},
+}
+
+// orNil is p as a Stage, or nil (not an interface holding a nil pointer)
+// when p is nil.
+func orNil[P interface {
+	*T
+	Stage
+}, T any](p P) Stage {
+	if p == nil {
+		return nil
+	}
+	return p
+}
+
+// list returns the chain's stages before the gate, in order: the entries
+// of order its configuration has (no retry budgets, recognition disabled,
+// no spend section, no ladder leave theirs out).
 func (s *stages) list() []Stage {
-	var l []Stage
-	l = append(l, s.identify)
-	if s.seen != nil {
-		// Before the retry budgets: a retry it recognises is charged as
-		// one, and ranked as one by the gate.
-		l = append(l, s.seen)
-	}
-	if s.retries != nil {
-		l = append(l, s.retries)
-	}
-	if s.spend != nil {
-		l = append(l, s.spend)
-	}
-	if s.route != nil {
-		// Last: the pool is chosen for the call as the earlier stages
-		// leave it (its class, its model degraded for spend or not), and a
-		// refusal by them takes nothing from the pool's buckets.
-		l = append(l, s.route)
+	l := make([]Stage, 0, len(order))
+	for _, o := range order {
+		if st := o.of(s); st != nil {
+			l = append(l, st)
+		}
 	}
 	return l
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/sluicehq/sluice/admission"
 	"github.com/sluicehq/sluice/contract"
+	"github.com/sluicehq/sluice/internal/yamlpath"
 )
 
 // AnonymousTenant is the tenant of every call when no tenants are
@@ -23,21 +24,61 @@ const AnonymousTenant = contract.AnonymousTenant
 // key when tenants have keys: the gateway's 401.
 var ErrUnknownKey = errors.New("chain: missing or unknown API key")
 
-// TenantConfig is one tenant.
+// TenantConfig is one tenant: who it is (its name, tier and API keys),
+// what it may ask (its classes) and its share of the gate. In a
+// configuration file it is an item of tenants.
 type TenantConfig struct {
-	// Name identifies the tenant in metrics, budgets and books.
-	Name string
-	// Tier is the tenant's tier: low, standard or high ("" is standard).
-	Tier string
-	// KeysSHA256 are the hex SHA-256 digests of the tenant's API keys.
-	KeysSHA256 []string
+	// Name identifies the tenant in metrics, budgets, books and logs.
+	// Required, unique.
+	Name string `yaml:"name"`
+	// Tier is the tenant's tier: low, standard or high. Empty means
+	// standard.
+	Tier string `yaml:"tier"`
+	// APIKeysSHA256 are the hex SHA-256 digests of the tenant's API keys
+	// (see HashKey, `sluice hash-key`); the keys themselves are never
+	// stored. A tenant without keys is one the shell names itself (the
+	// simulator's); the gateway requires at least one.
+	APIKeysSHA256 []string `yaml:"api_keys_sha256"`
 	// Classes are the priority classes the tenant may use. Empty means
 	// any. A call in another class is demoted to the allowed class of the
 	// highest rank not above it (a call ranked below every allowed class
-	// asks for less than the tenant may have, and keeps its class), or
-	// refused with *ClassError when RefuseOtherClasses is set.
-	Classes            []string
-	RefuseOtherClasses bool
+	// asks for less than the tenant may have, and keeps its class) — the
+	// gateway returns the class applied in X-Sluice-Class — or refused
+	// with *ClassError when DisallowedClass is "refuse".
+	Classes []string `yaml:"classes"`
+	// DisallowedClass is what a call in a class not in Classes gets:
+	// "demote" (empty means demote) or "refuse" (the gateway's 403,
+	// class_not_allowed).
+	DisallowedClass string `yaml:"disallowed_class"`
+	// Share is the tenant's part of each pool's gate: its weight in the
+	// fair share, its cap on slots, its part of the waiting room (see
+	// admission.TenantConfig). Written inline: weight, max_concurrency,
+	// queue_share.
+	Share admission.TenantConfig `yaml:",inline"`
+}
+
+// Validate checks t on its own, naming the first bad field by its YAML key
+// (a *yamlpath.FieldError relative to the tenant). What needs the rest of
+// the configuration — names and keys unique, classes that exist — is the
+// chain's to check when it is built (New, Reconfigure).
+func (t TenantConfig) Validate() error {
+	if t.Name == "" {
+		return yamlpath.Errorf("name", "required")
+	}
+	if _, err := admission.ParseTier(t.Tier); err != nil {
+		return yamlpath.Errorf("tier", "%v", err)
+	}
+	for j, h := range t.APIKeysSHA256 {
+		if _, err := ParseDigest(h); err != nil {
+			return yamlpath.Errorf(fmt.Sprintf("api_keys_sha256[%d]", j), "%v", err)
+		}
+	}
+	switch t.DisallowedClass {
+	case "", "demote", "refuse":
+	default:
+		return yamlpath.Errorf("disallowed_class", "%q, want demote or refuse", t.DisallowedClass)
+	}
+	return t.Share.Validate()
 }
 
 type tenant struct {
@@ -95,36 +136,57 @@ func newIdentify(cfgs []TenantConfig, gate GateView) (*identify, error) {
 
 // newTable builds the table of cfgs, or an error naming the invalid field.
 func (id *identify) newTable(cfgs []TenantConfig) (*tenantTable, error) {
+	if err := ValidateTenants(cfgs); err != nil {
+		return nil, err
+	}
 	tb := &tenantTable{byName: map[string]*tenant{}}
 	for i, c := range cfgs {
-		tier, err := admission.ParseTier(c.Tier)
-		if err != nil {
-			return nil, fmt.Errorf("tenants[%d].tier: %w", i, err)
-		}
-		t := &tenant{name: c.Name, tier: tier, refuse: c.RefuseOtherClasses}
+		tier, _ := admission.ParseTier(c.Tier)
+		t := &tenant{name: c.Name, tier: tier, refuse: c.DisallowedClass == "refuse"}
 		for j, class := range c.Classes {
 			if _, ok := id.rank(class); !ok {
-				return nil, fmt.Errorf("tenants[%d].classes[%d]: %q is not a class of the gate", i, j, class)
+				return nil, yamlpath.Errorf(fmt.Sprintf("tenants[%d].classes[%d]", i, j), "%q is not a class of the gate", class)
 			}
 			if slices.Contains(t.classes, class) {
-				return nil, fmt.Errorf("tenants[%d].classes[%d]: %q appears twice", i, j, class)
+				return nil, yamlpath.Errorf(fmt.Sprintf("tenants[%d].classes[%d]", i, j), "%q appears twice", class)
 			}
 			t.classes = append(t.classes, class)
 		}
-		if tb.byName[c.Name] != nil {
-			return nil, fmt.Errorf("tenants[%d].name: %q is a second tenant of that name", i, c.Name)
-		}
 		tb.byName[c.Name] = t
 		tb.order = append(tb.order, t)
-		for j, h := range c.KeysSHA256 {
-			d, err := ParseDigest(h)
-			if err != nil {
-				return nil, fmt.Errorf("tenants[%d].api_keys_sha256[%d]: %w", i, j, err)
-			}
+		for _, h := range c.APIKeysSHA256 {
+			d, _ := ParseDigest(h) // valid: ValidateTenants parsed it
 			tb.keys = append(tb.keys, tenantKey{digest: d, tenant: t})
 		}
 	}
 	return tb, nil
+}
+
+// ValidateTenants checks the tenants of one configuration: each on its own
+// (TenantConfig.Validate), their names unique, and no key any two share.
+// Errors name the field by its YAML path (tenants[i].…). The classes each
+// may use are checked against the gate's when the chain is built.
+func ValidateTenants(cfgs []TenantConfig) error {
+	names := map[string]bool{}
+	owner := map[[sha256.Size]byte]string{}
+	for i, c := range cfgs {
+		at := fmt.Sprintf("tenants[%d]", i)
+		if err := c.Validate(); err != nil {
+			return yamlpath.At(at, err)
+		}
+		if names[c.Name] {
+			return yamlpath.Errorf(at+".name", "%q is a second tenant of that name", c.Name)
+		}
+		names[c.Name] = true
+		for j, h := range c.APIKeysSHA256 {
+			d, _ := ParseDigest(h) // valid: Validate parsed it
+			if other, dup := owner[d]; dup {
+				return yamlpath.Errorf(fmt.Sprintf("%s.api_keys_sha256[%d]", at, j), "the same key is also %s's", other)
+			}
+			owner[d] = c.Name
+		}
+	}
+	return nil
 }
 
 // ParseDigest parses a hex SHA-256 digest.

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/chain"
 	"github.com/sluicehq/sluice/contract"
 	"github.com/sluicehq/sluice/mockllm"
 )
@@ -100,7 +101,7 @@ func TestAccessLog(t *testing.T) {
 	_, up := startMock(t, mockllm.Config{})
 	cfg := baseConfig(up.URL)
 	cfg.Upstream.APIKeyEnv = "TEST_PROVIDER_KEY"
-	cfg.Tenants = []TenantConfig{{Name: "acme", APIKeysSHA256: []string{HashKey(tenantKey)}}}
+	cfg.Tenants = []chain.TenantConfig{{Name: "acme", APIKeysSHA256: []string{HashKey(tenantKey)}}}
 	cfg.Spend = testSpend()
 	// Before any call has completed, a second is the expected service
 	// time: a 50 ms budget is refused at once (queue_wait).

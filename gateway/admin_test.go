@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/admission"
+	"github.com/sluicehq/sluice/chain"
 	"github.com/sluicehq/sluice/contract"
 	"github.com/sluicehq/sluice/mockllm"
 )
@@ -30,7 +31,7 @@ func TestAdminEndpoints(t *testing.T) {
 	_, up := startMock(t, mockllm.Config{Slots: 2, Median: 5 * time.Millisecond})
 	cfg := baseConfig(up.URL)
 	cfg.Upstream.APIKeyEnv = "TEST_PROVIDER_KEY"
-	cfg.Tenants = []TenantConfig{{Name: "acme", Tier: "high", APIKeysSHA256: []string{HashKey("sk-acme")}}}
+	cfg.Tenants = []chain.TenantConfig{{Name: "acme", Tier: "high", APIKeysSHA256: []string{HashKey("sk-acme")}}}
 	g, gw := startGateway(t, cfg)
 	admin := httptest.NewServer(g.AdminHandler())
 	defer admin.Close()

@@ -13,6 +13,7 @@ import (
 	"github.com/anthropics/anthropic-sdk-go/v2/shared"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/sluicehq/sluice/chain"
 	"github.com/sluicehq/sluice/contract"
 	"github.com/sluicehq/sluice/mockllm"
 	"github.com/sluicehq/sluice/spend"
@@ -30,7 +31,7 @@ func anthropicGateway(t *testing.T) (*Gateway, string, *mockllm.Server) {
 	cfg.Admission.Concurrency, cfg.Admission.MaxQueue = 1, new(0)
 	cfg.Upstream.APIKeyEnv = "TEST_PROVIDER_KEY"
 	cfg.Upstream.AuthHeader = "x-api-key"
-	cfg.Tenants = []TenantConfig{
+	cfg.Tenants = []chain.TenantConfig{
 		{Name: "acme", APIKeysSHA256: []string{HashKey("key-acme")}},
 		{Name: "poor", APIKeysSHA256: []string{HashKey("key-poor")}},
 	}

@@ -99,7 +99,7 @@ func TestBatchRedisReplicas(t *testing.T) {
 	if got := mock.Stats().Received; got != n {
 		t.Errorf("the provider received %d calls for %d items", got, n)
 	}
-	ranA, ranB := a.g.batch.exec.Stats().Completed, b.g.batch.exec.Stats().Completed
+	ranA, ranB := batchItems(t, a.g, "completed"), batchItems(t, b.g, "completed")
 	if ranA == 0 || ranB == 0 || ranA+ranB != n {
 		t.Errorf("replica a ran %d items, b %d; want both some, %d together", ranA, ranB, n)
 	}

@@ -15,18 +15,11 @@ func (c Config) chainConfig(l *spend.Limiter) (chain.Config, error) {
 	if err != nil {
 		return chain.Config{}, err
 	}
-	retries, err := c.Retries.chainRetries()
-	if err != nil {
-		return chain.Config{}, err
-	}
-	cc := chain.Config{Admission: acfg, Retries: retries, Recognise: c.Retries.Recognise.chain(), Spend: l, RefusalSpread: c.Admission.refusalSpread().D()}
+	cc := chain.Config{Admission: acfg, Retries: c.Retries.chainRetries(), Recognise: c.Retries.Recognise, Spend: l, RefusalSpread: c.Admission.refusalSpread().D()}
 	if cc.RefusalSpread == 0 {
 		cc.RefusalSpread = -1 // configured off
 	}
-	for _, t := range c.Tenants {
-		cc.Tenants = append(cc.Tenants, chain.TenantConfig{Name: t.Name, Tier: t.Tier, KeysSHA256: t.APIKeysSHA256,
-			Classes: t.Classes, RefuseOtherClasses: t.DisallowedClass == "refuse"})
-	}
+	cc.Tenants = c.Tenants
 	if _, err := chain.NewCore(cc); err != nil {
 		return chain.Config{}, fmt.Errorf("config: %w", err)
 	}

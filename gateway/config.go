@@ -1,10 +1,8 @@
 package gateway
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"net/url"
 	"os"
@@ -12,10 +10,11 @@ import (
 	"strings"
 	"time"
 
-	"go.yaml.in/yaml/v3"
-
 	"github.com/sluicehq/sluice/admission"
 	"github.com/sluicehq/sluice/chain"
+	"github.com/sluicehq/sluice/gateway/batchapi"
+	"github.com/sluicehq/sluice/gateway/guard"
+	"github.com/sluicehq/sluice/internal/yamlpath"
 	"github.com/sluicehq/sluice/internal/yamltime"
 	"github.com/sluicehq/sluice/spend"
 )
@@ -67,7 +66,7 @@ type Config struct {
 	// Tenants identify callers by API key. Empty means one anonymous
 	// tenant: the Authorization header is not checked (and is forwarded
 	// upstream unless upstream.api_key_env is set).
-	Tenants []TenantConfig `yaml:"tenants"`
+	Tenants []chain.TenantConfig `yaml:"tenants"`
 	// Passthrough lists the paths forwarded beside the gated APIs
 	// (/v1/chat/completions, /v1/completions, /v1/embeddings,
 	// /v1/responses, /v1/messages), each admitted through the chain. Empty
@@ -83,7 +82,7 @@ type Config struct {
 	// budgets.
 	Spend *spend.Config `yaml:"spend"`
 	// Server bounds client connections: timeouts and connection caps.
-	Server ServerConfig `yaml:"server"`
+	Server guard.Config `yaml:"server"`
 	// Store says where the spend books live (see StoreConfig). Nil means
 	// this process's memory: one replica, books forgotten at restart.
 	Store *StoreConfig `yaml:"store"`
@@ -94,9 +93,9 @@ type Config struct {
 	// request among them (see accesslog.go). Zero means text.
 	Log LogConfig `yaml:"log"`
 	// Batch is the Batch API (/v1/files, /v1/batches), which the gateway
-	// serves and runs itself (see BatchConfig). Its zero value is off in a
+	// serves and runs itself (see batchapi.Config). Its zero value is off in a
 	// Gateway built by New and on in `sluice serve`.
-	Batch BatchConfig `yaml:"batch"`
+	Batch batchapi.Config `yaml:"batch"`
 	// ShutdownGrace is how long in-flight requests may take to finish after
 	// SIGTERM/SIGINT. Zero means 30s; at most 1h (an orchestrator kills a
 	// process long before).
@@ -184,41 +183,6 @@ type RanksConfig struct {
 	HighTierBoost *int `yaml:"high_tier_boost"`
 }
 
-// TenantConfig is one tenant.
-type TenantConfig struct {
-	// Name identifies the tenant in metrics and logs. Required, unique.
-	Name string `yaml:"name"`
-	// Tier is low, standard or high. Empty means standard.
-	Tier string `yaml:"tier"`
-	// APIKeysSHA256 are the hex SHA-256 digests of the tenant's keys (see
-	// `sluice hash-key`). The keys themselves are never stored. At least one.
-	APIKeysSHA256 []string `yaml:"api_keys_sha256"`
-	// Classes are the priority classes the tenant may use. Empty means
-	// any. A request in another class is demoted to the allowed class of
-	// the highest rank not above it (one ranked below every allowed class
-	// keeps its own) — the class applied is returned in X-Sluice-Class —
-	// or refused when DisallowedClass is "refuse".
-	Classes []string `yaml:"classes"`
-	// DisallowedClass is what a request in a class not in Classes gets:
-	// "demote" (empty means demote) or "refuse" (403, class_not_allowed).
-	DisallowedClass string `yaml:"disallowed_class"`
-
-	// The tenant's part of the gate's fair shares (see package admission).
-	//
-	// Weight is its weight: within a rank tenants are served estimated
-	// tokens in proportion to their weights, and its fair share of the
-	// slots is weighted the same way. Zero means 1; at most 1e6.
-	Weight float64 `yaml:"weight"`
-	// MaxConcurrency caps the upstream calls the tenant may have in flight:
-	// at the cap its requests queue even while slots are free for others.
-	// Zero means no cap; at most admission.concurrency's bound.
-	MaxConcurrency int `yaml:"max_concurrency"`
-	// QueueShare is the fraction of admission.max_queue the tenant's queued
-	// requests may take (at least one place); past it they are refused with
-	// queue_full. Zero means admission.max_queue_per_tenant; at most 1.
-	QueueShare float64 `yaml:"queue_share"`
-}
-
 // LimitsConfig bounds what a request may ask for.
 type LimitsConfig struct {
 	// MaxBodyBytes bounds a request body; larger → 413. Zero means 10 MiB;
@@ -251,16 +215,11 @@ func LoadConfig(path string) (Config, error) {
 }
 
 // ParseConfig parses YAML, refusing unknown keys, and validates the result.
+// Every error names the YAML path of its field (see package yamlpath).
 func ParseConfig(data []byte) (Config, error) {
 	var cfg Config
-	var root yaml.Node
-	if err := yaml.Unmarshal(data, &root); err != nil {
+	if err := yamlpath.Unmarshal(data, &cfg); err != nil {
 		return Config{}, fmt.Errorf("config: %w", err)
-	}
-	dec := yaml.NewDecoder(bytes.NewReader(data))
-	dec.KnownFields(true)
-	if err := dec.Decode(&cfg); err != nil && !errors.Is(err, io.EOF) {
-		return Config{}, fmt.Errorf("config: %w", namedYAMLError(&root, err))
 	}
 	if err := cfg.Validate(); err != nil {
 		return Config{}, err
@@ -329,7 +288,7 @@ func (c Config) withDefaults() Config {
 	}
 	// After the waiting room: the batch class sends its own timeouts,
 	// and must not lengthen the derived queue.
-	c.Batch = c.Batch.withDefaults()
+	c.Batch = c.Batch.WithDefaults()
 	return c.batchClassDefaults()
 }
 
@@ -415,11 +374,8 @@ func (c Config) Validate() error {
 	if err := durationIn("limits.max_timeout", c.Limits.MaxTimeout, 0, maxTimeout); err != nil {
 		return err
 	}
-	if err := retryRanges(c.Retries); err != nil {
-		return err
-	}
 	if err := c.Retries.validate(); err != nil {
-		return err
+		return fmt.Errorf("config: %w", err)
 	}
 	if err := c.Log.validate(); err != nil {
 		return err
@@ -433,7 +389,7 @@ func (c Config) Validate() error {
 	if err := c.UpstreamLimit.validate(); err != nil {
 		return err
 	}
-	if err := c.Server.validate(); err != nil {
+	if err := c.Server.Validate(); err != nil {
 		return err
 	}
 	if err := c.Idempotency.validate(); err != nil {
@@ -470,41 +426,18 @@ func (c Config) Validate() error {
 	if err := c.Store.validate(c.Spend != nil); err != nil {
 		return err
 	}
-	seenTenant := map[string]bool{}
-	seenKey := map[string]string{}
+	if err := chain.ValidateTenants(c.Tenants); err != nil {
+		return fmt.Errorf("config: %w", err)
+	}
 	for i, t := range c.Tenants {
 		path := fmt.Sprintf("tenants[%d]", i)
-		if t.Name == "" {
-			return fmt.Errorf("config: %s.name is required", path)
-		}
-		if seenTenant[t.Name] {
-			return fmt.Errorf("config: %s.name: %q appears twice", path, t.Name)
-		}
-		seenTenant[t.Name] = true
-		if _, err := admission.ParseTier(t.Tier); err != nil {
-			return fmt.Errorf("config: %s.tier: %v", path, err)
-		}
 		if len(t.APIKeysSHA256) == 0 {
 			return fmt.Errorf("config: %s.api_keys_sha256: at least one key digest is required", path)
-		}
-		for j, h := range t.APIKeysSHA256 {
-			if _, err := chain.ParseDigest(h); err != nil {
-				return fmt.Errorf("config: %s.api_keys_sha256[%d]: %v", path, j, err)
-			}
-			if other, dup := seenKey[strings.ToLower(h)]; dup {
-				return fmt.Errorf("config: %s.api_keys_sha256[%d]: the same key is also %s's", path, j, other)
-			}
-			seenKey[strings.ToLower(h)] = t.Name
 		}
 		for j, class := range t.Classes {
 			if _, ok := c.Classes[class]; !ok {
 				return fmt.Errorf("config: %s.classes[%d]: %q is not a class of classes (%s)", path, j, class, strings.Join(sortedKeys(c.Classes), ", "))
 			}
-		}
-		switch t.DisallowedClass {
-		case "", "demote", "refuse":
-		default:
-			return fmt.Errorf("config: %s.disallowed_class: %q, want demote or refuse", path, t.DisallowedClass)
 		}
 	}
 	return nil
@@ -573,12 +506,7 @@ func (c Config) admissionConfig() (admission.Config, error) {
 		}
 		*r.dst = *r.v
 	}
-	tenants, err := c.tenantShares()
-	if err != nil {
-		return admission.Config{}, err
-	}
 	cfg := admission.Config{
-		Tenants:            tenants,
 		Concurrency:        a.Concurrency,
 		MaxQueue:           *a.MaxQueue,
 		MaxQueuePerTenant:  a.MaxQueuePerTenant,
@@ -592,35 +520,6 @@ func (c Config) admissionConfig() (admission.Config, error) {
 		return admission.Config{}, fmt.Errorf("config: %w", err)
 	}
 	return cfg, nil
-}
-
-// tenantShares is the tenants' part of the gate: weight, cap, queue share.
-func (c Config) tenantShares() (map[string]admission.TenantConfig, error) {
-	var out map[string]admission.TenantConfig
-	for i, t := range c.Tenants {
-		path := fmt.Sprintf("tenants[%d]", i)
-		for _, err := range []error{
-			floatIn(path+".weight", t.Weight, 0, admission.MaxWeight),
-			intIn(path+".max_concurrency", t.MaxConcurrency, 0, maxConcurrency),
-			floatIn(path+".queue_share", t.QueueShare, 0, 1),
-		} {
-			if err != nil {
-				return nil, err
-			}
-		}
-		if t.Weight == 0 && t.MaxConcurrency == 0 && t.QueueShare == 0 {
-			continue
-		}
-		tc := admission.TenantConfig{Weight: t.Weight, MaxInFlight: t.MaxConcurrency}
-		if t.QueueShare > 0 {
-			tc.MaxQueue = max(int(t.QueueShare*float64(*c.Admission.MaxQueue)), 1)
-		}
-		if out == nil {
-			out = map[string]admission.TenantConfig{}
-		}
-		out[t.Name] = tc
-	}
-	return out, nil
 }
 
 // The largest values the config accepts; each field's comment says why.
@@ -638,35 +537,7 @@ const (
 	maxShutdownGrace      = time.Hour
 	maxUpstreamAttempts   = 10
 	maxUpstreamBackoff    = time.Minute
-	maxRetriesPerSecond   = 1e6
-	maxRetryTokens        = 1e7
 )
-
-// retryRanges bounds the retries section's sizes, times and counts (its
-// other rules are RetryConfig.validate's): at most 10 upstream attempts,
-// a backoff of at most 1m, a ratio in [0, 1], at most 1e6 retries a second
-// and 1e7 tokens.
-func retryRanges(r RetryConfig) error {
-	errs := []error{
-		intIn("retries.upstream_attempts", r.UpstreamAttempts, 0, maxUpstreamAttempts),
-		durationIn("retries.upstream_backoff", r.UpstreamBackoff, 0, maxUpstreamBackoff),
-	}
-	for _, b := range []struct {
-		path string
-		cfg  BudgetConfig
-	}{{"retries.budget", r.Budget}, {"retries.per_tenant", r.PerTenant}} {
-		errs = append(errs,
-			floatIn(b.path+".ratio", b.cfg.Ratio, 0, 1),
-			floatIn(b.path+".min_per_second", b.cfg.MinPerSecond, 0, maxRetriesPerSecond),
-			floatIn(b.path+".max_tokens", b.cfg.MaxTokens, 0, maxRetryTokens))
-	}
-	for _, err := range errs {
-		if err != nil {
-			return err
-		}
-	}
-	return nil
-}
 
 // intIn checks lo ≤ v ≤ hi and names the field and the range otherwise.
 func intIn[T int | int64](field string, v, lo, hi T) error {

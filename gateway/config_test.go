@@ -48,7 +48,8 @@ func TestConfigErrorsNameTheField(t *testing.T) {
 }
 
 // TestTenantSharesReachTheGate: a tenant's weight, max_concurrency and
-// queue_share (a fraction of max_queue) become its admission.TenantConfig.
+// queue_share (a fraction of max_queue) are its share of the chain's
+// gates; a tenant without them has none.
 func TestTenantSharesReachTheGate(t *testing.T) {
 	cfg, err := ParseConfig([]byte("upstream: {url: http://x, api_key_env: K}\nadmission: {concurrency: 4, max_queue: 100}\n" +
 		"tenants: [{name: a, weight: 2.5, max_concurrency: 3, queue_share: 0.25, api_keys_sha256: [" + HashKey("k") + "]}," +
@@ -60,9 +61,11 @@ func TestTenantSharesReachTheGate(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got := cc.Admission.Tenants
-	if len(got) != 1 || got["a"] != (admission.TenantConfig{Weight: 2.5, MaxInFlight: 3, MaxQueue: 25}) {
-		t.Fatalf("admission tenants %+v, want a: weight 2.5, 3 in flight, 25 queued; b left at the defaults", got)
+	if len(cc.Tenants) != 2 || cc.Tenants[0].Share != (admission.TenantConfig{Weight: 2.5, MaxInFlight: 3, QueueShare: 0.25}) || !cc.Tenants[1].Share.IsZero() {
+		t.Fatalf("chain tenants %+v, want a: weight 2.5, 3 in flight, a quarter of the queue; b left at the defaults", cc.Tenants)
+	}
+	if cc.Admission.Tenants != nil {
+		t.Fatalf("the gate's tenants are the chain's to set, not the config's: %+v", cc.Admission.Tenants)
 	}
 }
 
@@ -110,13 +113,13 @@ func TestConfigNumbersHaveLimits(t *testing.T) {
 		{"shutdown_grace", base + "shutdown_grace: %s\n", "0s", "1h", "2h", "-1s", "0s..1h0m0s"},
 		{"retries.upstream_attempts", base + "retries: {upstream_attempts: %s}\n", "0", "10", "11", "-1", "0..10"},
 		{"retries.upstream_backoff", base + "retries: {upstream_backoff: %s}\n", "0s", "1m", "61s", "-1s", "0s..1m0s"},
-		{"retries.budget.ratio", base + "retries: {budget: {ratio: %s}}\n", "0", "1", "1.5", ".nan", "0..1"},
+		{"retries.budget.ratio", base + "retries: {budget: {ratio: %s}}\n", "0", "1", "1.5", "-0.5", "0..1"},
 		{"retries.budget.min_per_second", base + "retries: {budget: {min_per_second: %s}}\n", "0", "1e6", "1e7", "-1", "0..1e+06"},
-		{"retries.budget.max_tokens", base + "retries: {budget: {max_tokens: %s}}\n", "0", "1e7", "1e8", ".inf", "0..1e+07"},
+		{"retries.budget.max_tokens", base + "retries: {budget: {max_tokens: %s}}\n", "0", "1e7", "1e8", "-1", "0..1e+07"},
 		{"retries.per_tenant.ratio", base + "retries: {per_tenant: {ratio: %s}}\n", "0", "1", "2", "-0.5", "0..1"},
 		{"retries.per_tenant.min_per_second", base + "retries: {per_tenant: {min_per_second: %s}}\n", "0", "1e6", "1e7", "-1", "0..1e+06"},
 		{"retries.per_tenant.max_tokens", base + "retries: {per_tenant: {max_tokens: %s}}\n", "0", "1e7", "1e8", "-1", "0..1e+07"},
-		{"upstream_limit.decrease_factor", base + "upstream_limit: {decrease_factor: %s}\n", "0", "0.99", "1", ".nan", "0 ≤ f < 1"},
+		{"upstream_limit.decrease_factor", base + "upstream_limit: {decrease_factor: %s}\n", "0", "0.99", "1", "-0.1", "0 ≤ f < 1"},
 		{"upstream_limit.interval", base + "upstream_limit: {interval: %s}\n", "0s", "1h", "61m", "-1s", "0s..1h0m0s"},
 		{"classes.batch.rank", base + "classes: {batch: {rank: %s}}\ndefault_class: batch\n", "0", "14", "16", "-1", "0..15"},
 		{"classes.batch.default_timeout", base + "classes: {batch: {default_timeout: %s}}\ndefault_class: batch\n", "0s", "10m", "11m", "-1s", "limits.max_timeout"},
@@ -125,6 +128,16 @@ func TestConfigNumbersHaveLimits(t *testing.T) {
 		{"ranks.high_tier_boost", base + "ranks: {high_tier_boost: %s}\n", "0", "11", "16", "-1", "0..15"},
 	} {
 		t.Run(tc.field, func(t *testing.T) {
+			if strings.HasPrefix(tc.field, "retries.budget.") || strings.HasPrefix(tc.field, "retries.per_tenant.") || tc.field == "upstream_limit.decrease_factor" {
+				// A number that is not one is refused as such, whatever
+				// the range.
+				for _, v := range []string{".nan", ".inf", "-.inf"} {
+					_, err := ParseConfig([]byte(strings.Replace(tc.yaml, "%s", v, 1)))
+					if err == nil || !strings.Contains(err.Error(), tc.field+":") || !strings.Contains(err.Error(), "is not a number") {
+						t.Errorf("%s: %s → %v, want an error naming the field", tc.field, v, err)
+					}
+				}
+			}
 			for _, v := range []string{tc.lo, tc.hi} {
 				if _, err := ParseConfig([]byte(strings.Replace(tc.yaml, "%s", v, 1))); err != nil {
 					t.Errorf("%s: %s refused: %v", tc.field, v, err)

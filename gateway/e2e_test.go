@@ -16,6 +16,7 @@ import (
 	"github.com/openai/openai-go/v3/option"
 
 	"github.com/sluicehq/sluice/admission"
+	"github.com/sluicehq/sluice/chain"
 	"github.com/sluicehq/sluice/contract"
 	"github.com/sluicehq/sluice/mockllm"
 )
@@ -57,7 +58,7 @@ func TestRewritesCredentialsAndStripsSluiceHeaders(t *testing.T) {
 	defer up.Close()
 	cfg := baseConfig(up.URL)
 	cfg.Upstream.APIKeyEnv = "TEST_PROVIDER_KEY"
-	cfg.Tenants = []TenantConfig{{Name: "acme", APIKeysSHA256: []string{HashKey("sk-tenant-acme")}}}
+	cfg.Tenants = []chain.TenantConfig{{Name: "acme", APIKeysSHA256: []string{HashKey("sk-tenant-acme")}}}
 	_, gw := startGateway(t, cfg)
 	resp := post(t, t.Context(), gw.URL, chatBody, map[string]string{
 		"Authorization": "Bearer sk-tenant-acme", contract.HeaderPriority: "batch", contract.HeaderTimeoutMs: "5000", contract.HeaderAttempt: "0",
@@ -81,7 +82,7 @@ func TestTenantKeys(t *testing.T) {
 	_, up := startMock(t, mockllm.Config{})
 	cfg := baseConfig(up.URL)
 	cfg.Upstream.APIKeyEnv = "TEST_PROVIDER_KEY"
-	cfg.Tenants = []TenantConfig{
+	cfg.Tenants = []chain.TenantConfig{
 		{Name: "acme", Tier: "high", APIKeysSHA256: []string{HashKey("key-a")}},
 		{Name: "cheap", Tier: "low", APIKeysSHA256: []string{HashKey("key-c1"), strings.ToUpper(HashKey("key-c2"))}},
 	}

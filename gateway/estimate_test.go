@@ -7,8 +7,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/chain"
 	"github.com/sluicehq/sluice/contract"
 	"github.com/sluicehq/sluice/mockllm"
+	"github.com/sluicehq/sluice/retrybudget"
 	"github.com/sluicehq/sluice/spend"
 )
 
@@ -76,12 +78,12 @@ func estimateGateway(t *testing.T, upstream string, sc *spend.Config) *served {
 	t.Helper()
 	cfg := baseConfig(upstream)
 	cfg.Upstream.APIKeyEnv = "TEST_PROVIDER_KEY"
-	cfg.Tenants = []TenantConfig{
+	cfg.Tenants = []chain.TenantConfig{
 		{Name: "acme", APIKeysSHA256: []string{HashKey("key-acme")}},
 		{Name: "other", APIKeysSHA256: []string{HashKey("key-other")}},
 		{Name: "loader", APIKeysSHA256: []string{HashKey("key-loader")}},
 	}
-	tight := BudgetConfig{Ratio: 0.5, MinPerSecond: 0.001, MaxTokens: 1}
+	tight := retrybudget.Config{Ratio: 0.5, MinPerSecond: 0.001, MaxTokens: 1}
 	cfg.Retries.Budget, cfg.Retries.PerTenant = tight, tight
 	cfg.Spend = sc
 	return serve(t, cfg)
@@ -207,7 +209,7 @@ func TestEstimateBadParameters(t *testing.T) {
 	_, up := startMock(t, mockllm.Config{})
 	cfg := baseConfig(up.URL)
 	cfg.Upstream.APIKeyEnv = "TEST_PROVIDER_KEY"
-	cfg.Tenants = []TenantConfig{{Name: "acme", APIKeysSHA256: []string{HashKey("key-acme")},
+	cfg.Tenants = []chain.TenantConfig{{Name: "acme", APIKeysSHA256: []string{HashKey("key-acme")},
 		Classes: []string{"batch"}, DisallowedClass: "refuse"}}
 	cfg.Spend = testSpend()
 	s := serve(t, cfg)

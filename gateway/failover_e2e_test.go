@@ -344,7 +344,7 @@ func TestPrimaryDownSecondaryServesAndProbeIsBounded(t *testing.T) {
 // of the baseline's; the baseline in the same test, degrade off, shows
 // what batch gets without it. (With 20% interactive batch falls to ~90%
 // here: interactive calls overtake the batch calls queued at gpt-4o, whose
-// estimate did not count them; see docs/perf-failover.md.)
+// estimate did not count them; see docs/perf.md, "Degrade under load for `batch`".)
 func TestDegradeUnderLoadKeepsBatchAndInteractive(t *testing.T) {
 	const (
 		median = 50 * time.Millisecond

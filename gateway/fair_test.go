@@ -6,6 +6,8 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/sluicehq/sluice/admission"
+	"github.com/sluicehq/sluice/chain"
 	"github.com/sluicehq/sluice/contract"
 )
 
@@ -28,8 +30,8 @@ func TestTenantCapEndToEnd(t *testing.T) {
 
 	cfg := baseConfig(up.URL) // 4 slots, max_queue 16
 	cfg.Upstream.APIKeyEnv = "TEST_PROVIDER_KEY"
-	cfg.Tenants = []TenantConfig{
-		{Name: "a", APIKeysSHA256: []string{HashKey("sk-a")}, MaxConcurrency: 1, QueueShare: 1.0 / 16},
+	cfg.Tenants = []chain.TenantConfig{
+		{Name: "a", APIKeysSHA256: []string{HashKey("sk-a")}, Share: admission.TenantConfig{MaxInFlight: 1, QueueShare: 1.0 / 16}},
 		{Name: "b", APIKeysSHA256: []string{HashKey("sk-b")}},
 	}
 	g, gw := startGateway(t, cfg)

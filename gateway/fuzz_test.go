@@ -12,6 +12,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/sluicehq/sluice/chain"
 	"github.com/sluicehq/sluice/contract"
 )
 
@@ -242,9 +243,9 @@ func FuzzParseConfig(f *testing.F) {
 
 func FuzzTenantKey(f *testing.F) {
 	keys := map[string]string{"sk-alpha": "alpha", "sk-beta beta": "beta"}
-	var cfgs []TenantConfig
+	var cfgs []chain.TenantConfig
 	for k, name := range keys {
-		cfgs = append(cfgs, TenantConfig{Name: name, APIKeysSHA256: []string{HashKey(k)}})
+		cfgs = append(cfgs, chain.TenantConfig{Name: name, APIKeysSHA256: []string{HashKey(k)}})
 	}
 	cfg := baseConfig("http://127.0.0.1:1")
 	cfg.Upstream.APIKeyEnv = "TEST_PROVIDER_KEY"

@@ -25,6 +25,7 @@ import (
 	"github.com/sluicehq/sluice/admission"
 	"github.com/sluicehq/sluice/chain"
 	"github.com/sluicehq/sluice/contract"
+	"github.com/sluicehq/sluice/gateway/batchapi"
 	"github.com/sluicehq/sluice/spend"
 )
 
@@ -43,10 +44,10 @@ type Gateway struct {
 	draining atomic.Bool
 	spend    *spend.Limiter // the chain's; nil without a spend section
 	alerter  *spend.Alerter
-	books    books      // where the spend books live (store.go)
-	idem     *idemStore // Idempotency-Key (idempotency.go)
-	reload   *reloader  // policies changed without a restart (reload.go)
-	batch    *batchAPI  // the Batch API; nil when off (batch.go)
+	books    books         // where the spend books live (store.go)
+	idem     *idemStore    // Idempotency-Key (idempotency.go)
+	reload   *reloader     // policies changed without a restart (reload.go)
+	batch    *batchapi.API // the Batch API (package batchapi, batch.go); nil when off
 
 	tracer trace.Tracer // nil when tracing is off (trace.go)
 }

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/chain"
 	"github.com/sluicehq/sluice/contract"
 	"github.com/sluicehq/sluice/mockllm"
 )
@@ -40,7 +41,7 @@ func TestHostileSuite(t *testing.T) {
 	cfg := baseConfig(up.URL)
 	cfg.Upstream.APIKeyEnv = "TEST_PROVIDER_KEY"
 	cfg.Retries.UpstreamAttempts = 1
-	cfg.Tenants = []TenantConfig{
+	cfg.Tenants = []chain.TenantConfig{
 		{Name: "acme", APIKeysSHA256: []string{HashKey("sk-tenant-acme-0123456789")}},
 		{Name: "bolt", Tier: "low", APIKeysSHA256: []string{HashKey("sk-tenant-bolt-0123456789")}},
 	}

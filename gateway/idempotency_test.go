@@ -14,8 +14,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"go.uber.org/goleak"
 
+	"github.com/sluicehq/sluice/chain"
 	"github.com/sluicehq/sluice/contract"
 	"github.com/sluicehq/sluice/mockllm"
+	"github.com/sluicehq/sluice/retrybudget"
 )
 
 // idemClient is a client of its own, whose connections the test closes,
@@ -157,7 +159,7 @@ func TestIdempotencyKeysArePerTenant(t *testing.T) {
 	mock, up := startMock(t, mockllm.Config{})
 	cfg := baseConfig(up.URL)
 	cfg.Upstream.APIKeyEnv = "TEST_PROVIDER_KEY"
-	cfg.Tenants = []TenantConfig{
+	cfg.Tenants = []chain.TenantConfig{
 		{Name: "acme", APIKeysSHA256: []string{HashKey("key-a")}},
 		{Name: "bolt", APIKeysSHA256: []string{HashKey("key-b")}},
 	}
@@ -218,7 +220,7 @@ func TestIdempotencyProviderErrorIsNotStored(t *testing.T) {
 	cfg.Retries.UpstreamAttempts = 1
 	// The second request is a retry of the failed one (seen.go): a budget
 	// that refills in a microsecond lets it through.
-	cfg.Retries.Budget = BudgetConfig{MinPerSecond: 1e6, MaxTokens: 10}
+	cfg.Retries.Budget = retrybudget.Config{MinPerSecond: 1e6, MaxTokens: 10}
 	cfg.Retries.PerTenant = cfg.Retries.Budget
 	_, gw := startGateway(t, cfg)
 	client := idemClient(t)

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"fmt"
 	"io"
 	"math"
 	"net/http"
@@ -13,6 +12,7 @@ import (
 
 	"github.com/sluicehq/sluice/admission"
 	"github.com/sluicehq/sluice/chain"
+	"github.com/sluicehq/sluice/internal/yamlpath"
 	"github.com/sluicehq/sluice/retrybudget"
 )
 
@@ -22,10 +22,10 @@ type RetryConfig struct {
 	// Budget is the budget of all retries through the gateway, callers'
 	// and its own. Zero fields take retrybudget's defaults: 10% of first
 	// attempts, plus 10 a second, capped at 100.
-	Budget BudgetConfig `yaml:"budget"`
+	Budget retrybudget.Config `yaml:"budget"`
 	// PerTenant is each tenant's own budget for its retries. Zero fields
 	// take the same defaults.
-	PerTenant BudgetConfig `yaml:"per_tenant"`
+	PerTenant retrybudget.Config `yaml:"per_tenant"`
 	// Disabled turns both budgets off: every retry is admitted (at the retry
 	// rank) and the gateway does not retry the provider.
 	Disabled bool `yaml:"disabled"`
@@ -38,107 +38,31 @@ type RetryConfig struct {
 	// provider gave no Retry-After. Zero means 100ms.
 	UpstreamBackoff Duration `yaml:"upstream_backoff"`
 	// Recognise finds the retries callers send without a retry header (see
-	// RecogniseConfig). On unless disabled.
-	Recognise RecogniseConfig `yaml:"recognise"`
-}
-
-// RecogniseConfig configures the recognition of retries sent without
-// X-Sluice-Attempt or X-Stainless-Retry-Count: a request identical to one
-// its tenant sent within the window (same model, same body bytes) whose
-// last copy was refused, timed out, was abandoned by its caller or failed
-// upstream is a retry — ranked as one and charged to the retry budgets.
-// One whose last copy succeeded is not (see docs/retries.md).
-type RecogniseConfig struct {
-	// Disabled turns recognition off: only the headers mark a retry.
-	Disabled bool `yaml:"disabled"`
-	// Window is how long after a copy failed an identical request counts
-	// as its retry. Zero means 30s; at most 1h.
-	Window Duration `yaml:"window"`
-	// MaxEntries bounds the requests remembered (about 67 bytes each: 4.2
-	// MiB at the default); the oldest is forgotten first. Nil (absent)
-	// means 65536; 1 to 67108864 otherwise. Zero is an error: say
-	// disabled: true to turn recognition off.
-	MaxEntries *int `yaml:"max_entries"`
-}
-
-// maxRecogniseWindow bounds retries.recognise.window: a copy an hour old
-// is a new request.
-const maxRecogniseWindow = time.Hour
-
-func (r RecogniseConfig) validate() error {
-	if r.Disabled {
-		return nil
-	}
-	if err := durationIn("retries.recognise.window", r.Window, 0, maxRecogniseWindow); err != nil {
-		return err
-	}
-	if r.MaxEntries != nil {
-		if *r.MaxEntries == 0 {
-			return errorf("retries.recognise.max_entries: 0 remembers nothing; want 1..%d (or disabled: true)", chain.MaxRecogniseEntries)
-		}
-		if err := intIn("retries.recognise.max_entries", *r.MaxEntries, 1, chain.MaxRecogniseEntries); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// chain is the recognise stage's configuration.
-func (r RecogniseConfig) chain() chain.RecogniseConfig {
-	c := chain.RecogniseConfig{Disabled: r.Disabled, Window: r.Window.D()}
-	if r.MaxEntries != nil {
-		c.MaxEntries = *r.MaxEntries
-	}
-	return c
-}
-
-// BudgetConfig is a retry budget (see package retrybudget).
-type BudgetConfig struct {
-	// Ratio is the share of first attempts that may be retried, in (0, 1].
-	// Zero means 0.1.
-	Ratio float64 `yaml:"ratio"`
-	// MinPerSecond lets quiet callers retry: tokens accrue at this rate
-	// whatever the traffic. Zero means 10.
-	MinPerSecond float64 `yaml:"min_per_second"`
-	// MaxTokens caps the balance. Zero means 10 seconds of MinPerSecond.
-	MaxTokens float64 `yaml:"max_tokens"`
-}
-
-func (b BudgetConfig) budget(field string) (*retrybudget.Budget, error) {
-	rb, err := retrybudget.New(retrybudget.Config{Ratio: b.Ratio, MinPerSecond: b.MinPerSecond, MaxTokens: b.MaxTokens})
-	if err != nil {
-		return nil, fmt.Errorf("config: %s: %w", field, err)
-	}
-	return rb, nil
+	// chain.RecogniseConfig). On unless disabled.
+	Recognise chain.RecogniseConfig `yaml:"recognise"`
 }
 
 func (r RetryConfig) validate() error {
-	if _, err := r.Budget.budget("retries.budget"); err != nil {
+	for _, b := range []struct {
+		path string
+		cfg  retrybudget.Config
+	}{{"retries.budget", r.Budget}, {"retries.per_tenant", r.PerTenant}} {
+		if err := b.cfg.Validate(); err != nil {
+			return yamlpath.At(b.path, err)
+		}
+	}
+	if err := intIn("retries.upstream_attempts", r.UpstreamAttempts, 0, maxUpstreamAttempts); err != nil {
 		return err
 	}
-	if _, err := r.PerTenant.budget("retries.per_tenant"); err != nil {
+	if err := durationIn("retries.upstream_backoff", r.UpstreamBackoff, 0, maxUpstreamBackoff); err != nil {
 		return err
 	}
-	if r.UpstreamAttempts < 0 {
-		return fmt.Errorf("config: retries.upstream_attempts: %d, want ≥ 0", r.UpstreamAttempts)
-	}
-	if r.UpstreamBackoff < 0 {
-		return fmt.Errorf("config: retries.upstream_backoff: %v, want ≥ 0", r.UpstreamBackoff.D())
-	}
-	return r.Recognise.validate()
+	return yamlpath.At("retries.recognise", r.Recognise.Validate())
 }
 
 // chainRetries is the retry budgets stage's configuration.
-func (r RetryConfig) chainRetries() (chain.RetryConfig, error) {
-	g, err := r.Budget.budget("retries.budget")
-	if err != nil {
-		return chain.RetryConfig{}, err
-	}
-	t, err := r.PerTenant.budget("retries.per_tenant")
-	if err != nil {
-		return chain.RetryConfig{}, err
-	}
-	return chain.RetryConfig{Disabled: r.Disabled, Global: g.Config(), PerTenant: t.Config()}, nil
+func (r RetryConfig) chainRetries() chain.RetryConfig {
+	return chain.RetryConfig{Disabled: r.Disabled, Global: r.Budget, PerTenant: r.PerTenant}
 }
 
 // upstream is the transport of the proxy: it retries the provider on the

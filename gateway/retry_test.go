@@ -15,9 +15,11 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/admission"
+	"github.com/sluicehq/sluice/chain"
 	"github.com/sluicehq/sluice/client"
 	"github.com/sluicehq/sluice/contract"
 	"github.com/sluicehq/sluice/mockllm"
+	"github.com/sluicehq/sluice/retrybudget"
 )
 
 // TestRetryBudgetRefusesRetriesWith429: a tenant's retries beyond its budget
@@ -27,7 +29,7 @@ func TestRetryBudgetRefusesRetriesWith429(t *testing.T) {
 	mock, up := startMock(t, mockllm.Config{})
 	cfg := baseConfig(up.URL)
 	// One token per 10 first attempts; time alone adds one every 20s.
-	cfg.Retries.PerTenant = BudgetConfig{Ratio: 0.1, MinPerSecond: 0.05, MaxTokens: 5}
+	cfg.Retries.PerTenant = retrybudget.Config{Ratio: 0.1, MinPerSecond: 0.05, MaxTokens: 5}
 	g, gw := startGateway(t, cfg)
 	for range 10 {
 		resp := post(t, t.Context(), gw.URL, chatBody, map[string]string{contract.HeaderAttempt: "0"})
@@ -190,7 +192,7 @@ func TestNoRetryOnceTheResponseStarted(t *testing.T) {
 // new budget starts empty (a restart banks no retries), and these tests are
 // about the gateway's retry rules, not the budget's.
 func fastBudget(cfg Config) Config {
-	cfg.Retries.Budget = BudgetConfig{MinPerSecond: 1e6}
+	cfg.Retries.Budget = retrybudget.Config{MinPerSecond: 1e6}
 	return cfg
 }
 
@@ -278,7 +280,7 @@ func TestClientEstimateAsATenant(t *testing.T) {
 	_, up := startMock(t, mockllm.Config{})
 	cfg := baseConfig(up.URL)
 	cfg.Upstream.APIKeyEnv = "TEST_PROVIDER_KEY"
-	cfg.Tenants = []TenantConfig{{Name: "acme", Tier: "low", APIKeysSHA256: []string{HashKey("sk-acme")}}}
+	cfg.Tenants = []chain.TenantConfig{{Name: "acme", Tier: "low", APIKeysSHA256: []string{HashKey("sk-acme")}}}
 	_, gw := startGateway(t, cfg)
 
 	anon, err := client.New(client.Config{BaseURL: gw.URL})

@@ -23,7 +23,7 @@ import (
 // responses, assistants…) all belong to the one provider key, so they
 // cannot be passed through while the gateway has tenants: one tenant could
 // read or delete another's. /v1/files and /v1/batches are the gateway's own
-// Batch API instead (batch.go), each tenant's own.
+// Batch API instead (package batchapi), each tenant's own.
 
 // PassthroughConfig is one path forwarded beside the gated APIs.
 type PassthroughConfig struct {
@@ -61,7 +61,7 @@ type route struct {
 	class    string // forced class; empty: the caller's
 	billed   bool
 	gated    bool // one of the built-in APIs
-	batchAPI bool // the Batch API, served by the gateway (batch.go)
+	batchAPI bool // the Batch API, served by the gateway (package batchapi)
 }
 
 // gatedRoutes are the built-in APIs.
@@ -74,7 +74,7 @@ var gatedRoutes = []route{
 }
 
 // batchRoutes are the Batch API's paths, served by the gateway itself
-// (batch.go) unless passthrough forwards them (allowed only without
+// (package batchapi) unless passthrough forwards them (allowed only without
 // tenants, and with the Batch API off).
 var batchRoutes = []route{
 	{path: "/v1/files", methods: batchMethods, batchAPI: true},

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/chain"
 	"github.com/sluicehq/sluice/contract"
 	"github.com/sluicehq/sluice/mockllm"
 )
@@ -54,7 +55,7 @@ func TestOnlyGatedPathsAreForwardedByDefault(t *testing.T) {
 	received, up := countingUpstream(t)
 	cfg := baseConfig(up.URL)
 	cfg.Upstream.APIKeyEnv = "TEST_PROVIDER_KEY"
-	cfg.Tenants = []TenantConfig{{Name: "acme", APIKeysSHA256: []string{HashKey("k-acme")}}}
+	cfg.Tenants = []chain.TenantConfig{{Name: "acme", APIKeysSHA256: []string{HashKey("k-acme")}}}
 	g, gw := startGateway(t, cfg)
 	auth := map[string]string{"Authorization": "Bearer k-acme"}
 	for _, tc := range []struct {
@@ -135,10 +136,10 @@ func TestPassthroughIsAdmittedThroughTheChain(t *testing.T) {
 }
 
 func TestPassthroughConfigErrors(t *testing.T) {
-	tenants := []TenantConfig{{Name: "acme", APIKeysSHA256: []string{HashKey("k")}}}
+	tenants := []chain.TenantConfig{{Name: "acme", APIKeysSHA256: []string{HashKey("k")}}}
 	for _, tc := range []struct {
 		pass    PassthroughConfig
-		tenants []TenantConfig
+		tenants []chain.TenantConfig
 		want    string
 	}{
 		{PassthroughConfig{Path: "v1/models", Methods: []string{"GET"}}, nil, "passthrough[0].path"},

@@ -15,6 +15,7 @@ import (
 	"github.com/sluicehq/sluice/admission"
 	"github.com/sluicehq/sluice/contract"
 	"github.com/sluicehq/sluice/mockllm"
+	"github.com/sluicehq/sluice/retrybudget"
 )
 
 // promptBody is a chat completion of its own prompt: distinct requests,
@@ -58,7 +59,7 @@ func TestHeaderlessRetryIsRecognised(t *testing.T) {
 	cfg := baseConfig(up.URL)
 	cfg.Admission.Concurrency, cfg.Admission.MaxQueue = 1, new(1)
 	// Budgets that refill in a microsecond: the retry must reach the gate.
-	cfg.Retries.Budget = BudgetConfig{MinPerSecond: 1e6, MaxTokens: 10}
+	cfg.Retries.Budget = retrybudget.Config{MinPerSecond: 1e6, MaxTokens: 10}
 	cfg.Retries.PerTenant = cfg.Retries.Budget
 	g, gw := startGateway(t, cfg)
 	anon := contract.AnonymousTenant
@@ -217,7 +218,7 @@ func TestHeaderlessRetryAfterTheCallerGaveUp(t *testing.T) {
 	_, up := startMock(t, mockllm.Config{AbortOnDisconnect: true})
 	cfg := baseConfig(up.URL)
 	cfg.Admission.Concurrency = 1
-	cfg.Retries.Budget = BudgetConfig{MinPerSecond: 1e6, MaxTokens: 10}
+	cfg.Retries.Budget = retrybudget.Config{MinPerSecond: 1e6, MaxTokens: 10}
 	cfg.Retries.PerTenant = cfg.Retries.Budget
 	g, gw := startGateway(t, cfg)
 	queued := func() (n int) {
@@ -272,7 +273,7 @@ func TestADeclaredFirstAttemptIsBelieved(t *testing.T) {
 	_, up := startMock(t, mockllm.Config{})
 	cfg := baseConfig(up.URL)
 	cfg.Admission.Concurrency, cfg.Admission.MaxQueue = 1, new(0)
-	cfg.Retries.Budget = BudgetConfig{MinPerSecond: 1e6, MaxTokens: 10}
+	cfg.Retries.Budget = retrybudget.Config{MinPerSecond: 1e6, MaxTokens: 10}
 	cfg.Retries.PerTenant = cfg.Retries.Budget
 	g, gw := startGateway(t, cfg)
 	var sent []string // X-Stainless-Retry-Count of each attempt, as sent

@@ -8,6 +8,8 @@ import (
 	"net"
 	"net/http"
 	"time"
+
+	"github.com/sluicehq/sluice/gateway/guard"
 )
 
 // Server runs a gateway on its two listeners.
@@ -25,27 +27,22 @@ type Server struct {
 	AdminHandler http.Handler
 	log          *slog.Logger
 	grace        time.Duration
-	limits       connLimits
+	limits       guard.Limits
 }
 
 // Listen binds the proxy and admin addresses of the config. An admin
 // address off loopback is allowed, with a warning: it exposes tenants and
 // state to whoever can reach it.
 func Listen(g *Gateway) (*Server, error) {
-	fds := fdLimit()
-	limits, err := g.cfg.Server.effective(g.cfg.Limits.MaxBodyBytes, fds)
+	limits, err := g.cfg.Server.Limits(g.cfg.Limits.MaxBodyBytes, g.log)
 	if err != nil {
 		return nil, err
-	}
-	if fds > 0 && uint64(limits.maxConns) > fds-min(fds, reservedFDs) {
-		g.log.Warn("server.max_connections is above what the file-descriptor limit leaves: accept will fail with EMFILE before the cap refuses",
-			"max_connections", limits.maxConns, "fd_limit", fds)
 	}
 	ln, err := net.Listen("tcp", g.cfg.Listen)
 	if err != nil {
 		return nil, fmt.Errorf("listen: %w", err)
 	}
-	api := newConnListener(ln, limits, g.log, newConnMetrics(g.metrics.reg))
+	api := guard.NewListener(ln, limits, g.log, g.metrics.reg)
 	admin, err := net.Listen("tcp", g.cfg.Admin)
 	if err != nil {
 		api.Close()
@@ -70,20 +67,21 @@ func isLoopback(host string) bool {
 // the grace period to finish. It returns nil after a clean shutdown.
 func (s *Server) Serve(ctx context.Context) error {
 	// No WriteTimeout: it is a deadline for a whole response, and would
-	// cut a stream that legitimately runs for minutes; trackedConn gives
-	// each write a deadline of its own instead. No ReadTimeout: guard sets
-	// the body's deadline per request, from the end of the headers, where
-	// ReadTimeout would count the time the headers took too.
+	// cut a stream that legitimately runs for minutes; the guard's
+	// listener gives each write a deadline of its own instead. No
+	// ReadTimeout: guard.Middleware sets the body's deadline per request,
+	// from the end of the headers, where ReadTimeout would count the time
+	// the headers took too.
 	api := &http.Server{
-		Handler:           s.guard(s.Gateway),
-		ReadHeaderTimeout: s.limits.readHeader,
-		IdleTimeout:       s.limits.idle,
+		Handler:           guard.Middleware(s.Gateway, s.limits, s.Gateway.identified),
+		ReadHeaderTimeout: s.limits.ReadHeader,
+		IdleTimeout:       s.limits.Idle,
 		MaxHeaderBytes:    s.Gateway.ServerMaxHeaderBytes(),
-		ConnContext:       connContext,
+		ConnContext:       guard.ConnContext,
 		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
 	}
 	// No ReadTimeout: its deadline would cut the dashboard's event stream.
-	admin := &http.Server{Handler: s.AdminHandler, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: s.limits.idle}
+	admin := &http.Server{Handler: s.AdminHandler, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: s.limits.Idle}
 	errs := make(chan error, 2)
 	go func() { errs <- api.Serve(s.API) }()
 	go func() { errs <- admin.Serve(s.Admin) }()
@@ -110,9 +108,9 @@ func (s *Server) Serve(ctx context.Context) error {
 	defer func() { <-batchDone }()
 	s.log.Info("sluice gateway serving", "listen", s.API.Addr().String(), "admin", s.Admin.Addr().String(),
 		"upstream", s.Gateway.deps[0].url.Redacted(), "deployments", len(s.Gateway.deps), "pools", len(s.Gateway.pools), "concurrency", s.Gateway.cfg.Admission.Concurrency, "max_queue", *s.Gateway.cfg.Admission.MaxQueue,
-		"read_header_timeout", s.limits.readHeader, "read_body_timeout", s.limits.readBody, "idle_timeout", s.limits.idle,
-		"write_timeout", s.limits.write, "max_connections", s.limits.maxConns, "max_unauthenticated_per_ip", s.limits.maxUnauthPerIP,
-		"fd_limit", s.limits.fdLimit)
+		"read_header_timeout", s.limits.ReadHeader, "read_body_timeout", s.limits.ReadBody, "idle_timeout", s.limits.Idle,
+		"write_timeout", s.limits.Write, "max_connections", s.limits.MaxConns, "max_unauthenticated_per_ip", s.limits.MaxUnauthPerIP,
+		"fd_limit", s.limits.FDLimit)
 
 	select {
 	case err := <-errs:

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/chain"
 	"github.com/sluicehq/sluice/contract"
 	"github.com/sluicehq/sluice/mockllm"
 	"github.com/sluicehq/sluice/spend"
@@ -101,7 +102,7 @@ func TestTenantBudgetRefusesWith429(t *testing.T) {
 	c := callCost(t, up.URL)
 	cfg := baseConfig(up.URL)
 	cfg.Upstream.APIKeyEnv = "TEST_PROVIDER_KEY"
-	cfg.Tenants = []TenantConfig{
+	cfg.Tenants = []chain.TenantConfig{
 		{Name: "acme", APIKeysSHA256: []string{HashKey("key-acme")}},
 		{Name: "other", APIKeysSHA256: []string{HashKey("key-other")}},
 	}

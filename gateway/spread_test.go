@@ -11,6 +11,7 @@ import (
 	"github.com/openai/openai-go/v3/option"
 
 	"github.com/sluicehq/sluice/mockllm"
+	"github.com/sluicehq/sluice/retrybudget"
 )
 
 // TestRefusedTogetherRetrySpread, end to end over loopback: 30 clients of
@@ -71,7 +72,7 @@ func retryWave(t *testing.T, service time.Duration, spread *Duration) (arrived, 
 	// of the way (what is measured is when the retries come, not how
 	// many may).
 	cfg.Admission = AdmissionConfig{Concurrency: 1, MaxQueue: new(1), InitialServiceTime: Duration(service), RefusalSpread: spread}
-	wide := BudgetConfig{MinPerSecond: 1000}
+	wide := retrybudget.Config{MinPerSecond: 1000}
 	cfg.Retries.Budget, cfg.Retries.PerTenant = wide, wide
 	s := serve(t, cfg)
 	client := openai.NewClient(option.WithBaseURL(s.url+"/v1/"), option.WithAPIKey("sk-test"))

@@ -381,7 +381,6 @@ func (c Config) routingConfig(base admission.Config) (*chain.RoutingConfig, erro
 			if c.Admission.MaxQueue == nil || c.Admission.maxQueueDerived {
 				a.MaxQueue = c.defaultMaxQueueFor(conc)
 			}
-			a.Tenants = c.poolTenants(base.Tenants, a.MaxQueue)
 			if _, err := admission.NewCore(a); err != nil {
 				return nil, errorf("upstreams[%d].models[%d]: %v", indexOf(c.Upstreams, d.Name), j, err)
 			}
@@ -426,25 +425,6 @@ func indexOf(ds []DeploymentConfig, name string) int {
 		}
 	}
 	return -1
-}
-
-// poolTenants is the tenants' part of a pool's gate: as the base gate's,
-// with each queue share taken of the pool's waiting room.
-func (c Config) poolTenants(base map[string]admission.TenantConfig, maxQueue int) map[string]admission.TenantConfig {
-	if base == nil {
-		return nil
-	}
-	out := make(map[string]admission.TenantConfig, len(base))
-	for name, tc := range base {
-		out[name] = tc
-	}
-	for _, t := range c.Tenants {
-		if tc, ok := out[t.Name]; ok && t.QueueShare > 0 {
-			tc.MaxQueue = max(int(t.QueueShare*float64(maxQueue)), 1)
-			out[t.Name] = tc
-		}
-	}
-	return out
 }
 
 // Routing is the routing the config describes, as the chain receives it:

@@ -199,22 +199,6 @@ func TestUpstreamsLadderFromSpend(t *testing.T) {
 	}
 }
 
-// TestUpstreamsPoolTenantShares: a tenant's queue share is of its pool's
-// waiting room.
-func TestUpstreamsPoolTenantShares(t *testing.T) {
-	cfg, err := ParseConfig([]byte(twoDeployments("admission: {max_queue: 100}\ntenants: [{name: a, queue_share: 0.5, api_keys_sha256: [" + HashKey("k") + "]}]\n")))
-	if err != nil {
-		t.Fatal(err)
-	}
-	rc, err := cfg.Routing()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got := rc.Pools[0].Admission.Tenants["a"].MaxQueue; got != 50 {
-		t.Errorf("tenant a's queue in a pool of 100: %d, want 50", got)
-	}
-}
-
 // TestUpstreamsSingleUpstreamHasNoRouting: the single upstream is one pool:
 // no routing config.
 func TestUpstreamsSingleUpstreamHasNoRouting(t *testing.T) {

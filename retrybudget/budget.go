@@ -5,6 +5,8 @@ import (
 	"math"
 	"sync"
 	"time"
+
+	"github.com/sluicehq/sluice/internal/yamlpath"
 )
 
 // Defaults applied to zero fields of Config.
@@ -31,25 +33,55 @@ const unit = 1_000_000_000
 const maxTokens = 9e9
 
 // Config configures a Budget. The zero Config is valid and gives the defaults.
+// It is also the YAML of a retry budget in sluice's configurations (the
+// gateway's retries.budget and retries.per_tenant, a scenario's
+// sluice.retries): see Validate for the bounds a file is held to.
 type Config struct {
 	// Ratio is the fraction of a token each first attempt deposits, so the
 	// long-run share of retries to first attempts (above the floor). It must be
 	// in (0, 1]: more than one retry per first attempt would let retries
 	// outgrow the traffic they are retrying. Zero means DefaultRatio (0.1).
-	Ratio float64
+	Ratio float64 `yaml:"ratio"`
 
 	// MinPerSecond is the rate, in tokens per second, at which the balance
 	// grows with time alone, so that a caller too quiet to earn tokens by the
 	// ratio can still retry. It must not be negative. Zero means
 	// DefaultMinPerSecond (10). The floor cannot be switched off; a tiny value
 	// such as 0.001 makes it negligible.
-	MinPerSecond float64
+	MinPerSecond float64 `yaml:"min_per_second"`
 
 	// MaxTokens caps the balance, which bounds the burst of retries a quiet
 	// period can bank. It must be at least 1 (a smaller cap could never pay
 	// for a retry) and at most 9e9. Zero means DefaultCapSeconds seconds of
 	// the floor, MinPerSecond×10 (100 with the defaults), and at least 1.
-	MaxTokens float64
+	MaxTokens float64 `yaml:"max_tokens"`
+}
+
+// The largest values a configuration file may give (Validate): an extra
+// zero or a value in the wrong unit is an error naming its key rather than
+// a budget that is silently no bound.
+const (
+	MaxFileMinPerSecond = 1e6
+	MaxFileTokens       = 1e7
+)
+
+// Validate checks c as written in a configuration file, naming the first
+// bad key by its YAML name (a *yamlpath.FieldError relative to the
+// budget's section): ratio in [0, 1], min_per_second at most 1e6,
+// max_tokens at most 1e7, and whatever New would refuse.
+func (c Config) Validate() error {
+	for _, f := range []struct {
+		key   string
+		v, hi float64
+	}{{"ratio", c.Ratio, 1}, {"min_per_second", c.MinPerSecond, MaxFileMinPerSecond}, {"max_tokens", c.MaxTokens, MaxFileTokens}} {
+		if !(f.v >= 0 && f.v <= f.hi) {
+			return yamlpath.Errorf(f.key, "%v is out of range, want %v..%v", f.v, 0, f.hi)
+		}
+	}
+	if _, err := c.withDefaults(); err != nil {
+		return yamlpath.Errorf("", "%v", err)
+	}
+	return nil
 }
 
 // withDefaults validates c and returns it with zero fields resolved.

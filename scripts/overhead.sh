@@ -31,6 +31,12 @@
 # name): leasing the concurrency and syncing the books run beside the
 # requests, never on their path, and this shows what they cost them.
 #
+# With BASELINE=/path/to/sluice another target, baseline, is that binary's
+# `sluice serve` with the same flags, measured in the same runs: a change to
+# the gateway compared back to back with the build before it (go build -o
+# /tmp/sluice-before ./cmd/sluice on the old commit), cpu/req and added p50
+# side by side on the same machine's mood.
+#
 # With WRK=1 and wrk installed, each run also measures every target with
 # wrk (a C generator, closed loop: ten connections, each waiting 10 ms
 # between requests, about 1,000 requests/s; scripts/overhead.lua), as a
@@ -86,6 +92,13 @@ else
   echo "(haproxy not installed: apt-get install haproxy to compare with it)"
 fi
 targets="$targets sluice=$api_port=$sluice_pid"
+if [ -n "${BASELINE:-}" ]; then
+  base_port=$(free_port); base_admin=$(free_port)
+  env ${SLUICE_ENV:-} "$BASELINE" serve --upstream http://127.0.0.1:$mock_port --concurrency 1024 --max-queue 1024 \
+    --listen 127.0.0.1:$base_port --admin 127.0.0.1:$base_admin >/dev/null 2>&1 &
+  pids+=($!)
+  targets="$targets baseline=$base_port=$!"
+fi
 if [ -n "${REDIS:-}" ]; then
   store_port=$(free_port); store_admin=$(free_port)
   cat >"$dir/store.yaml" <<CFG
@@ -98,7 +111,7 @@ CFG
   pids+=($!)
   targets="$targets sluice+redis=$store_port=$!"
 fi
-for port in $mock_port $api_port $bare_port ${ha_port:-} ${store_port:-}; do
+for port in $mock_port $api_port $bare_port ${ha_port:-} ${store_port:-} ${base_port:-}; do
   for _ in $(seq 100); do curl -s -o /dev/null http://127.0.0.1:$port/v1/models && break; sleep 0.1; done
 done
 if [ "${DASHBOARD:-}" = 1 ]; then
@@ -183,6 +196,15 @@ for t in targets:
     ratio = [a / b for a, b in zip(added[t][0], added["reverseproxy"][0]) if b > 0]
     if t not in ("direct", "reverseproxy") and ratio:
         line += f"   added p50 ×{statistics.median(ratio):.2f} the reverse proxy's"
+    print(line)
+if "baseline" in targets:
+    # Run by run, sluice against the baseline binary: the ratio of medians
+    # of per-run ratios, so that a slow run slows both sides alike.
+    def per_run(a, b):
+        return statistics.median([x / y for x, y in zip(a, b) if y > 0] or [float("nan")])
+    line = f"sluice / baseline: added p50 ×{per_run(added['sluice'][0], added['baseline'][0]):.3f}"
+    if costs["sluice"][0] and costs["baseline"][0]:
+        line += f"   cpu/req ×{per_run(costs['sluice'][0], costs['baseline'][0]):.3f}"
     print(line)
 PY
 if [ "${DASHBOARD:-}" = 1 ]; then

@@ -2,6 +2,7 @@ package sim
 
 import (
 	"context"
+	"github.com/sluicehq/sluice/retrybudget"
 	"maps"
 	"testing"
 	"time"
@@ -178,7 +179,7 @@ func TestRetryBudgetRefusesRetries(t *testing.T) {
 	sc.Upstream.Service.Lognormal.Median = 10 * time.Second
 	sc.Traffic[0].MaxAttempts = 3
 	sc.Traffic[0].AttemptTimeout = 11 * time.Second
-	sc.Sluice.RetryBudget = BudgetConfig{MinPerSecond: 0.001}
+	sc.Sluice.RetryBudget = retrybudget.Config{MinPerSecond: 0.001}
 	check(t, runScripted(t, sc, "sluice", []int{0, 100}), want{onTime: 1, billed: 1, attempts: 4,
 		refusals: map[string]int{"queue_wait": 1, "retry_budget": 2}})
 	check(t, runScripted(t, sc, "priority", []int{0, 100}), want{onTime: 1, billed: 1, attempts: 4,

@@ -14,9 +14,11 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/sluicehq/sluice/chain"
 	"github.com/sluicehq/sluice/gateway"
 	"github.com/sluicehq/sluice/internal/loopback"
 	"github.com/sluicehq/sluice/mockllm"
+	"github.com/sluicehq/sluice/retrybudget"
 	"github.com/sluicehq/sluice/spend"
 )
 
@@ -97,16 +99,16 @@ func equivSpend() *spend.Config {
 
 // equivBudget earns a retry token only after minutes: every retry of the
 // script finds its tenant's budget empty.
-var equivBudget = BudgetConfig{Ratio: 0.01, MinPerSecond: 0.001, MaxTokens: 1}
+var equivBudget = retrybudget.Config{Ratio: 0.01, MinPerSecond: 0.001, MaxTokens: 1}
 
 // equivGateway is the gateway's side, in front of upstream.
 func equivGateway(upstream string) gateway.Config {
-	b := gateway.BudgetConfig{Ratio: equivBudget.Ratio, MinPerSecond: equivBudget.MinPerSecond, MaxTokens: equivBudget.MaxTokens}
+	b := equivBudget
 	return gateway.Config{
 		Upstream: gateway.UpstreamConfig{URL: upstream, APIKeyEnv: "EQUIV_PROVIDER_KEY"},
 		Admission: gateway.AdmissionConfig{Concurrency: 1, MaxQueue: new(2),
 			InitialServiceTime: gateway.Duration(equivService)},
-		Tenants: []gateway.TenantConfig{
+		Tenants: []chain.TenantConfig{
 			{Name: "acme", APIKeysSHA256: []string{gateway.HashKey("key-acme")}},
 			{Name: "cheap", Tier: "low", APIKeysSHA256: []string{gateway.HashKey("key-cheap")}},
 			{Name: "meter", APIKeysSHA256: []string{gateway.HashKey("key-meter")}},

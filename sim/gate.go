@@ -44,12 +44,9 @@ func newGateServer(e *engine) (*gateServer, error) {
 	s := e.s
 	cfg := chain.Config{Admission: s.coreConfig(), Retries: chain.RetryConfig{Disabled: true}}
 	if s.policy.gate.retryBudget {
-		rb, err := s.sc.Sluice.RetryBudget.config()
-		if err != nil {
-			return nil, fmt.Errorf("sluice.retry_budget: %w", err)
-		}
+		rb := s.sc.Sluice.RetryBudget
 		cfg.Retries = chain.RetryConfig{Global: rb, PerTenant: rb}
-		cfg.Recognise = s.sc.Sluice.Recognise.config()
+		cfg.Recognise = s.sc.Sluice.Recognise
 	} else {
 		// The rungs before retry budgets predate recognition too: they
 		// take a caller's word for its attempt, as the gateway once did.

@@ -9,8 +9,12 @@ import (
 	"strings"
 	"time"
 
+	"go.yaml.in/yaml/v3"
+
 	"github.com/sluicehq/sluice/admission"
 	"github.com/sluicehq/sluice/chain"
+	"github.com/sluicehq/sluice/internal/yamlpath"
+	"github.com/sluicehq/sluice/retrybudget"
 	"github.com/sluicehq/sluice/spend"
 )
 
@@ -22,35 +26,35 @@ import (
 type Scenario struct {
 	// Name identifies the scenario in tables and file names (name). Empty
 	// means the file's base name, or "scenario" when built in code.
-	Name string
+	Name string `yaml:"name"`
 	// Description is a sentence or two for results.md (description).
 	// Empty means none.
-	Description string
+	Description string `yaml:"description"`
 	// Seed selects the random draws (seed). Zero is a seed like any other.
-	Seed uint64
+	Seed uint64 `yaml:"seed"`
 	// Requests is the expected number of logical requests (first attempts)
 	// per run, over every traffic source (requests). The arrival window is
 	// sized so that this many arrive on average; the actual count is
 	// Poisson. Zero means DefaultRequests.
-	Requests int
+	Requests int `yaml:"requests"`
 	// Loads are the load factors the scenario is tabled at: the offered
 	// rate of first attempts of the swept traffic as a multiple of the
 	// upstream's capacity (loads). Empty means DefaultLoads.
-	Loads []float64
+	Loads []float64 `yaml:"loads"`
 	// Policies are the policies compared, by name (policies). Empty means
 	// all of PolicyNames().
-	Policies []string
+	Policies []string `yaml:"policies"`
 
-	Upstream Upstream
+	Upstream Upstream `yaml:"upstream"`
 	// Classes are the priority classes and their deadlines (classes). At
 	// least one.
-	Classes []Class
+	Classes []Class `yaml:"classes"`
 	// Traffic are the sources of logical requests (traffic). At least one
 	// must be swept (have no fixed Load).
-	Traffic []Source
+	Traffic []Source `yaml:"traffic"`
 
-	Baselines Baselines
-	Sluice    SluiceConfig
+	Baselines Baselines    `yaml:"baselines"`
+	Sluice    SluiceConfig `yaml:"sluice"`
 	// Spend is the spend limiter's configuration (spend): the gateway's
 	// `spend:` section, decoded into the very spend.Config the gateway
 	// uses — prices per model, ladder, ceiling_per_hour, tenants' budgets,
@@ -58,14 +62,14 @@ type Scenario struct {
 	// policy is priced from spend.prices by its source's tokens, and the
 	// policy "spend" (full sluice with the spend limiter) is run. Nil means
 	// no spend limiter, and calls priced by cost_per_call.
-	Spend *spend.Config
+	Spend *spend.Config `yaml:"spend"`
 	// Timeseries, when set, asks for time-series plots of this scenario
 	// (timeseries). Nil means none.
-	Timeseries *Timeseries
+	Timeseries *Timeseries `yaml:"timeseries"`
 	// Replicas, when set, runs every sluice policy as several gateway
 	// replicas sharing the upstream's concurrency by leases (replicas).
 	// Nil means one gateway.
-	Replicas *Replicas
+	Replicas *Replicas `yaml:"replicas"`
 }
 
 // Replicas is a fleet of gateways in front of one upstream (replicas):
@@ -77,11 +81,11 @@ type Scenario struct {
 // between replicas. The baselines run as one queue, as before.
 type Replicas struct {
 	// Count is how many replicas (count): 2 to 64. Required.
-	Count int
+	Count int `yaml:"count"`
 	// LeaseInterval is how often each replica renews its lease
 	// (lease_interval); the replicas' renewals are spread evenly over it.
 	// Zero means 200ms, the gateway's default; 10ms to 10s.
-	LeaseInterval time.Duration
+	LeaseInterval time.Duration `yaml:"lease_interval"`
 }
 
 // DefaultRequests is Scenario.Requests when zero.
@@ -97,27 +101,27 @@ type Upstream struct {
 	// Concurrency is how many calls the upstream serves at once
 	// (concurrency). Required, at least 1. Every policy is given exactly
 	// this many slots.
-	Concurrency int
+	Concurrency int `yaml:"concurrency"`
 	// Service is the service-time distribution (service). Required.
-	Service Service
+	Service Service `yaml:"service"`
 	// Steps change the service time mid-run (steps): from At on, every
 	// call that starts is Factor times slower — every call, or only the
 	// calls to Step.Model when it names one. Later steps replace earlier
 	// ones of the same reach; a model's own steps multiply the upstream's.
 	// Empty means none.
-	Steps []Step
+	Steps []Step `yaml:"steps"`
 	// CostPerCall is the price of one billed call, in dollars
 	// (cost_per_call). Zero means calls are counted but not priced. It
 	// must be zero when the scenario has a spend section: calls are then
 	// priced from spend.prices.
-	CostPerCall float64
+	CostPerCall float64 `yaml:"cost_per_call"`
 	// Models are the upstream's models by name, as sources name them
 	// (models): what differs between them is the service time. A call to a
 	// model takes ServiceFactor times the service time drawn for it, so a
 	// request degraded to a cheaper model by the spend limiter also takes
 	// that model's time. Empty means every model takes the upstream's
 	// service time; when set, every model a source names must be listed.
-	Models map[string]Model
+	Models map[string]Model `yaml:"models"`
 }
 
 // Model is one model of the upstream. Its price is not here: prices are
@@ -126,7 +130,7 @@ type Model struct {
 	// ServiceFactor multiplies the service time of a call to this model
 	// (service_factor), e.g. 0.5 for a model twice as fast. Required,
 	// positive.
-	ServiceFactor float64
+	ServiceFactor float64 `yaml:"service_factor"`
 	// Concurrency is how many calls to this model the upstream serves at
 	// once (concurrency), in slots of the model's own: a call sent when
 	// they are all busy waits at the provider, first come first served,
@@ -135,32 +139,33 @@ type Model struct {
 	// models (the policies' slots are then the only limit). The policy
 	// pools gives every model a pool of this many slots, so it needs it
 	// on every model.
-	Concurrency int
+	Concurrency int `yaml:"concurrency"`
 	// RPM and TPM are the provider's requests and tokens per minute for
 	// this model (rpm, tpm), which the policy pools paces its calls on
 	// (chain.PoolConfig.RPM and TPM): a call is charged its
 	// input_tokens plus max_tokens. The simulated provider does not
 	// enforce them itself. Zero means none.
-	RPM, TPM int64
+	RPM int64 `yaml:"rpm"`
+	TPM int64 `yaml:"tpm"`
 }
 
 // Service is a service-time distribution: exactly one of Lognormal and
 // Empirical is set.
 type Service struct {
 	// Lognormal is Median × exp(Sigma × N(0,1)) (lognormal).
-	Lognormal *Lognormal
+	Lognormal *Lognormal `yaml:"lognormal"`
 	// Empirical are observed service times, drawn uniformly (empirical).
-	Empirical []time.Duration
+	Empirical []time.Duration `yaml:"empirical"`
 }
 
 // Lognormal is a lognormal service time, the usual shape of LLM latencies:
 // a median and a long right tail.
 type Lognormal struct {
 	// Median is the median service time (median). Required, positive.
-	Median time.Duration
+	Median time.Duration `yaml:"median"`
 	// Sigma is the standard deviation of the log (sigma), in [0, 3]. Zero
 	// means every call takes exactly Median.
-	Sigma float64
+	Sigma float64 `yaml:"sigma"`
 }
 
 // Mean returns the mean of the distribution.
@@ -183,25 +188,25 @@ func (s Service) Mean() time.Duration {
 type Step struct {
 	// At is when the step happens (at): a duration from the start ("90s")
 	// or a share of the arrival window ("50%"). Required.
-	At TimePoint
+	At TimePoint `yaml:"at"`
 	// Factor multiplies the base value from At on (factor). Required,
 	// positive for service times, non-negative for rates.
-	Factor float64
+	Factor float64 `yaml:"factor"`
 	// Model, in an upstream step only, limits the step to the calls to
 	// one model of upstream.models (model). Empty means every call.
-	Model string
+	Model string `yaml:"model"`
 }
 
 // Burst multiplies a source's arrival rate for a while.
 type Burst struct {
 	// At is when the burst starts (at). Required.
-	At TimePoint
+	At TimePoint `yaml:"at"`
 	// For is how long it lasts (for), as a duration or a share of the
 	// window. Required, positive.
-	For TimePoint
+	For TimePoint `yaml:"for"`
 	// Factor multiplies the rate during the burst (factor). Required,
 	// non-negative.
-	Factor float64
+	Factor float64 `yaml:"factor"`
 }
 
 // TimePoint is a point (or span) of a run, written either as a Go duration
@@ -226,6 +231,19 @@ func (p TimePoint) String() string {
 		return fmt.Sprintf("%g%%", p.F*100)
 	}
 	return p.D.String()
+}
+
+// UnmarshalYAML reads a time point written as ParseTimePoint reads it.
+func (p *TimePoint) UnmarshalYAML(n *yaml.Node) error {
+	if n.Kind != yaml.ScalarNode {
+		return fmt.Errorf("want a single value (line %d)", n.Line)
+	}
+	tp, err := ParseTimePoint(n.Value)
+	if err != nil {
+		return fmt.Errorf("%v (line %d)", err, n.Line)
+	}
+	*p = tp
+	return nil
 }
 
 // ParseTimePoint parses "90s" or "50%".
@@ -254,15 +272,15 @@ func ParseTimePoint(s string) (TimePoint, error) {
 // Class is a priority class: a name, a deadline, and for sluice a rank.
 type Class struct {
 	// Name is the class name (name), sent as X-Sluice-Priority. Required.
-	Name string
+	Name string `yaml:"name"`
 	// Deadline is how long its callers wait, from arrival (deadline).
 	// Required, positive.
-	Deadline time.Duration
+	Deadline time.Duration `yaml:"deadline"`
 	// Rank is the class's rank in the shed order for the sluice policies
 	// with priority shedding (rank, 0–15; higher is shed last). Nil means
 	// the rank of admission.DefaultRanks for interactive, batch and
 	// speculative; any other class must set it.
-	Rank *int
+	Rank *int `yaml:"rank"`
 }
 
 // Source is one stream of logical requests: a Poisson process of one class
@@ -270,47 +288,47 @@ type Class struct {
 type Source struct {
 	// Name labels the source (name). Empty means "<class>" or
 	// "<tenant>/<class>" when Tenant is set.
-	Name string
+	Name string `yaml:"name"`
 	// Class names one of Scenario.Classes (class). Required.
-	Class string
+	Class string `yaml:"class"`
 	// Tenant is who the requests are for (tenant). Empty is the anonymous
 	// tenant.
-	Tenant string
+	Tenant string `yaml:"tenant"`
 	// Tier is the tenant's tier: low, standard or high (tier). Empty means
 	// standard.
-	Tier string
+	Tier string `yaml:"tier"`
 	// Share is this source's part of the swept load (share): the swept
 	// sources' shares are normalised, so 3 and 1 split it 75/25. Ignored
 	// when Load is set; otherwise zero means 1.
-	Share float64
+	Share float64 `yaml:"share"`
 	// Load, when positive, fixes this source's rate at Load × capacity
 	// whatever the load being swept (load). Zero means the source is swept.
-	Load float64
+	Load float64 `yaml:"load"`
 	// Client is how callers retry (client): naive, polite or client, as in
 	// package loadgen and package client. Empty means naive.
-	Client string
+	Client string `yaml:"client"`
 	// MaxAttempts bounds attempts per logical request, the first included
 	// (max_attempts). Zero means 3.
-	MaxAttempts int
+	MaxAttempts int `yaml:"max_attempts"`
 	// AttemptTimeout is the naive client's fixed per-attempt timeout
 	// (attempt_timeout). Zero means half the class deadline, as loadgen
 	// does; polite and client callers give each attempt the time left.
-	AttemptTimeout time.Duration
+	AttemptTimeout time.Duration `yaml:"attempt_timeout"`
 	// Steps change the rate mid-run (steps); Bursts multiply it for a while
 	// (bursts). Empty means a constant rate.
-	Steps  []Step
-	Bursts []Burst
+	Steps  []Step  `yaml:"steps"`
+	Bursts []Burst `yaml:"bursts"`
 	// CostPerCall overrides Upstream.CostPerCall for this source's calls
 	// (cost_per_call). Zero means the upstream's price. It must be zero
 	// when the scenario has a spend section.
-	CostPerCall float64
+	CostPerCall float64 `yaml:"cost_per_call"`
 	// Model is the model the source's requests ask for (model), as the
 	// gateway reads it from the body: it selects the admission core's
 	// service-time statistics (Request.Key), the service time
 	// (Upstream.Models) and, with a spend section, the price. Empty means
 	// none: with a spend section it must then be billed by
 	// spend.unknown_model: default.
-	Model string
+	Model string `yaml:"model"`
 	// InputTokens and OutputTokens are the usage every call of the source
 	// reports (input_tokens, output_tokens), priced from spend.prices;
 	// MaxTokens is the max_tokens the request sends (max_tokens), which
@@ -319,22 +337,24 @@ type Source struct {
 	// model's observed mean output). OutputTokens must not exceed a
 	// non-zero MaxTokens. Ignored without a spend section, except by the
 	// policy pools, which charges them against a model's tpm.
-	InputTokens, OutputTokens, MaxTokens int64
+	InputTokens  int64 `yaml:"input_tokens"`
+	OutputTokens int64 `yaml:"output_tokens"`
+	MaxTokens    int64 `yaml:"max_tokens"`
 	// Headers says whether the callers declare their retries (headers):
 	// "attempt" sends the attempt number, as X-Sluice-Attempt or the
 	// official SDKs' X-Stainless-Retry-Count do; "none" sends nothing, as
 	// a shell loop or a homemade client does, and only the chain's
 	// recognise stage can tell a retry by its copy of the request. Empty
 	// means attempt.
-	Headers string
+	Headers string `yaml:"headers"`
 	// SamePrompt makes every request of the source the same request
 	// (same_prompt): one prompt sampled again and again, where otherwise
 	// each logical request asks something of its own. Its attempts are
 	// copies of it either way.
-	SamePrompt bool
+	SamePrompt bool `yaml:"same_prompt"`
 	// Replica pins the source's traffic to one replica, numbered from 0
 	// (replica), with a replicas section. Nil means round-robin over them.
-	Replica *int
+	Replica *int `yaml:"replica"`
 }
 
 // Baselines parameterise the comparison queues that are not sluice.
@@ -342,44 +362,44 @@ type Baselines struct {
 	// DepthThreshold is the queue depth at which the depth-threshold
 	// baseline refuses (depth_threshold). Zero means 500, a
 	// threshold such queues are commonly given.
-	DepthThreshold int
+	DepthThreshold int `yaml:"depth_threshold"`
 	// QueueTimeout is the queue-timeout baseline's fixed maximum queue time
 	// (queue_timeout). Zero means 30s.
-	QueueTimeout time.Duration
+	QueueTimeout time.Duration `yaml:"queue_timeout"`
 	// SmallQueue is the small bounded queue's size (small_queue). Zero
 	// means the upstream's concurrency.
-	SmallQueue int
+	SmallQueue int `yaml:"small_queue"`
 }
 
 // SluiceConfig configures the sluice policies (sluice).
 type SluiceConfig struct {
 	// MaxQueue is admission.Config.MaxQueue (max_queue). Zero means
 	// 8 × the upstream's concurrency.
-	MaxQueue int
+	MaxQueue int `yaml:"max_queue"`
 	// MaxQueuePerTenant is admission.Config.MaxQueuePerTenant
 	// (max_queue_per_tenant). Zero means no fixed cap.
-	MaxQueuePerTenant int
+	MaxQueuePerTenant int `yaml:"max_queue_per_tenant"`
 	// Tenants gives tenants their part of the gate's fair shares
 	// (tenants, a mapping of tenant names): weight, max_concurrency and
 	// queue_share, as in the gateway's tenants. A tenant not listed has
 	// weight 1, no cap and MaxQueuePerTenant.
-	Tenants map[string]SimTenant
+	Tenants map[string]admission.TenantConfig `yaml:"tenants"`
 	// InitialServiceTime is admission.Config.InitialServiceTime
 	// (initial_service_time). Zero means the upstream's mean service time:
 	// an operator's starting guess.
-	InitialServiceTime time.Duration
+	InitialServiceTime time.Duration `yaml:"initial_service_time"`
 	// RetryBudget configures the gateway's retry budgets, one per tenant and
 	// one global, as in the gateway (retry_budget). Zero fields take
 	// package retrybudget's defaults.
-	RetryBudget BudgetConfig
+	RetryBudget retrybudget.Config `yaml:"retry_budget"`
 	// Recognise configures the recognition of retries sent without a
 	// header, as the gateway's retries.recognise (recognise), in the
 	// policies with retry budgets. Zero fields take the defaults.
-	Recognise RecogniseConfig
+	Recognise chain.RecogniseConfig `yaml:"recognise"`
 	// Degrade lets the route stage of the policy pools send a call one
 	// rung down a ladder when its model's pool cannot serve it in time
 	// (degrade), as the gateway's degrade under load. Nil means never.
-	Degrade *DegradeConfig
+	Degrade *DegradeConfig `yaml:"degrade"`
 }
 
 // DegradeConfig is degrading under load (sluice.degrade):
@@ -387,62 +407,22 @@ type SluiceConfig struct {
 type DegradeConfig struct {
 	// Ladder maps a model to the cheaper model its calls may be sent to
 	// (ladder); both must be in upstream.models. Required.
-	Ladder map[string]string
+	Ladder map[string]string `yaml:"ladder"`
 	// Classes are the classes whose calls may be degraded (classes).
 	// Required: at least one class of the scenario.
-	Classes []string
-}
-
-// RecogniseConfig is the gateway's retries.recognise (sluice.recognise).
-type RecogniseConfig struct {
-	// Disabled leaves the recognise stage out (disabled).
-	Disabled bool
-	// Window is how long after a copy failed another counts as its retry
-	// (window). Zero means 30s; at most 1h.
-	Window time.Duration
-	// MaxEntries bounds the requests remembered (max_entries). Nil means
-	// 65536; zero is an error (say disabled: true).
-	MaxEntries *int
-}
-
-// config is the chain's configuration.
-func (r RecogniseConfig) config() chain.RecogniseConfig {
-	c := chain.RecogniseConfig{Disabled: r.Disabled, Window: r.Window}
-	if r.MaxEntries != nil {
-		c.MaxEntries = *r.MaxEntries
-	}
-	return c
-}
-
-// SimTenant is one tenant's share of the gate (sluice.tenants.<name>).
-type SimTenant struct {
-	// Weight is admission.TenantConfig.Weight (weight). Zero means 1.
-	Weight float64
-	// MaxConcurrency is admission.TenantConfig.MaxInFlight
-	// (max_concurrency). Zero means no cap.
-	MaxConcurrency int
-	// QueueShare is the fraction of the queue bound the tenant may hold
-	// (queue_share), above 0 and at most 1. Zero means max_queue_per_tenant.
-	QueueShare float64
-}
-
-// BudgetConfig is a retrybudget.Config.
-type BudgetConfig struct {
-	Ratio        float64 // ratio; zero means 0.1
-	MinPerSecond float64 // min_per_second; zero means 10
-	MaxTokens    float64 // max_tokens; zero means 10 s of MinPerSecond
+	Classes []string `yaml:"classes"`
 }
 
 // Timeseries asks for time-series plots: queue depth, estimated wait and
 // latency over time, for one load and a few policies.
 type Timeseries struct {
 	// Load is the load factor plotted (load). Zero means 1.
-	Load float64
+	Load float64 `yaml:"load"`
 	// Policies are plotted (policies). Empty means fifo, depth-threshold,
 	// queue-timeout and sluice.
-	Policies []string
+	Policies []string `yaml:"policies"`
 	// Bucket is the width of a time bucket (bucket). Zero means 1s.
-	Bucket time.Duration
+	Bucket time.Duration `yaml:"bucket"`
 }
 
 // Steady returns a copy of the scenario in which every traffic source keeps
@@ -474,17 +454,11 @@ func (p TimePoint) isStart() bool {
 }
 
 // FieldError is an invalid scenario field, named by its YAML path
-// ("traffic[1].share").
-type FieldError struct {
-	Field   string
-	Problem string
-}
+// ("traffic[1].share"): every configuration of sluice names its fields the
+// same way (package yamlpath).
+type FieldError = yamlpath.FieldError
 
-func (e *FieldError) Error() string { return fmt.Sprintf("%s: %s", e.Field, e.Problem) }
-
-func ferr(field, format string, args ...any) error {
-	return &FieldError{Field: field, Problem: fmt.Sprintf(format, args...)}
-}
+var ferr = yamlpath.Errorf
 
 // Limits that keep every product of the scenario's numbers inside a
 // time.Duration and a run inside memory; they are not opinions on realism.
@@ -599,30 +573,20 @@ func (s *Scenario) Validate() error {
 	case sl.InitialServiceTime < 0 || sl.InitialServiceTime > maxDuration:
 		return ferr("sluice.initial_service_time", "want 0 (for the mean service time) to %v, got %v", maxDuration, sl.InitialServiceTime)
 	}
-	for name, tc := range sl.Tenants {
+	for _, name := range slices.Sorted(maps.Keys(sl.Tenants)) {
 		p := "sluice.tenants." + name
 		if !slices.ContainsFunc(s.Traffic, func(src Source) bool { return src.Tenant == name }) {
 			return ferr(p, "not a tenant of the traffic (traffic[].tenant)")
 		}
-		switch {
-		case math.IsNaN(tc.Weight) || tc.Weight < 0 || tc.Weight > admission.MaxWeight:
-			return ferr(p+".weight", "want 0 (for 1) to %g, got %v", admission.MaxWeight, tc.Weight)
-		case tc.MaxConcurrency < 0:
-			return ferr(p+".max_concurrency", "want ≥ 0 (0 for no cap), got %d", tc.MaxConcurrency)
-		case math.IsNaN(tc.QueueShare) || tc.QueueShare < 0 || tc.QueueShare > 1:
-			return ferr(p+".queue_share", "want 0 (for max_queue_per_tenant) to 1, got %v", tc.QueueShare)
+		if err := sl.Tenants[name].Validate(); err != nil {
+			return yamlpath.At(p, err)
 		}
 	}
-	if _, err := sl.RetryBudget.config(); err != nil {
-		return ferr("sluice.retry_budget", "%v", err)
+	if err := sl.RetryBudget.Validate(); err != nil {
+		return yamlpath.At("sluice.retry_budget", err)
 	}
-	if rc := sl.Recognise; !rc.Disabled {
-		if rc.Window < 0 || rc.Window > time.Hour {
-			return ferr("sluice.recognise.window", "want 0 (for 30s) to 1h, got %v", rc.Window)
-		}
-		if n := rc.MaxEntries; n != nil && (*n < 1 || *n > chain.MaxRecogniseEntries) {
-			return ferr("sluice.recognise.max_entries", "want 1 to %d (or disabled: true), got %d", chain.MaxRecogniseEntries, *n)
-		}
+	if err := sl.Recognise.Validate(); err != nil {
+		return yamlpath.At("sluice.recognise", err)
 	}
 	if d := sl.Degrade; d != nil {
 		if len(d.Ladder) == 0 {

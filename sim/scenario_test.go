@@ -56,7 +56,7 @@ func TestScenarioErrorsNameTheField(t *testing.T) {
 		{"a mapping where a value belongs", minimalYAML + "seed: {a: 1}\n", "seed"},
 		{"no classes", strings.Replace(minimalYAML, "  - {name: interactive, deadline: 10s}\n", "", 1) + "", "classes"},
 		{"every source fixed", strings.Replace(minimalYAML, "{class: interactive}", "{class: interactive, load: 1}", 1), "traffic"},
-		{"bad retry budget", minimalYAML + "sluice: {retry_budget: {ratio: 2}}\n", "sluice.retry_budget"},
+		{"bad retry budget", minimalYAML + "sluice: {retry_budget: {ratio: 2}}\n", "sluice.retry_budget.ratio"},
 		{"negative tenant weight", strings.Replace(minimalYAML, "{class: interactive}", "{class: interactive, tenant: a}", 1) + "sluice: {tenants: {a: {weight: -1}}}\n", "sluice.tenants.a.weight"},
 		{"queue share above 1", strings.Replace(minimalYAML, "{class: interactive}", "{class: interactive, tenant: a}", 1) + "sluice: {tenants: {a: {queue_share: 2}}}\n", "sluice.tenants.a.queue_share"},
 		{"negative tenant cap", strings.Replace(minimalYAML, "{class: interactive}", "{class: interactive, tenant: a}", 1) + "sluice: {tenants: {a: {max_concurrency: -1}}}\n", "sluice.tenants.a.max_concurrency"},

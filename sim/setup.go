@@ -11,7 +11,6 @@ import (
 	"github.com/sluicehq/sluice/admission"
 	"github.com/sluicehq/sluice/chain"
 	"github.com/sluicehq/sluice/contract"
-	"github.com/sluicehq/sluice/retrybudget"
 	"github.com/sluicehq/sluice/spend"
 )
 
@@ -509,17 +508,10 @@ func (s *setup) coreConfigFor(concurrency int, mean time.Duration) admission.Con
 	if cfg.MaxQueue == 0 {
 		cfg.MaxQueue = 8 * cfg.Concurrency
 	}
-	for name, tc := range sl.Tenants {
-		if cfg.Tenants == nil {
-			cfg.Tenants = map[string]admission.TenantConfig{}
-		}
-		cfg.Tenants[name] = admission.TenantConfig{
-			Weight:      tc.Weight,
-			MaxInFlight: tc.MaxConcurrency,
-			// At least one place: a share rounding to nothing would
-			// mean the default, not none.
-			MaxQueue: queueShare(tc.QueueShare, cfg.MaxQueue),
-		}
+	if len(sl.Tenants) > 0 {
+		// The tenants' shares as the gateway's: a queue share is taken of
+		// the gate's own bound by admission.
+		cfg.Tenants = sl.Tenants
 	}
 	if cfg.InitialServiceTime == 0 {
 		cfg.InitialServiceTime = mean
@@ -564,24 +556,9 @@ func (s *setup) routingConfig() *chain.RoutingConfig {
 	return rc
 }
 
-func (b BudgetConfig) config() (retrybudget.Config, error) {
-	cfg := retrybudget.Config{Ratio: b.Ratio, MinPerSecond: b.MinPerSecond, MaxTokens: b.MaxTokens}
-	_, err := retrybudget.New(cfg)
-	return cfg, err
-}
-
 // epoch is virtual time zero as the wall-clock time the admission code and
 // the retry budgets are given. Any fixed instant would do.
 var epoch = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 
 // at converts a virtual offset to the time.Time the cores take.
 func (s *setup) at(d time.Duration) time.Time { return epoch.Add(d) }
-
-// queueShare turns a fraction of the queue bound into a count: zero stays
-// zero (the default bound), anything else is at least one place.
-func queueShare(share float64, maxQueue int) int {
-	if share <= 0 {
-		return 0
-	}
-	return max(int(share*float64(maxQueue)), 1)
-}

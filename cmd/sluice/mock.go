@@ -175,7 +175,7 @@ func parseMockFlags(args []string, stderr io.Writer) (mockllm.Config, string, st
 		retryAfter   = fs.Duration("retry-after", 0, "delay advertised on 429s; 0 means the current median service time")
 		seed         = fs.Uint64("seed", 0, "seed of service times and faults; 0 picks one at random")
 		modelsFile   = fs.String("models", "", "YAML or JSON file of models replacing the built-in table: name: {latency_factor, input_usd_per_mtok, output_usd_per_mtok, rpm, tpm}; \"*\" is the default row")
-		deployments  = fs.String("deployments", "", "YAML file of several mock providers served at once, each on its own address (see the README); the other flags are their defaults")
+		deployments  = fs.String("deployments", "", "YAML file of several mock providers served at once, each on its own address (see docs/commands.md); the other flags are their defaults")
 	)
 	if err := fs.Parse(args); err != nil {
 		return mockllm.Config{}, "", "", err

@@ -21,21 +21,26 @@ const module = "github.com/sluicehq/sluice"
 // package belongs to the lowest layer that names it, so that the
 // programs under cmd/sluice/internal sit below the rest of cmd.
 var layers = [][]string{
-	// Helpers that import nothing of the project.
-	{"internal/loghist", "internal/yamltime", "internal/loopback", "internal/layering"},
+	// Helpers that import nothing of the project; yamlpath decodes every
+	// configuration and names the YAML path in its errors.
+	{"internal/loghist", "internal/yamltime", "internal/yamlpath", "internal/loopback", "internal/layering"},
 	// The wire contract: headers, reasons, error bodies.
 	{"contract"},
 	// The policies, none of which imports another: admission; retry
 	// budgets; lease, the division of a cluster's concurrency among its
 	// replicas, in Go without Redis so that the simulator runs it too;
-	// batch, the durable job store and its executor.
-	{"admission", "retrybudget", "lease", "batch"},
+	// batch, the durable job store and its executor; gateway/guard, the
+	// API listener's connection caps and timeouts.
+	{"admission", "retrybudget", "lease", "batch", "gateway/guard"},
 	{"spend"}, // prices and budgets in the gate's ranks and reasons
 	// The admission chain, which runs the policies in order; store, their
 	// Redis side (the ledger, the lease table, the job store); the tests
 	// every ledger, job store and lease table shares.
 	{"chain", "spend/spendtest", "batch/batchtest", "lease/leasetest", "store", "store/redistest"},
 	{"client"},
+	// The gateway's rooms, which it assembles: gateway/batchapi, the
+	// Batch API and the Doer of its items.
+	{"gateway/batchapi"},
 	// The shells and the tools around them: none imports another.
 	{"gateway", "sim", "loadgen", "mockllm"},
 	// Programs that assemble the shells: the binary's commands (demo,

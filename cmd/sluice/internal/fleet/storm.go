@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/gateway"
+	"github.com/sluicehq/sluice/gateway/guard"
 	"github.com/sluicehq/sluice/loadgen"
 	"github.com/sluicehq/sluice/mockllm"
 )
@@ -23,7 +24,7 @@ func ReplicaConfig(upstream string, concurrency int, redisURL, cluster string) g
 	cfg := gateway.Config{
 		Upstream:  gateway.UpstreamConfig{URL: upstream},
 		Admission: gateway.AdmissionConfig{Concurrency: concurrency},
-		Server:    gateway.ServerConfig{MaxConnections: 8192, MaxUnauthenticatedPerIP: 8192},
+		Server:    guard.Config{MaxConnections: 8192, MaxUnauthenticatedPerIP: 8192},
 	}
 	if redisURL != "" {
 		cfg.Store = &gateway.StoreConfig{Redis: &gateway.RedisStoreConfig{URL: redisURL, Cluster: cluster,

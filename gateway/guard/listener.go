@@ -1,4 +1,4 @@
-package gateway
+package guard
 
 import (
 	"context"
@@ -35,17 +35,16 @@ func cannedRefusal(status, reason, typ, msg string) []byte {
 		"\r\nContent-Type: application/json\r\nConnection: close\r\nContent-Length: " + strconv.Itoa(len(body)) + "\r\n\r\n" + body)
 }
 
-// connListener is the API listener with the connection caps of a
-// ServerConfig: at most maxConns open, at most maxUnauthPerIP of them per
-// client address not yet authenticated. Connections beyond are refused in
-// Accept itself, before net/http spends a goroutine on them. Safe for
-// concurrent use.
-type connListener struct {
+// listener is the API listener with the connection caps of a Config: at
+// most maxConns open, at most maxUnauthPerIP of them per client address
+// not yet authenticated. Connections beyond are refused in Accept itself,
+// before net/http spends a goroutine on them. Safe for concurrent use.
+type listener struct {
 	net.Listener
 	maxConns, maxUnauthPerIP int
 	writeStall               time.Duration
 	log                      *slog.Logger
-	metrics                  *connMetrics
+	metrics                  *metrics
 	closed                   chan struct{}
 	closeOnce                sync.Once
 
@@ -56,8 +55,20 @@ type connListener struct {
 	}
 }
 
-func newConnListener(ln net.Listener, l connLimits, log *slog.Logger, m *connMetrics) *connListener {
-	cl := &connListener{Listener: ln, maxConns: l.maxConns, maxUnauthPerIP: l.maxUnauthPerIP, writeStall: l.write,
+// NewListener wraps ln, the API listener, with the connection caps and the
+// write-stall timeout of l; log receives its warnings (accept out of
+// descriptors). The listener's collectors, sluice_connections_open and
+// sluice_connections_refused_total, are registered on reg; a second
+// listener on the same registerer shares the first one's, and a nil reg
+// registers none. The connections it returns carry the guard's accounting
+// to Middleware when the http.Server's ConnContext is ConnContext. Its
+// Close also stops an Accept backing off. Safe for concurrent use.
+func NewListener(ln net.Listener, l Limits, log *slog.Logger, reg prometheus.Registerer) net.Listener {
+	return newListener(ln, l, log, newMetrics(reg))
+}
+
+func newListener(ln net.Listener, l Limits, log *slog.Logger, m *metrics) *listener {
+	cl := &listener{Listener: ln, maxConns: l.MaxConns, maxUnauthPerIP: l.MaxUnauthPerIP, writeStall: l.Write,
 		log: log, metrics: m, closed: make(chan struct{})}
 	cl.mu.unauth = map[netip.Addr]int{}
 	return cl
@@ -68,7 +79,7 @@ func newConnListener(ln net.Listener, l connLimits, log *slog.Logger, m *connMet
 // out of descriptors (EMFILE, ENFILE) it backs off, doubling from 5ms to
 // 1s, rather than spinning on an accept that cannot succeed; the pending
 // connections wait in the kernel's backlog meanwhile.
-func (l *connListener) Accept() (net.Conn, error) {
+func (l *listener) Accept() (net.Conn, error) {
 	backoff := time.Duration(0)
 	for {
 		c, err := l.Listener.Accept()
@@ -100,7 +111,7 @@ func (l *connListener) Accept() (net.Conn, error) {
 }
 
 // admit counts c in, or refuses it and returns nil.
-func (l *connListener) admit(c net.Conn) *trackedConn {
+func (l *listener) admit(c net.Conn) *trackedConn {
 	ip := addrOf(c.RemoteAddr())
 	l.mu.Lock()
 	var refusal []byte
@@ -129,7 +140,7 @@ func (l *connListener) admit(c net.Conn) *trackedConn {
 }
 
 // Close stops Accept, including one backing off.
-func (l *connListener) Close() error {
+func (l *listener) Close() error {
 	l.closeOnce.Do(func() { close(l.closed) })
 	return l.Listener.Close()
 }
@@ -147,7 +158,7 @@ func addrOf(a net.Addr) netip.Addr {
 // and the per-address unauthenticated count when authenticated.
 type trackedConn struct {
 	net.Conn
-	l  *connListener
+	l  *listener
 	ip netip.Addr
 	// authed and closed are guarded by l.mu.
 	authed, closed bool
@@ -195,7 +206,7 @@ func (c *trackedConn) isAuthenticated() bool {
 	return c.authed
 }
 
-func (l *connListener) dropUnauthLocked(ip netip.Addr) {
+func (l *listener) dropUnauthLocked(ip netip.Addr) {
 	if n := l.mu.unauth[ip]; n <= 1 {
 		delete(l.mu.unauth, ip)
 	} else {
@@ -205,31 +216,37 @@ func (l *connListener) dropUnauthLocked(ip netip.Addr) {
 
 type connKey struct{}
 
-// connContext hands the tracked connection to the handler (Server.guard).
-func connContext(ctx context.Context, c net.Conn) context.Context {
+// ConnContext is the API http.Server's ConnContext: it hands a connection
+// of NewListener's to Middleware through the requests' context. Any other
+// connection passes through, and Middleware leaves it uncounted.
+func ConnContext(ctx context.Context, c net.Conn) context.Context {
 	if tc, ok := c.(*trackedConn); ok {
 		return context.WithValue(ctx, connKey{}, tc)
 	}
 	return ctx
 }
 
-// connMetrics are the listener's collectors, registered on the gateway's
-// registry.
-type connMetrics struct {
+// metrics are the listener's collectors, registered on the registerer
+// NewListener is given.
+type metrics struct {
 	open    prometheus.Gauge
 	refused *prometheus.CounterVec
 }
 
-func newConnMetrics(reg *prometheus.Registry) *connMetrics {
-	m := &connMetrics{
+func newMetrics(reg prometheus.Registerer) *metrics {
+	m := &metrics{
 		open: prometheus.NewGauge(prometheus.GaugeOpts{Name: "sluice_connections_open",
 			Help: "API connections open (admitted by the listener's caps)."}),
 		refused: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_connections_refused_total",
 			Help: "API connections refused at accept: max_connections, unauthenticated_per_ip, or out_of_descriptors (an accept that failed with EMFILE/ENFILE)."},
 			[]string{"reason"}),
 	}
-	// A second Server on the same gateway shares the first one's
-	// collectors rather than failing to register its own.
+	if reg == nil {
+		return m
+	}
+	// A second listener on the same registerer (a second gateway.Server
+	// on the same gateway) shares the first one's collectors rather than
+	// failing to register its own.
 	if err := reg.Register(m.open); err != nil {
 		var are prometheus.AlreadyRegisteredError
 		if errors.As(err, &are) {

@@ -1,4 +1,4 @@
-package gateway
+package guard_test
 
 import (
 	"bufio"
@@ -10,28 +10,74 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"net/http/httptrace"
-	"os"
 	"strings"
-	"sync"
-	"syscall"
 	"testing"
-	"testing/synctest"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/testutil"
-
+	"github.com/sluicehq/sluice/chain"
 	"github.com/sluicehq/sluice/contract"
+	"github.com/sluicehq/sluice/gateway"
+	"github.com/sluicehq/sluice/gateway/guard"
 	"github.com/sluicehq/sluice/mockllm"
 )
 
-// startServer runs a Server until the test ends and returns the API
-// address.
-func startServer(t *testing.T, cfg Config) (*Gateway, string) {
+// The tests of this file run the guard as the gateway runs it: a real
+// gateway served by gateway.Listen and Serve, the real mock provider
+// behind it, and raw connections in front.
+
+// startMock runs the real mock provider on loopback.
+func startMock(t *testing.T, cfg mockllm.Config) *httptest.Server {
 	t.Helper()
-	sv := serve(t, cfg)
-	return sv.g, strings.TrimPrefix(sv.url, "http://")
+	m, err := mockllm.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(m)
+	t.Cleanup(func() {
+		m.Close()
+		srv.Close()
+	})
+	return srv
+}
+
+// startServer runs a gateway.Server (both listeners, the connection
+// policy) on loopback until the test ends and returns the API address.
+func startServer(t *testing.T, cfg gateway.Config) string {
+	t.Helper()
+	cfg.Listen, cfg.Admin = "127.0.0.1:0", "127.0.0.1:0"
+	cfg.ShutdownGrace = gateway.Duration(5 * time.Second)
+	g, err := gateway.New(cfg, gateway.Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Getenv: func(k string) string {
+		if k == "TEST_PROVIDER_KEY" {
+			return "sk-provider-secret"
+		}
+		return ""
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := gateway.Listen(g)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Serve: %v", err)
+		}
+	})
+	return srv.API.Addr().String()
+}
+
+func baseConfig(upstream string) gateway.Config {
+	return gateway.Config{
+		Upstream:  gateway.UpstreamConfig{URL: upstream},
+		Admission: gateway.AdmissionConfig{Concurrency: 4, MaxQueue: new(16)},
+	}
 }
 
 // dialFrom opens a raw connection to addr from the loopback address from
@@ -66,7 +112,7 @@ func readToEOF(t *testing.T, c net.Conn, limit time.Duration) ([]byte, time.Dura
 }
 
 // connServer is a config whose timeouts are short enough for tests.
-func connServer(upstream string, s ServerConfig) Config {
+func connServer(upstream string, s guard.Config) gateway.Config {
 	cfg := baseConfig(upstream)
 	cfg.Server = s
 	return cfg
@@ -74,12 +120,13 @@ func connServer(upstream string, s ServerConfig) Config {
 
 const (
 	acmeKey    = "sk-tenant-acme"
+	chatBody   = `{"model":"gpt-4o-mini","messages":[{"role":"user","content":"hello there"}],"max_tokens":16}`
 	chatStream = `{"model":"gpt-4o-mini","messages":[{"role":"user","content":"hi"}],"max_tokens":64,"stream":true}`
 )
 
-func withTenant(cfg Config) Config {
+func withTenant(cfg gateway.Config) gateway.Config {
 	cfg.Upstream.APIKeyEnv = "TEST_PROVIDER_KEY"
-	cfg.Tenants = []TenantConfig{{Name: "acme", APIKeysSHA256: []string{HashKey(acmeKey)}}}
+	cfg.Tenants = []chain.TenantConfig{{Name: "acme", APIKeysSHA256: []string{gateway.HashKey(acmeKey)}}}
 	return cfg
 }
 
@@ -111,14 +158,25 @@ func roundTrip(t *testing.T, c net.Conn, br *bufio.Reader, req string) *http.Res
 	return resp
 }
 
+// readAll reads and closes a response body.
+func readAll(t *testing.T, resp *http.Response) []byte {
+	t.Helper()
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
 // TestSlowBodyIsCutAtTheReadBodyTimeout: a client that declares a body and
 // trickles it, a byte every 20ms, is answered and let go once
 // read_body_timeout has passed since its headers, however steadily it
 // sends.
 func TestSlowBodyIsCutAtTheReadBodyTimeout(t *testing.T) {
-	_, up := startMock(t, mockllm.Config{})
+	up := startMock(t, mockllm.Config{})
 	const timeout = 300 * time.Millisecond
-	_, addr := startServer(t, connServer(up.URL, ServerConfig{ReadBodyTimeout: Duration(timeout)}))
+	addr := startServer(t, connServer(up.URL, guard.Config{ReadBodyTimeout: guard.Duration(timeout)}))
 	c := dialFrom(t, "127.0.0.1", addr)
 	if _, err := io.WriteString(c, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100000\r\n\r\n{"); err != nil {
 		t.Fatal(err)
@@ -155,10 +213,10 @@ func TestSlowBodyIsCutAtTheReadBodyTimeout(t *testing.T) {
 // read_header_timeout; one that goes quiet after an answer, a 401
 // included, at idle_timeout.
 func TestIdleConnectionsAreClosed(t *testing.T) {
-	_, up := startMock(t, mockllm.Config{})
+	up := startMock(t, mockllm.Config{})
 	const timeout = 300 * time.Millisecond
-	_, addr := startServer(t, withTenant(connServer(up.URL, ServerConfig{
-		ReadHeaderTimeout: Duration(timeout), IdleTimeout: Duration(timeout)})))
+	addr := startServer(t, withTenant(connServer(up.URL, guard.Config{
+		ReadHeaderTimeout: guard.Duration(timeout), IdleTimeout: guard.Duration(timeout)})))
 
 	silent := dialFrom(t, "127.0.0.1", addr)
 	if got, took := readToEOF(t, silent, 5*time.Second); took > timeout+2*time.Second || len(got) > 0 {
@@ -188,9 +246,9 @@ func TestIdleConnectionsAreClosed(t *testing.T) {
 // connection gets a canned 503 with Retry-After and is closed at once,
 // while a client already connected goes on being served.
 func TestConnectionCapRefusesTheNextOne(t *testing.T) {
-	_, up := startMock(t, mockllm.Config{})
+	up := startMock(t, mockllm.Config{})
 	const max = 4
-	_, addr := startServer(t, connServer(up.URL, ServerConfig{MaxConnections: max, MaxUnauthenticatedPerIP: max}))
+	addr := startServer(t, connServer(up.URL, guard.Config{MaxConnections: max, MaxUnauthenticatedPerIP: max}))
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 1}}
 	defer client.CloseIdleConnections()
 	url := "http://" + addr
@@ -234,8 +292,8 @@ func TestConnectionCapRefusesTheNextOne(t *testing.T) {
 // not, a 401 does not count as authenticated, and a valid request frees
 // its connection's place.
 func TestUnauthenticatedConnectionsPerAddress(t *testing.T) {
-	_, up := startMock(t, mockllm.Config{})
-	_, addr := startServer(t, withTenant(connServer(up.URL, ServerConfig{MaxConnections: 16, MaxUnauthenticatedPerIP: 2})))
+	up := startMock(t, mockllm.Config{})
+	addr := startServer(t, withTenant(connServer(up.URL, guard.Config{MaxConnections: 16, MaxUnauthenticatedPerIP: 2})))
 	refused := func(c net.Conn) {
 		t.Helper()
 		got, took := readToEOF(t, c, 5*time.Second)
@@ -267,10 +325,10 @@ func TestUnauthenticatedConnectionsPerAddress(t *testing.T) {
 // or header timeouts, nor the per-write stall timeout cuts it.
 func TestLongStreamOutlivesEveryTimeout(t *testing.T) {
 	const service = 1200 * time.Millisecond
-	_, up := startMock(t, mockllm.Config{Median: service, Models: map[string]mockllm.ModelSpec{mockllm.DefaultModelKey: {LatencyFactor: 1}}})
+	up := startMock(t, mockllm.Config{Median: service, Models: map[string]mockllm.ModelSpec{mockllm.DefaultModelKey: {LatencyFactor: 1}}})
 	const timeout = 200 * time.Millisecond
-	_, addr := startServer(t, connServer(up.URL, ServerConfig{ReadHeaderTimeout: Duration(timeout),
-		ReadBodyTimeout: Duration(timeout), IdleTimeout: Duration(timeout), WriteTimeout: Duration(timeout)}))
+	addr := startServer(t, connServer(up.URL, guard.Config{ReadHeaderTimeout: guard.Duration(timeout),
+		ReadBodyTimeout: guard.Duration(timeout), IdleTimeout: guard.Duration(timeout), WriteTimeout: guard.Duration(timeout)}))
 	c := dialFrom(t, "127.0.0.1", addr)
 	br := bufio.NewReader(c)
 	start := time.Now()
@@ -294,188 +352,34 @@ func TestLongStreamOutlivesEveryTimeout(t *testing.T) {
 	}
 }
 
-func TestServerConfigErrorsNameTheField(t *testing.T) {
+// TestConfigErrorsNameTheField: an invalid section is refused naming the
+// field by its path in the gateway's config, by the section's Validate and
+// by the gateway's; a bare number for a duration is refused when parsing.
+func TestConfigErrorsNameTheField(t *testing.T) {
 	for _, tc := range []struct {
-		s    ServerConfig
+		s    guard.Config
 		want string
 	}{
-		{ServerConfig{ReadHeaderTimeout: -1}, "server.read_header_timeout"},
-		{ServerConfig{ReadHeaderTimeout: Duration(11 * time.Minute)}, "server.read_header_timeout"},
-		{ServerConfig{ReadBodyTimeout: Duration(2 * time.Hour)}, "server.read_body_timeout"},
-		{ServerConfig{IdleTimeout: -1}, "server.idle_timeout"},
-		{ServerConfig{WriteTimeout: Duration(2 * time.Hour)}, "server.write_timeout"},
-		{ServerConfig{MaxConnections: -1}, "server.max_connections"},
-		{ServerConfig{MaxConnections: 1<<20 + 1}, "server.max_connections"},
-		{ServerConfig{MaxUnauthenticatedPerIP: -1}, "server.max_unauthenticated_per_ip"},
-		{ServerConfig{MaxConnections: 10, MaxUnauthenticatedPerIP: 11}, "server.max_unauthenticated_per_ip"},
+		{guard.Config{ReadHeaderTimeout: -1}, "server.read_header_timeout"},
+		{guard.Config{ReadHeaderTimeout: guard.Duration(11 * time.Minute)}, "server.read_header_timeout"},
+		{guard.Config{ReadBodyTimeout: guard.Duration(2 * time.Hour)}, "server.read_body_timeout"},
+		{guard.Config{IdleTimeout: -1}, "server.idle_timeout"},
+		{guard.Config{WriteTimeout: guard.Duration(2 * time.Hour)}, "server.write_timeout"},
+		{guard.Config{MaxConnections: -1}, "server.max_connections"},
+		{guard.Config{MaxConnections: 1<<20 + 1}, "server.max_connections"},
+		{guard.Config{MaxUnauthenticatedPerIP: -1}, "server.max_unauthenticated_per_ip"},
+		{guard.Config{MaxConnections: 10, MaxUnauthenticatedPerIP: 11}, "server.max_unauthenticated_per_ip"},
 	} {
+		if err := tc.s.Validate(); err == nil || !strings.HasPrefix(err.Error(), "config: "+tc.want+": ") {
+			t.Errorf("%+v: Validate: %v, want an error naming %s", tc.s, err, tc.want)
+		}
 		cfg := baseConfig("http://127.0.0.1:1")
 		cfg.Server = tc.s
 		if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%+v: %v, want an error naming %s", tc.s, err, tc.want)
 		}
 	}
-	if _, err := ParseConfig([]byte("upstream: {url: \"http://x\"}\nadmission: {concurrency: 1}\nserver: {idle_timeout: 5}\n")); err == nil {
+	if _, err := gateway.ParseConfig([]byte("upstream: {url: \"http://x\"}\nadmission: {concurrency: 1}\nserver: {idle_timeout: 5}\n")); err == nil {
 		t.Error("a bare number for idle_timeout was accepted")
 	}
-}
-
-func TestServerDefaults(t *testing.T) {
-	l, err := ServerConfig{}.effective(10<<20, 1024)
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := connLimits{readHeader: 10 * time.Second, readBody: 20 * time.Second, idle: time.Minute, write: time.Minute,
-		maxConns: 480, maxUnauthPerIP: 60, fdLimit: 1024}
-	if l != want {
-		t.Errorf("defaults at 1024 descriptors: %+v, want %+v", l, want)
-	}
-	if l, _ := (ServerConfig{}).effective(10<<20, 1<<20); l.maxConns != 1<<16 {
-		t.Errorf("derived cap at 2^20 descriptors: %d, want 65536", l.maxConns)
-	}
-	for _, fds := range []uint64{0, 50} {
-		if _, err := (ServerConfig{}).effective(10<<20, fds); err == nil || !strings.Contains(err.Error(), "server.max_connections") {
-			t.Errorf("%d descriptors: %v, want an error naming server.max_connections", fds, err)
-		}
-	}
-	if l, err := (ServerConfig{MaxConnections: 100}).effective(1<<20, 0); err != nil || l.maxUnauthPerIP != 12 || l.readBody != 11*time.Second {
-		t.Errorf("set cap, unknown descriptors: %+v %v", l, err)
-	}
-}
-
-// emfileListener fails Accept with EMFILE a number of times, then hands out
-// one end of a pipe: a process out of descriptors, then relieved.
-type emfileListener struct {
-	fails   int
-	accepts int
-	closed  chan struct{}
-}
-
-func (l *emfileListener) Accept() (net.Conn, error) {
-	l.accepts++
-	if l.accepts <= l.fails {
-		return nil, &net.OpError{Op: "accept", Net: "tcp", Err: os.NewSyscallError("accept4", syscall.EMFILE)}
-	}
-	select {
-	case <-l.closed:
-		return nil, net.ErrClosed
-	default:
-	}
-	c, _ := net.Pipe()
-	return c, nil
-}
-func (l *emfileListener) Close() error   { close(l.closed); return nil }
-func (l *emfileListener) Addr() net.Addr { return &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1)} }
-
-// TestAcceptBacksOffWhenOutOfDescriptors: EMFILE from accept is retried
-// after a doubling pause (5ms, 10ms, … 1s), not in a hot loop, and a
-// listener closed during a pause returns at once.
-func TestAcceptBacksOffWhenOutOfDescriptors(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		inner := &emfileListener{fails: 10, closed: make(chan struct{})}
-		l := newConnListener(inner, connLimits{maxConns: 10, maxUnauthPerIP: 10, write: time.Second},
-			slog.New(slog.NewTextHandler(io.Discard, nil)), newConnMetrics(prometheus.NewRegistry()))
-		start := time.Now()
-		c, err := l.Accept()
-		if err != nil {
-			t.Fatal(err)
-		}
-		c.Close()
-		// 5+10+20+…+640ms, then 1s twice.
-		want := 1275*time.Millisecond + 2*time.Second
-		if took := time.Since(start); took != want || inner.accepts != 11 {
-			t.Errorf("%d accepts over %v, want 11 over %v", inner.accepts, took, want)
-		}
-		if got := testutil.ToFloat64(l.metrics.refused.WithLabelValues("out_of_descriptors")); got != 10 {
-			t.Errorf("out_of_descriptors = %v, want 10", got)
-		}
-
-		inner.fails, inner.accepts = 1<<30, 0
-		done := make(chan error, 1)
-		go func() { _, err := l.Accept(); done <- err }()
-		synctest.Wait()
-		l.Close()
-		if err := <-done; !errors.Is(err, net.ErrClosed) {
-			t.Errorf("Accept after Close: %v, want net.ErrClosed", err)
-		}
-	})
-}
-
-// TestServeLogsTheEffectiveLimits: the startup line says what the
-// connection policy is, defaults resolved.
-func TestServeLogsTheEffectiveLimits(t *testing.T) {
-	var log syncBuffer
-	cfg := baseConfig("http://127.0.0.1:1")
-	cfg.Listen, cfg.Admin = "127.0.0.1:0", "127.0.0.1:0"
-	cfg.Server.MaxConnections = 100
-	g, err := New(cfg, Options{Logger: slog.New(slog.NewTextHandler(&log, nil))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv, err := Listen(g)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, stop := context.WithCancel(t.Context())
-	stop()
-	if err := srv.Serve(ctx); err != nil {
-		t.Fatal(err)
-	}
-	for _, want := range []string{"read_header_timeout=10s", "read_body_timeout=20s", "idle_timeout=1m0s", "write_timeout=1m0s",
-		"max_connections=100", "max_unauthenticated_per_ip=12", "fd_limit="} {
-		if !strings.Contains(log.String(), want) {
-			t.Errorf("startup log lacks %s:\n%s", want, log.String())
-		}
-	}
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-func (s *syncBuffer) String() string { s.mu.Lock(); defer s.mu.Unlock(); return s.b.String() }
-
-// TestWriteStallTimeoutIsPerWrite: a client that keeps reading, however
-// slowly and for however long, is written to; one that stops reading is
-// let go after write_timeout. A deadline for the whole response would cut
-// the first; no deadline would keep the second for ever.
-func TestWriteStallTimeoutIsPerWrite(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		server, client := net.Pipe()
-		defer client.Close()
-		l := newConnListener(&emfileListener{closed: make(chan struct{})}, connLimits{maxConns: 1, maxUnauthPerIP: 1, write: 100 * time.Millisecond},
-			slog.New(slog.NewTextHandler(io.Discard, nil)), newConnMetrics(prometheus.NewRegistry()))
-		tc := l.admit(server)
-		defer tc.Close()
-		reading := make(chan struct{})
-		go func() {
-			defer close(reading)
-			buf := make([]byte, 8)
-			for range 20 { // one read every 80ms: 1.6s in all
-				time.Sleep(80 * time.Millisecond)
-				if _, err := io.ReadFull(client, buf); err != nil {
-					return
-				}
-			}
-		}()
-		start := time.Now()
-		for i := range 20 {
-			if _, err := tc.Write([]byte("datadata")); err != nil {
-				t.Fatalf("write %d, %v in, to a client reading steadily: %v", i, time.Since(start), err)
-			}
-		}
-		<-reading
-		start = time.Now()
-		_, err := tc.Write([]byte("datadata"))
-		var ne net.Error
-		if !errors.As(err, &ne) || !ne.Timeout() || time.Since(start) != 100*time.Millisecond {
-			t.Errorf("write to a client that stopped reading: %v after %v, want a timeout after 100ms", err, time.Since(start))
-		}
-	})
 }

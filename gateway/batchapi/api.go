@@ -1,0 +1,291 @@
+package batchapi
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+	"unicode/utf8"
+
+	"github.com/sluicehq/sluice/admission"
+	"github.com/sluicehq/sluice/batch"
+	"github.com/sluicehq/sluice/contract"
+)
+
+// Deps is what the API takes from the gateway that serves it. Handler,
+// Stats and ReadBody are required; every other field says what its zero
+// value means.
+type Deps struct {
+	// Store keeps the files, the batches and their items. The API owns
+	// it: Run closes it on return, Close if Run is never called, New if it
+	// fails. Nil means the bbolt file at Config.Path, which New opens.
+	Store batch.JobStore
+	// Owner names this replica's claims on items in a store the replicas
+	// share (store.redis): a claim then lapses after MaxTimeout and
+	// leaseMargin, for another replica to take over the items of one that
+	// died. Empty means the store is this process's own.
+	Owner string
+
+	// Handler returns the handler that runs an item of tenant's, a POST
+	// to path, as a live call of the tenant's: through the same chain at
+	// Config.Class, to the same upstream, on the same books. It returns
+	// ErrUnknownTenant when the tenant is no longer configured, and
+	// ErrNotGated when path is not an API the gateway gates.
+	Handler func(tenant, path string) (http.Handler, error)
+	// Stats is the gateway's admission state, all pools together: its
+	// slots bound the items running, its service rate is the estimate of
+	// a backlog before items have ended, its depth at Rank is Waiting.
+	Stats func() admission.Stats
+	// Rank is the rank of Config.Class in the gate.
+	Rank int
+	// ReadBody reads an item's body as the gateway reads a live call's:
+	// the model it names and whether it streams; an error is why the
+	// gateway would refuse it. An upload with such a body is refused.
+	ReadBody func(body []byte) (model string, stream bool, err error)
+	// Draining says whether the gateway is shutting down: items are put
+	// back rather than run. Nil means never.
+	Draining func() bool
+	// MaxTimeout bounds an item's call (limits.max_timeout), and so a
+	// claim's lease in a shared store. Zero means the item's deadline
+	// alone bounds it.
+	MaxTimeout time.Duration
+	// Grace is how long Run lets running items finish once its context
+	// ends (shutdown_grace). Zero means they are cancelled at once.
+	Grace time.Duration
+
+	// WriteError writes the API's error answers (the gateway's writer
+	// notes the code for its access log). Nil means the body as JSON.
+	WriteError func(w http.ResponseWriter, status int, body contract.ErrorBody)
+	// BadInput counts a request refused for what it asked, by code (the
+	// gateway's sluice_bad_requests_total). Nil means not counted.
+	BadInput func(code string)
+	// Log receives the store's failures. Nil means slog.Default().
+	Log *slog.Logger
+}
+
+// Errors of Deps.Handler, which the API answers for the item (403, 404)
+// rather than run it.
+var (
+	ErrUnknownTenant = errors.New("batchapi: the batch's tenant is no longer configured")
+	ErrNotGated      = errors.New("batchapi: not a batch endpoint")
+)
+
+// API is the Batch API (OpenAI's /v1/files and /v1/batches) of one
+// gateway, and the executor of its items. Safe for concurrent use.
+type API struct {
+	cfg   Config
+	deps  Deps
+	store batch.JobStore
+	exec  *batch.Executor
+	now   func() time.Time
+	close sync.Once
+	err   error // of the store's Close
+}
+
+var _ batch.Doer = (*API)(nil)
+
+// leaseMargin is the time past Deps.MaxTimeout a replica's claim on an
+// item lasts in the shared store: for the answer to be written.
+const leaseMargin = 5 * time.Second
+
+// New returns the API for cfg (with its defaults), opening the bbolt
+// store at cfg.Path unless deps.Store is set. A store another process
+// holds is an error that matches batch.ErrLocked.
+func New(cfg Config, deps Deps) (*API, error) {
+	cfg = cfg.WithDefaults()
+	err := cfg.Validate()
+	if err == nil && (deps.Handler == nil || deps.Stats == nil || deps.ReadBody == nil) {
+		err = errors.New("batchapi: Deps.Handler, Deps.Stats and Deps.ReadBody are required")
+	}
+	if err != nil {
+		if deps.Store != nil {
+			deps.Store.Close()
+		}
+		return nil, err
+	}
+	if deps.Draining == nil {
+		deps.Draining = func() bool { return false }
+	}
+	if deps.WriteError == nil {
+		deps.WriteError = writeJSONError
+	}
+	if deps.BadInput == nil {
+		deps.BadInput = func(string) {}
+	}
+	if deps.Log == nil {
+		deps.Log = slog.Default()
+	}
+	js := deps.Store
+	if js == nil {
+		bs, err := batch.OpenBolt(cfg.Path, 500*time.Millisecond)
+		if err != nil {
+			if errors.Is(err, batch.ErrLocked) {
+				return nil, fmt.Errorf("config: batch.path: %w (another sluice holds it; give each its own batch.path)", err)
+			}
+			return nil, fmt.Errorf("config: batch.path: %w", err)
+		}
+		js = bs
+	}
+	var lease time.Duration
+	if deps.Owner != "" {
+		// An item's call ends by limits.max_timeout: a claim older than
+		// that and the time to write its result is a replica's that died,
+		// and another takes it over.
+		lease = deps.MaxTimeout + leaseMargin
+	}
+	a := &API{cfg: cfg, deps: deps, store: js, now: time.Now}
+	// Claimed items are what a crash runs again: no more than the slots
+	// and the waiting places, counting those whose answer is being
+	// written — the slots as they are now, moved by a reload or the
+	// cluster's lease.
+	a.exec = batch.NewExecutor(batch.ExecutorConfig{Store: js, Doer: a, Owner: deps.Owner, Lease: lease, MaxWaiting: cfg.MaxWaiting,
+		MaxRunningFunc: func() int { return deps.Stats().Concurrency + cfg.MaxWaiting },
+		Grace:          deps.Grace, Log: deps.Log})
+	return a, nil
+}
+
+// Run runs the batches' items until ctx ends, lets the running ones
+// finish for Deps.Grace, then closes the store and returns what closing
+// it returned. Call it once.
+func (a *API) Run(ctx context.Context) error {
+	a.exec.Run(ctx)
+	return a.Close()
+}
+
+// Close closes the store, once: for an API whose Run is never called.
+// Items are not run after it.
+func (a *API) Close() error {
+	a.close.Do(func() { a.err = a.store.Close() })
+	return a.err
+}
+
+// Waiting is the items (with speculative work) waiting in the gate at the
+// batch class's rank.
+func (a *API) Waiting() int {
+	st := a.deps.Stats()
+	if a.deps.Rank < len(st.Depth) {
+		return st.Depth[a.deps.Rank]
+	}
+	return 0
+}
+
+// Serve answers r, a request of tenant's (the gateway has authenticated
+// the caller) to /v1/files… or /v1/batches…. It returns false, having
+// written nothing, when r's path is none of the API's: the gateway
+// answers it as any path it does not serve.
+func (a *API) Serve(w http.ResponseWriter, r *http.Request, tenant string) bool {
+	parts := strings.Split(strings.Trim(r.URL.Path, "/"), "/") // v1, files|batches, id?, sub?
+	method := r.Method
+	switch {
+	case len(parts) == 2 && parts[1] == "files" && method == http.MethodPost:
+		a.uploadFile(w, r, tenant)
+	case len(parts) == 3 && parts[1] == "files" && method == http.MethodGet:
+		a.getFile(w, r, tenant, parts[2])
+	case len(parts) == 4 && parts[1] == "files" && parts[3] == "content" && method == http.MethodGet:
+		a.fileContent(w, r, tenant, parts[2])
+	case len(parts) == 2 && parts[1] == "batches" && method == http.MethodPost:
+		a.createBatch(w, r, tenant)
+	case len(parts) == 2 && parts[1] == "batches" && method == http.MethodGet:
+		a.listBatches(w, r, tenant)
+	case len(parts) == 3 && parts[1] == "batches" && method == http.MethodGet:
+		a.getBatch(w, r, tenant, parts[2])
+	case len(parts) == 4 && parts[1] == "batches" && parts[3] == "cancel" && method == http.MethodPost:
+		a.cancel(w, r, tenant, parts[2])
+	case len(parts) == 2 || len(parts) <= 4 && a.owns(r.Context(), tenant, parts[1], parts[2]):
+		// Not served (listing or deleting files, for one): said only of
+		// the tenant's own ids, which tells nothing of others'.
+		a.deps.BadInput("method_not_allowed")
+		a.writeError(w, http.StatusMethodNotAllowed, contract.ErrorTypeInvalidRequest, "method_not_allowed",
+			"method not allowed on this path (sluice's Batch API serves files.create, files.retrieve, files.content, batches.create, batches.retrieve, batches.list and batches.cancel)")
+	default:
+		return false
+	}
+	return true
+}
+
+// owns says whether the tenant has the file or batch id.
+func (a *API) owns(ctx context.Context, tenant, kind, id string) bool {
+	if !validID(id) {
+		return false
+	}
+	var err error
+	if kind == "files" {
+		_, err = a.store.File(ctx, tenant, id)
+	} else {
+		_, err = a.store.Batch(ctx, tenant, id)
+	}
+	return err == nil
+}
+
+func (a *API) invalid(w http.ResponseWriter, status int, code, param, msg string) {
+	a.deps.BadInput(code)
+	var p *string
+	if param != "" {
+		p = &param
+	}
+	a.deps.WriteError(w, status, contract.ErrorBody{Error: contract.ErrorDetail{Message: msg, Type: contract.ErrorTypeInvalidRequest, Param: p, Code: code}})
+}
+
+func (a *API) notFound(w http.ResponseWriter, what, id string) {
+	a.invalid(w, http.StatusNotFound, "not_found", "", fmt.Sprintf("no %s with id %q", what, echo(id)))
+}
+
+func (a *API) failed(w http.ResponseWriter, err error) {
+	a.deps.Log.Error("batch store failed", "err", err)
+	a.writeError(w, http.StatusInternalServerError, "server_error", "batch_store_error", "the batch store failed; try again")
+}
+
+func (a *API) writeError(w http.ResponseWriter, status int, typ, code, msg string) {
+	a.deps.WriteError(w, status, contract.ErrorBody{Error: contract.ErrorDetail{Message: msg, Type: typ, Code: code}})
+}
+
+// writeJSONError is Deps.WriteError's default: the body as JSON.
+func writeJSONError(w http.ResponseWriter, status int, body contract.ErrorBody) {
+	h := w.Header()
+	h.Set("Content-Type", "application/json")
+	h.Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(body)
+}
+
+func writeJSON(w http.ResponseWriter, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+func newID(prefix string) string {
+	var b [12]byte
+	_, _ = rand.Read(b[:])
+	return prefix + hex.EncodeToString(b[:])
+}
+
+// validID bounds an id from a path before it reaches the store.
+func validID(id string) bool {
+	return id != "" && len(id) <= 128 && !strings.ContainsAny(id, "\x00/")
+}
+
+// maxEcho bounds how much of a caller's id an error repeats, as the
+// gateway's own errors do: enough to recognise it, not enough to turn a
+// refusal into an amplifier or a log flood.
+const maxEcho = 64
+
+// echo quotes v for an error message, cut at maxEcho bytes (on a rune
+// boundary) with an ellipsis and its full length when longer.
+func echo(v string) string {
+	if len(v) <= maxEcho {
+		return strconv.Quote(v)
+	}
+	cut := maxEcho
+	for cut > 0 && !utf8.RuneStart(v[cut]) {
+		cut--
+	}
+	return fmt.Sprintf("%s… (%d bytes)", strconv.Quote(v[:cut]), len(v))
+}
