@@ -341,6 +341,13 @@ func (r *Ranks) clone() *Ranks {
 }
 
 // normalize validates cfg and fills in the documented defaults.
+// Validate checks the configuration as NewCore and New would, naming the
+// first invalid field.
+func (cfg Config) Validate() error {
+	_, err := cfg.normalize()
+	return err
+}
+
 func (cfg Config) normalize() (Config, error) {
 	switch {
 	case cfg.Concurrency < 1:

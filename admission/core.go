@@ -1,3 +1,10 @@
+// One file, over 600 lines, on purpose: the Core is one state machine whose
+// invariants (slots in flight, the ranked queue's levels and counts, the
+// estimator's window, the overload mode) are kept together by every method
+// below, and a reader checking one invariant needs every place that moves
+// it in view. The pieces it uses live beside it (window.go, queue.go,
+// fair.go, stats.go).
+
 package admission
 
 import (

@@ -53,7 +53,7 @@ func New(cfg Config) (*Gate, error) {
 // ctx ends. A refusal is a *[Rejection]; a cancelled ctx returns ctx.Err(),
 // and a ctx whose deadline passes while waiting returns a Rejection with
 // reason expired that also matches context.DeadlineExceeded. The request's
-// deadline defaults to ctx's. On success the caller must call Done (or Drop)
+// deadline is the earlier of its own and ctx's ([CallDeadline]). On success the caller must call Done (or Drop)
 // on the permit.
 func (g *Gate) Acquire(ctx context.Context, req Request) (*Permit, error) {
 	// Kept small enough to inline, so that a caller that does not let the
@@ -92,9 +92,7 @@ func (g *Gate) admit(ctx context.Context, reqp *Request, p *Permit, wait bool) e
 			return err
 		}
 		done = ctx.Done()
-		if req.Deadline.IsZero() {
-			req.Deadline, _ = ctx.Deadline()
-		}
+		req.Deadline = CallDeadline(ctx, req.Deadline)
 	}
 	now := g.now()
 	var w *waiter
@@ -148,6 +146,19 @@ func (g *Gate) admit(ctx context.Context, reqp *Request, p *Permit, wait bool) e
 }
 
 func (g *Gate) now() time.Time { return g.epoch.Add(time.Since(g.epoch)) }
+
+// CallDeadline is the deadline of a call made with ctx whose request says
+// own: the earlier of the two, either when the other is zero (or ctx has
+// none), zero when neither has one. It is the one rule for a call's
+// deadline: the gate applies it, and so does the admission chain before
+// its stages estimate the call, so that both judge it by the same time.
+func CallDeadline(ctx context.Context, own time.Time) time.Time {
+	d, ok := contextDeadline(ctx)
+	if !ok || (!own.IsZero() && own.Before(d)) {
+		return own
+	}
+	return d
+}
 
 func contextDeadline(ctx context.Context) (time.Time, bool) {
 	if ctx == nil {

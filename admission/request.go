@@ -69,9 +69,10 @@ type Request struct {
 	// Attempt is 0 for a first attempt and N for the Nth retry. Retries are
 	// shed before first attempts. Negative is an error.
 	Attempt int
-	// Deadline is when the caller stops waiting for the answer. Zero means the
-	// context's deadline in [Gate.Acquire], and no deadline at all when that
-	// has none either (then admission is decided by the queue bound alone).
+	// Deadline is when the caller stops waiting for the answer. In
+	// [Gate.Acquire] it is the earlier of this and the context's deadline
+	// ([CallDeadline]); zero, with a context without one, means no deadline
+	// at all (then admission is decided by the queue bound alone).
 	Deadline time.Time
 	// Cost is the work's estimated cost (for example its tokens): within a
 	// rank, tenants share the gate by cost, not by count of requests, and a

@@ -1,3 +1,8 @@
+// One file, over 600 lines, on purpose: batch.JobStore in one bbolt file is
+// one on-disk layout — the buckets and their key encodings below — that
+// every method reads and writes inside its transaction, kept together so a
+// change to the layout is seen by every reader of it.
+
 package batch
 
 import (

@@ -64,11 +64,9 @@ func (c *Chain) Identify(apiKey string) (tenant string, tier admission.Tier, ok 
 // without a price). On success the caller must call Done on the permit.
 func (c *Chain) Acquire(ctx context.Context, req Request) (*Permit, error) {
 	p := &Permit{c: c, req: req}
-	if p.req.Deadline.IsZero() {
-		// The context's deadline is the call's: the route stage picks
-		// the pool that meets it, as the gate would have judged by it.
-		p.req.Deadline, _ = ctx.Deadline()
-	}
+	// The call's deadline, once, by the gate's rule: the route stage picks
+	// the pool that meets the deadline the gate will judge the call by.
+	p.req.Deadline = admission.CallDeadline(ctx, req.Deadline)
 	if d, err := c.stages.admit(c.now(), &p.req, &p.holds); err != nil {
 		return nil, err
 	} else if d.Verdict == admission.Rejected {

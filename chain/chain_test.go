@@ -41,7 +41,7 @@ ceiling_per_hour: 1000
 // tightRetries lets no retry through on credit: a retry needs ten first
 // attempts' deposits.
 var tightRetries = RetryConfig{
-	Global:    retrybudget.Config{Ratio: 0.1, MinPerSecond: 1e-9, MaxTokens: 1},
+	Budget:    retrybudget.Config{Ratio: 0.1, MinPerSecond: 1e-9, MaxTokens: 1},
 	PerTenant: retrybudget.Config{Ratio: 0.1, MinPerSecond: 1e-9, MaxTokens: 1},
 }
 
@@ -397,5 +397,57 @@ func TestTenantsHeldToTheirClasses(t *testing.T) {
 	}
 	if _, err := New(Config{Admission: admission.Config{Concurrency: 1}, Tenants: []TenantConfig{{Name: "a", Classes: []string{"vip"}}}}); err == nil || !strings.Contains(err.Error(), "tenants[0].classes[0]") {
 		t.Fatalf("unknown class: %v", err)
+	}
+}
+
+// TestAcquireTakesTheEarlierDeadline: the chain judges a call by the
+// deadline the gate will (admission.CallDeadline), and the permit's
+// Request carries it back to the shell — a later Request.Deadline does not
+// outlive the context's.
+func TestAcquireTakesTheEarlierDeadline(t *testing.T) {
+	ch, err := New(Config{Admission: admission.Config{Concurrency: 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
+	defer cancel()
+	want, _ := ctx.Deadline()
+	p, err := ch.Acquire(ctx, Request{Deadline: want.Add(time.Hour)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Drop()
+	if got := p.Request().Deadline; !got.Equal(want) {
+		t.Fatalf("permit's deadline %v, want the context's %v", got, want)
+	}
+}
+
+// TestRetryConfigValidateNamesTheKey: the retries section validates
+// itself, naming the key inside the section, and fills the shell's own
+// retries' defaults.
+func TestRetryConfigValidateNamesTheKey(t *testing.T) {
+	for _, tc := range []struct {
+		cfg  RetryConfig
+		want string
+	}{
+		{RetryConfig{UpstreamAttempts: MaxUpstreamAttempts + 1}, "upstream_attempts: 11 is out of range, want 0..10"},
+		{RetryConfig{UpstreamAttempts: -1}, "upstream_attempts: -1 is out of range, want 0..10"},
+		{RetryConfig{UpstreamBackoff: 2 * time.Minute}, "upstream_backoff: 2m0s is out of range, want 0s..1m0s"},
+		{RetryConfig{Budget: retrybudget.Config{Ratio: -1}}, "budget.ratio"},
+		{RetryConfig{PerTenant: retrybudget.Config{MaxTokens: -1}}, "per_tenant.max_tokens"},
+		{RetryConfig{Recognise: RecogniseConfig{Window: -1}}, "recognise.window"},
+	} {
+		if err := tc.cfg.Validate(); err == nil || !strings.HasPrefix(err.Error(), tc.want) {
+			t.Errorf("%+v: got %v, want %s…", tc.cfg, err, tc.want)
+		}
+	}
+	if err := (RetryConfig{}).Validate(); err != nil {
+		t.Errorf("zero config: %v", err)
+	}
+	if a, b := (RetryConfig{}).Upstream(); a != DefaultUpstreamAttempts || b != DefaultUpstreamBackoff {
+		t.Errorf("defaults: %d, %v", a, b)
+	}
+	if a, b := (RetryConfig{UpstreamAttempts: 1, UpstreamBackoff: time.Second}).Upstream(); a != 1 || b != time.Second {
+		t.Errorf("set: %d, %v", a, b)
 	}
 }

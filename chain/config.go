@@ -16,11 +16,10 @@ type Config struct {
 	// Tenants are the configured tenants. With none, every call is the
 	// anonymous tenant's unless the shell names one.
 	Tenants []TenantConfig
-	// Retries configures the retry budgets stage.
+	// Retries configures the retry budgets stage and, in its Recognise,
+	// the stage that recognises retries sent without a header, before the
+	// retry budgets charge them.
 	Retries RetryConfig
-	// Recognise configures the stage that recognises retries sent
-	// without a header, before the retry budgets charge them.
-	Recognise RecogniseConfig
 	// Spend is the spend limiter. Nil leaves the spend stage out: no
 	// books, no budgets. The shell builds it, since where its books live
 	// (spend.Options.Ledger) is the shell's choice, and keeps it to read
@@ -60,7 +59,7 @@ func newStages(cfg Config, rt *router) (*stages, error) {
 		return nil, err
 	}
 	s := &stages{identify: id, spread: newSpread(cfg.RefusalSpread)}
-	if s.seen, err = newSeen(cfg.Recognise); err != nil {
+	if s.seen, err = newSeen(cfg.Retries.Recognise); err != nil {
 		return nil, fmt.Errorf("recognise: %w", err)
 	}
 	if s.retries, err = newRetries(cfg.Retries); err != nil {

@@ -91,6 +91,15 @@ func (c *Core) gateOf(r *Request) *admission.Core { return c.gates[r.Pool] }
 // without routing.
 func (c *Core) Pools() []*admission.Core { return c.gates }
 
+// Validate checks the configuration as New and NewCore would, returning
+// their error: it builds the stages and the pools' gates in virtual time
+// (no clock, no goroutine) and keeps nothing, so that a configuration
+// file's loader checks a chain by the chain's own rule, in one place.
+func (cfg Config) Validate() error {
+	_, err := NewCore(cfg)
+	return err
+}
+
 // Gate returns the first pool's gate — the only one without routing — for
 // its statistics and estimates.
 func (c *Core) Gate() *admission.Core { return c.gates[0] }

@@ -1,6 +1,78 @@
 package chain
 
-import "time"
+import (
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/sluicehq/sluice/internal/yamlpath"
+)
+
+// DegradeConfig is degrading under load, the configuration's `degrade:`
+// section (the gateway's, and the simulator's sluice.degrade): a call none
+// of whose model's pools can serve it in time is sent one rung down the
+// ladder instead of being refused, when its class allows it (Classes) or
+// the call asks (Request.AllowDegrade). It becomes RoutingConfig's Ladder
+// and DegradeClasses.
+type DegradeConfig struct {
+	// Ladder maps a model (as callers name it) to its cheaper rung, e.g.
+	// gpt-4o: gpt-4o-mini. Both must be served by some pool; the ladder
+	// must not loop.
+	Ladder map[string]string `yaml:"ladder"`
+	// Classes are the classes degraded under load without asking; each
+	// must be a configured class, none twice. Empty means none: only calls
+	// that ask.
+	Classes []string `yaml:"classes"`
+}
+
+// Validate checks the ladder (ValidateLadder, served saying which models
+// some pool serves) and the classes against the configured ones, naming
+// the first bad entry by its path inside the section: ladder.<model>,
+// classes[i].
+func (d DegradeConfig) Validate(served func(model string) bool, classes []string) error {
+	if err := yamlpath.At("ladder", ValidateLadder(d.Ladder, served)); err != nil {
+		return err
+	}
+	first := map[string]int{}
+	for i, class := range d.Classes {
+		field := fmt.Sprintf("classes[%d]", i)
+		if !slices.Contains(classes, class) {
+			return yamlpath.Errorf(field, "%q is not a class of classes (%s)", class, strings.Join(classes, ", "))
+		}
+		if prev, dup := first[class]; dup {
+			return yamlpath.Errorf(field, "%q is listed twice (also classes[%d])", class, prev)
+		}
+		first[class] = i
+	}
+	return nil
+}
+
+// ValidateLadder checks a ladder of models (the degrade section's, or the
+// spend section's, whose rungs must be routed too): every model and rung
+// served by some pool, and no loop. An error names the entry by its model
+// (the path inside the ladder): the first unserved, or the one that leads
+// back to a model already on the ladder.
+func ValidateLadder(ladder map[string]string, served func(model string) bool) error {
+	for _, from := range slices.Sorted(maps.Keys(ladder)) {
+		to := ladder[from]
+		if !served(from) {
+			return yamlpath.Errorf(from, "model %q is served by no deployment", from)
+		}
+		if !served(to) {
+			return yamlpath.Errorf(from, "rung %q is served by no deployment", to)
+		}
+		seen := map[string]bool{from: true}
+		for prev, m := from, to; m != ""; prev, m = m, ladder[m] {
+			if seen[m] {
+				return yamlpath.Errorf(prev, "the ladder loops back to %q", m)
+			}
+			seen[m] = true
+		}
+	}
+	return nil
+}
 
 // degrader is the degrade stage, degrade under load: a call that none of
 // its model's pools would serve in time (by the route stage's estimates:

@@ -43,7 +43,7 @@ func TestStagesInTheDocumentedOrder(t *testing.T) {
 			[]string{"*chain.identify", "*chain.seen", "*chain.retries", "*chain.degrader", "*chain.spendStage", "*chain.router"},
 			[]string{"identify", "recognise", "retries", "degrade", "spend", "route"}},
 		{"no ladder, no spend, no retries, no recognition", Config{Admission: admission.Config{Concurrency: 1},
-			Retries: RetryConfig{Disabled: true}, Recognise: RecogniseConfig{Disabled: true}},
+			Retries: RetryConfig{Disabled: true, Recognise: RecogniseConfig{Disabled: true}}},
 			[]string{"*chain.identify", "*chain.router"},
 			[]string{"identify", "route"}},
 	} {
@@ -185,5 +185,33 @@ unknown_model: reject
 	}
 	if s := l.Snapshot(t0); s.Reservations != 1 || math.Abs(s.ReservedUSD-1) > 1e-9 {
 		t.Fatalf("%d reservations of $%g; want one of $1, at big's price", s.Reservations, s.ReservedUSD)
+	}
+}
+
+// TestDegradeConfigValidateNamesTheEntry: the section's one validation,
+// the gateway's degrade: and the simulator's sluice.degrade, names the
+// entry at fault by its path inside the section.
+func TestDegradeConfigValidateNamesTheEntry(t *testing.T) {
+	served := func(m string) bool { return m == "big" || m == "small" || m == "tiny" }
+	classes := []string{"batch", "interactive"}
+	for _, tc := range []struct {
+		cfg  DegradeConfig
+		want string // "" for valid
+	}{
+		{DegradeConfig{Ladder: map[string]string{"big": "small", "small": "tiny"}, Classes: []string{"batch"}}, ""},
+		{DegradeConfig{Ladder: map[string]string{"huge": "small"}}, `ladder.huge: model "huge" is served by no deployment`},
+		{DegradeConfig{Ladder: map[string]string{"big": "huge"}}, `ladder.big: rung "huge" is served by no deployment`},
+		{DegradeConfig{Ladder: map[string]string{"big": "small", "small": "big"}}, `ladder.small: the ladder loops back to "big"`},
+		{DegradeConfig{Ladder: map[string]string{"big": "big"}}, `ladder.big: the ladder loops back to "big"`},
+		{DegradeConfig{Classes: []string{"bulk"}}, `classes[0]: "bulk" is not a class of classes (batch, interactive)`},
+		{DegradeConfig{Classes: []string{"batch", "batch"}}, `classes[1]: "batch" is listed twice (also classes[0])`},
+	} {
+		err := tc.cfg.Validate(served, classes)
+		switch {
+		case tc.want == "" && err != nil:
+			t.Errorf("%+v: %v", tc.cfg, err)
+		case tc.want != "" && (err == nil || err.Error() != tc.want):
+			t.Errorf("%+v: got %v, want %s", tc.cfg, err, tc.want)
+		}
 	}
 }

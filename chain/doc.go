@@ -57,6 +57,42 @@
 // exactly come back at the rate they can be admitted instead of as one
 // wave. Config.RefusalSpread bounds how far the times reach.
 //
+// # The map: each interface, and who implements it
+//
+// The chain is held together by a few small interfaces; the pieces behind
+// them live in their own packages, and none of them knows the others.
+//
+//   - [Stage] (stage.go): Admit(now, *Request) (Hold, error) — one step
+//     of the order above. Implemented here by identify (tenants.go), seen
+//     (seen.go), retries (retry.go), degrader (degrade.go), spendStage
+//     (spend.go) and router (route.go). The table order (stage.go) lists
+//     them.
+//   - [Hold] (stage.go): Cancel(now, cause) and Settle(now, Outcome) —
+//     what a stage took for one call, given back or settled when the call
+//     ends. Implemented by seenHold, spendHold and routeHold; a stage that
+//     takes nothing returns nil.
+//   - [Peeker] (estimate.go): Peek(now, *Request) error — a stage's answer
+//     to Estimate, taking nothing. Implemented by identify, retries,
+//     degrader, spendStage and router; seen is asked nothing (an estimate
+//     is no attempt).
+//   - [GateView] (stage.go): Rank and KeyStats — what stages may ask of
+//     the gate. Implemented by the pools' view (poolsView, route.go) over
+//     admission.Core (the simulator's [Core]) or admission.Gate (the
+//     gateway's [Chain]); poolGate and calendarGate (pool.go, spread.go)
+//     are the route stage's and the retry calendar's wider views of one
+//     pool's gate.
+//   - spend.Ledger (package spend): the spend books the spend stage's
+//     limiter keeps — spend.MemoryLedger in one process, store.Ledger on
+//     Redis for replicas. The shell chooses it (Config.Spend is built by
+//     the shell).
+//   - batch.JobStore and batch.Doer (package batch): not the chain's, but
+//     the Batch API's, which sends each item through the same chain as a
+//     live call — the job store is batch.Bolt on local disk or store.Jobs
+//     on Redis, and the Doer is gateway/batchapi.API.
+//   - lease.Table (package lease): the division of a fleet's concurrency
+//     among its replicas, which sets each pool's gate; store.Leases keeps
+//     it on Redis, and the simulator runs the same Table in memory.
+//
 // # Two shells
 //
 // [Core] is the chain over an admission.Core: every method takes the time,

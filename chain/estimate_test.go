@@ -32,7 +32,7 @@ func estimateCore(t *testing.T) *Core {
 	c, err := NewCore(Config{
 		Admission: admission.Config{Concurrency: 4, MaxQueue: 8, InitialServiceTime: time.Second},
 		Tenants:   []TenantConfig{{Name: "acme"}, {Name: "other"}, {Name: "loader"}},
-		Retries:   RetryConfig{Global: rb, PerTenant: rb},
+		Retries:   RetryConfig{Budget: rb, PerTenant: rb},
 		Spend:     limiter(t, unitPrices),
 	})
 	if err != nil {

@@ -97,7 +97,7 @@ func (s *stages) reconfigure(now time.Time, cfg Config, gate func() error) error
 		return err
 	}
 	if s.retries != nil {
-		if _, err := retrybudget.New(cfg.Retries.Global); err != nil {
+		if _, err := retrybudget.New(cfg.Retries.Budget); err != nil {
 			return fmt.Errorf("retries: global: %w", err)
 		}
 		if _, err := retrybudget.New(cfg.Retries.PerTenant); err != nil {
@@ -117,7 +117,7 @@ func (s *stages) reconfigure(now time.Time, cfg Config, gate func() error) error
 // reconfigure gives every budget its new configuration, keeping its
 // balance; cfg is valid.
 func (b *retries) reconfigure(now time.Time, cfg RetryConfig) {
-	_ = b.global.Reconfigure(now, cfg.Global)
+	_ = b.global.Reconfigure(now, cfg.Budget)
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.perTenant = cfg.PerTenant

@@ -24,7 +24,7 @@ func reloadConfig(t *testing.T) Config {
 			{Name: "b", Tier: "low", APIKeysSHA256: []string{HashKey("key-b")}},
 		},
 		Retries: RetryConfig{
-			Global:    retrybudget.Config{Ratio: 0.5, MinPerSecond: 1e-9, MaxTokens: 100},
+			Budget:    retrybudget.Config{Ratio: 0.5, MinPerSecond: 1e-9, MaxTokens: 100},
 			PerTenant: retrybudget.Config{Ratio: 0.5, MinPerSecond: 1e-9, MaxTokens: 100},
 		},
 		Spend: limiter(t, prices),
@@ -77,7 +77,7 @@ func TestReconfigureTenants(t *testing.T) {
 		{Name: "a", Tier: "high", APIKeysSHA256: []string{HashKey("key-a2")}}, // new key, new tier, any class
 		{Name: "c", APIKeysSHA256: []string{HashKey("key-c")}, Classes: []string{admission.ClassSpeculative}, DisallowedClass: "refuse"},
 	} // b removed
-	next.Retries.Global.Ratio = 0.1
+	next.Retries.Budget.Ratio = 0.1
 	if err := c.Reconfigure(next); err != nil {
 		t.Fatal(err)
 	}

@@ -46,8 +46,9 @@ type Request struct {
 	// failed is a retry (see RecogniseConfig). Zero means none: the call
 	// is not compared.
 	Fingerprint uint64
-	// Deadline is when the caller stops waiting. Zero means none (in
-	// [Chain.Acquire], the context's).
+	// Deadline is when the caller stops waiting. Zero means none. In
+	// [Chain.Acquire] it is the earlier of this and the context's deadline
+	// (admission.CallDeadline), and the permit's Request carries it.
 	Deadline time.Time
 	// Model is the model asked for. The spend stage may degrade it to a
 	// cheaper rung; the gate keys service-time statistics by it.

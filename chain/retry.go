@@ -5,17 +5,83 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/admission"
+	"github.com/sluicehq/sluice/internal/yamlpath"
 	"github.com/sluicehq/sluice/retrybudget"
 )
 
-// RetryConfig configures the retry budgets stage.
+// RetryConfig is retries: the configuration's `retries:` section, the
+// gateway's and the simulator's. It bounds the callers' retries (their
+// budgets, and the recognition of retries sent without a header) and the
+// shell's own retries of the provider (UpstreamAttempts, UpstreamBackoff:
+// the chain grants them from the budget, [Chain.UpstreamRetry], and the
+// shell makes them).
 type RetryConfig struct {
-	// Disabled leaves the stage out: every retry goes on to the gate, at
-	// the retry rank, and [Chain.UpstreamRetry] always refuses.
-	Disabled bool
-	// Global is the budget of all retries; PerTenant each tenant's own.
-	// Zero fields take retrybudget's defaults.
-	Global, PerTenant retrybudget.Config
+	// Budget is the budget of all retries, callers' and the shell's own.
+	// Zero fields take retrybudget's defaults: 10% of first attempts,
+	// plus 10 a second, capped at 100.
+	Budget retrybudget.Config `yaml:"budget"`
+	// PerTenant is each tenant's own budget for its retries. Zero fields
+	// take the same defaults.
+	PerTenant retrybudget.Config `yaml:"per_tenant"`
+	// Disabled leaves the retry budgets stage out: every retry goes on to
+	// the gate, at the retry rank, and [Chain.UpstreamRetry] always
+	// refuses, so the shell does not retry the provider.
+	Disabled bool `yaml:"disabled"`
+	// UpstreamAttempts bounds the shell's calls to the provider for one
+	// request, the first included: on a connection failure before
+	// anything was sent, a 5xx or a 429, it may call again inside the
+	// caller's deadline and the budget. Zero means
+	// DefaultUpstreamAttempts; 1 disables them; at most
+	// MaxUpstreamAttempts.
+	UpstreamAttempts int `yaml:"upstream_attempts"`
+	// UpstreamBackoff is the wait before the shell's own retry when the
+	// provider gave no Retry-After, doubled at each. Zero means
+	// DefaultUpstreamBackoff; at most MaxUpstreamBackoff.
+	UpstreamBackoff time.Duration `yaml:"upstream_backoff"`
+	// Recognise finds the retries callers send without a retry header
+	// (see RecogniseConfig). On unless disabled.
+	Recognise RecogniseConfig `yaml:"recognise"`
+}
+
+// The shell's own retries of the provider: the defaults and bounds of
+// RetryConfig.UpstreamAttempts and UpstreamBackoff. A bound exists so that
+// a typo (an extra zero) is an error naming the key, not a storm.
+const (
+	DefaultUpstreamAttempts = 2
+	DefaultUpstreamBackoff  = 100 * time.Millisecond
+	MaxUpstreamAttempts     = 10
+	MaxUpstreamBackoff      = time.Minute
+)
+
+// Validate checks every field, naming the first bad one by its YAML path
+// inside the section (budget.ratio, upstream_attempts, ...).
+func (r RetryConfig) Validate() error {
+	if err := yamlpath.At("budget", r.Budget.Validate()); err != nil {
+		return err
+	}
+	if err := yamlpath.At("per_tenant", r.PerTenant.Validate()); err != nil {
+		return err
+	}
+	if r.UpstreamAttempts < 0 || r.UpstreamAttempts > MaxUpstreamAttempts {
+		return yamlpath.Errorf("upstream_attempts", "%d is out of range, want 0..%d", r.UpstreamAttempts, MaxUpstreamAttempts)
+	}
+	if r.UpstreamBackoff < 0 || r.UpstreamBackoff > MaxUpstreamBackoff {
+		return yamlpath.Errorf("upstream_backoff", "%v is out of range, want 0s..%v", r.UpstreamBackoff, MaxUpstreamBackoff)
+	}
+	return yamlpath.At("recognise", r.Recognise.Validate())
+}
+
+// Upstream returns the shell's own retries of the provider, the defaults
+// filled in: how many calls at most, and the first backoff.
+func (r RetryConfig) Upstream() (attempts int, backoff time.Duration) {
+	attempts, backoff = r.UpstreamAttempts, r.UpstreamBackoff
+	if attempts == 0 {
+		attempts = DefaultUpstreamAttempts
+	}
+	if backoff == 0 {
+		backoff = DefaultUpstreamBackoff
+	}
+	return attempts, backoff
 }
 
 // retries is the retry budgets stage: a first attempt deposits into its
@@ -32,7 +98,7 @@ func newRetries(cfg RetryConfig) (*retries, error) {
 	if cfg.Disabled {
 		return nil, nil
 	}
-	g, err := retrybudget.New(cfg.Global)
+	g, err := retrybudget.New(cfg.Budget)
 	if err != nil {
 		return nil, err
 	}

@@ -616,7 +616,7 @@ func TestFailoverMovesToTheNextPool(t *testing.T) {
 func TestFailoverTakesARetryToken(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		rich := retrybudget.Config{Ratio: 1, MinPerSecond: 1e-9, MaxTokens: 1} // a first attempt earns a token
-		c := failoverChain(t, RetryConfig{Global: rich, PerTenant: rich})
+		c := failoverChain(t, RetryConfig{Budget: rich, PerTenant: rich})
 		ctx := context.Background()
 		p, err := c.Acquire(ctx, Request{Model: "m", Deadline: time.Now().Add(10 * time.Second)})
 		if err != nil {
@@ -982,7 +982,7 @@ func TestFailoverAbandonedGivesBack(t *testing.T) {
 		rc.Pools[1].TPM = 6000
 		rc.Pools[1].Admission.Concurrency = 8
 		rich := retrybudget.Config{Ratio: 1, MinPerSecond: 1e-9, MaxTokens: 1}
-		c, err := New(Config{Routing: rc, Retries: RetryConfig{Global: rich, PerTenant: rich}})
+		c, err := New(Config{Routing: rc, Retries: RetryConfig{Budget: rich, PerTenant: rich}})
 		if err != nil {
 			t.Fatal(err)
 		}

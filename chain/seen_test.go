@@ -20,7 +20,7 @@ func seenCore(t testing.TB, rc RecogniseConfig) *Core {
 	t.Helper()
 	c, err := NewCore(Config{
 		Admission: admission.Config{Concurrency: 1, MaxQueue: 8, InitialServiceTime: time.Second},
-		Recognise: rc,
+		Retries:   RetryConfig{Recognise: rc},
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -173,8 +173,7 @@ func TestSeenRetriesAreChargedAndRanked(t *testing.T) {
 	for _, disabled := range []bool{false, true} {
 		c, err := NewCore(Config{
 			Admission: admission.Config{Concurrency: 1, MaxQueue: 8, InitialServiceTime: time.Second},
-			Retries:   tightRetries,
-			Recognise: RecogniseConfig{Disabled: disabled},
+			Retries:   recognising(tightRetries, RecogniseConfig{Disabled: disabled}),
 		})
 		if err != nil {
 			t.Fatal(err)
@@ -308,13 +307,13 @@ func TestSeenConfig(t *testing.T) {
 		{RecogniseConfig{MaxEntries: new(0)}, "recognise: max_entries: 0 remembers nothing"},
 		{RecogniseConfig{Window: MaxRecogniseWindow + time.Second}, "recognise: window"},
 	} {
-		_, err := NewCore(Config{Admission: admission.Config{Concurrency: 1}, Recognise: tc.cfg})
+		_, err := NewCore(Config{Admission: admission.Config{Concurrency: 1}, Retries: RetryConfig{Recognise: tc.cfg}})
 		if err == nil || !strings.Contains(err.Error(), tc.field) {
 			t.Errorf("%+v: %v, want an error naming %s", tc.cfg, err, tc.field)
 		}
 	}
 	// Disabled: out of the list, and a bad value under it does not matter.
-	c, err := NewCore(Config{Admission: admission.Config{Concurrency: 1}, Recognise: RecogniseConfig{Disabled: true, Window: -1}})
+	c, err := NewCore(Config{Admission: admission.Config{Concurrency: 1}, Retries: RetryConfig{Recognise: RecogniseConfig{Disabled: true, Window: -1}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -362,8 +361,7 @@ func TestSeenMemoryPerEntry(t *testing.T) {
 func TestSeenConcurrent(t *testing.T) {
 	c, err := New(Config{
 		Admission: admission.Config{Concurrency: 64, MaxQueue: 64},
-		Retries:   RetryConfig{Disabled: true},
-		Recognise: RecogniseConfig{MaxEntries: new(16)},
+		Retries:   RetryConfig{Disabled: true, Recognise: RecogniseConfig{MaxEntries: new(16)}},
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -504,4 +502,10 @@ func TestSeenRetryPastItsBudgetTakesOnlyAFreeSlot(t *testing.T) {
 		p.Done(Outcome{Result: admission.Success})
 		held[1].Done(Outcome{Result: admission.Success})
 	})
+}
+
+// recognising is r with recognition configured as rc.
+func recognising(r RetryConfig, rc RecogniseConfig) RetryConfig {
+	r.Recognise = rc
+	return r
 }

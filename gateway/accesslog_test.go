@@ -13,7 +13,9 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/chain"
+	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/contract"
+	"github.com/sluicehq/sluice/gateway/observe"
 	"github.com/sluicehq/sluice/mockllm"
 )
 
@@ -71,11 +73,11 @@ func (b *logBuffer) line(t *testing.T, id string) map[string]any {
 }
 
 // startLoggedGateway runs a gateway whose logs go to a JSON buffer.
-func startLoggedGateway(t *testing.T, cfg Config, opts Options) (*Gateway, *httptest.Server, *logBuffer) {
+func startLoggedGateway(t *testing.T, cfg config.Config, opts Options) (*Gateway, *httptest.Server, *logBuffer) {
 	t.Helper()
 	logs := &logBuffer{}
 	if opts.Logger == nil {
-		opts.Logger = LogConfig{Format: LogFormatJSON}.Logger(logs)
+		opts.Logger = observe.LogConfig{Format: observe.LogFormatJSON}.Logger(logs)
 	}
 	opts.Getenv = testOptions().Getenv
 	g, err := New(cfg, opts)
@@ -88,6 +90,9 @@ func startLoggedGateway(t *testing.T, cfg Config, opts Options) (*Gateway, *http
 }
 
 var hexID = regexp.MustCompile(`^[0-9a-f]{32}$`)
+
+// newRequestID is a fresh request id, for the benchmarks' exchanges.
+func newRequestID() string { return observe.NewRequestID() }
 
 // TestAccessLog: every request the public listener handles — a call, a
 // refusal, a 401, a 404, bad input, a pass-through call — writes one line with its fields, the
@@ -105,9 +110,9 @@ func TestAccessLog(t *testing.T) {
 	cfg.Spend = testSpend()
 	// Before any call has completed, a second is the expected service
 	// time: a 50 ms budget is refused at once (queue_wait).
-	cfg.Admission.InitialServiceTime = Duration(time.Second)
+	cfg.Admission.InitialServiceTime = config.Duration(time.Second)
 	cfg.Retries.Disabled = true // the retry below is admitted without a budget
-	cfg.Passthrough = []PassthroughConfig{{Path: "/v1/models", Methods: []string{http.MethodGet}, Class: "batch"}}
+	cfg.Passthrough = []config.PassthroughConfig{{Path: "/v1/models", Methods: []string{http.MethodGet}, Class: "batch"}}
 	_, gw, logs := startLoggedGateway(t, cfg, Options{})
 	body := `{"model":"gpt-4o","messages":[{"role":"user","content":"` + marker + `"}],"max_tokens":16}`
 	auth := "Bearer " + tenantKey
@@ -224,7 +229,7 @@ func TestRequestIDReachesTheProvider(t *testing.T) {
 	_, gw, logs := startLoggedGateway(t, baseConfig(up.URL), Options{})
 
 	ids := []string{}
-	for _, sent := range []string{"caller-7", "", strings.Repeat("x", maxRequestID+1)} {
+	for _, sent := range []string{"caller-7", "", strings.Repeat("x", observe.MaxRequestID+1)} {
 		h := map[string]string{}
 		if sent != "" {
 			h[contract.HeaderRequestID] = sent
@@ -253,62 +258,17 @@ func TestRequestIDReachesTheProvider(t *testing.T) {
 	}
 }
 
-// TestRequestID pins which ids are taken from the caller.
-func TestRequestID(t *testing.T) {
-	for _, tc := range []struct {
-		name string
-		vs   []string
-		keep bool
-	}{
-		{"uuid", []string{"3f2b8c1e-4a5d-4e6f-9a7b-1c2d3e4f5a6b"}, true},
-		{"token", []string{"req_abc/DEF:1=2"}, true},
-		{"at the limit", []string{strings.Repeat("a", maxRequestID)}, true},
-		{"absent", nil, false},
-		{"empty", []string{""}, false},
-		{"too long", []string{strings.Repeat("a", maxRequestID+1)}, false},
-		{"space", []string{"a b"}, false},
-		{"newline", []string{"a\nlevel=ERROR"}, false},
-		{"quote", []string{"a\"b"}, true}, // visible: quoted by the handlers
-		{"control", []string{"a\x00"}, false},
-		{"not ascii", []string{"ид"}, false},
-		{"twice", []string{"a", "b"}, false},
-	} {
-		h := http.Header{}
-		if tc.vs != nil {
-			h[contract.HeaderRequestID] = tc.vs
-		}
-		id, kept := requestID(h)
-		switch {
-		case kept != tc.keep:
-			t.Errorf("%s: kept %v, want %v", tc.name, kept, tc.keep)
-		case kept && id != tc.vs[0]:
-			t.Errorf("%s: id %q, want the caller's", tc.name, id)
-		case !kept && !hexID.MatchString(id):
-			t.Errorf("%s: made up %q, want 32 hex digits", tc.name, id)
-		}
-	}
-	if a, b := newRequestID(), newRequestID(); a == b {
-		t.Errorf("two new ids are both %s", a)
-	}
-}
-
-// TestLogFormats: log.format picks the handler; anything else is a
-// config error naming the field.
-func TestLogFormats(t *testing.T) {
-	var text, js bytes.Buffer
-	LogConfig{}.Logger(&text).Info("request", "request_id", "r1")
-	LogConfig{Format: LogFormatJSON}.Logger(&js).Info("request", "request_id", "r1")
-	if !strings.Contains(text.String(), "msg=request request_id=r1") {
-		t.Errorf("default format wrote %q, want text", text.String())
-	}
-	var m map[string]any
-	if err := json.Unmarshal(js.Bytes(), &m); err != nil || m["request_id"] != "r1" {
-		t.Errorf("json format wrote %q (%v)", js.String(), err)
-	}
+// TestConfigLogFormat: the gateway's config validates its log section
+// (observe.LogConfig), naming the field.
+func TestConfigLogFormat(t *testing.T) {
 	cfg := baseConfig("http://127.0.0.1:1")
 	cfg.Log.Format = "xml"
 	if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "log.format") {
 		t.Errorf("log.format xml: %v, want an error naming log.format", err)
+	}
+	cfg.Log.Format = observe.LogFormatJSON
+	if err := cfg.Validate(); err != nil {
+		t.Errorf("log.format json: %v", err)
 	}
 }
 
@@ -340,8 +300,8 @@ func TestAccessLogBoundsThePath(t *testing.T) {
 	}
 	readAll(t, resp)
 	l := logs.line(t, resp.Header.Get(contract.HeaderRequestID))
-	if p, _ := l["path"].(string); resp.StatusCode != 404 || len(p) > maxLoggedPath+len("…") || !strings.HasPrefix(p, "/v1/aaa") {
-		t.Errorf("status %d, path of %d bytes logged, want at most %d", resp.StatusCode, len(p), maxLoggedPath+len("…"))
+	if p, _ := l["path"].(string); resp.StatusCode != 404 || len(p) > observe.MaxLoggedPath+len("…") || !strings.HasPrefix(p, "/v1/aaa") {
+		t.Errorf("status %d, path of %d bytes logged, want at most %d", resp.StatusCode, len(p), observe.MaxLoggedPath+len("…"))
 	}
 }
 

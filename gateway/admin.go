@@ -10,6 +10,7 @@ import (
 
 	"github.com/sluicehq/sluice/admission"
 	"github.com/sluicehq/sluice/contract"
+	"github.com/sluicehq/sluice/gateway/cluster"
 	"github.com/sluicehq/sluice/spend"
 )
 
@@ -39,7 +40,7 @@ func (g *Gateway) AdminHandler() http.Handler {
 		_ = enc.Encode(g.State())
 	})
 	mux.HandleFunc("POST /admin/v1/reload", g.serveReload)
-	g.mountDashboard(mux)
+	g.metrics.dash.Mount(mux)
 	return mux
 }
 
@@ -64,7 +65,7 @@ type State struct {
 	Classes     map[string]ClassState   `json:"classes"`
 	Tenants     []TenantState           `json:"tenants"`
 	Spend       *spend.Snapshot         `json:"spend,omitempty"`
-	Store       *StoreState             `json:"store,omitempty"`
+	Store       *cluster.StoreState     `json:"store,omitempty"`
 	Reloads     *ReloadState            `json:"reloads,omitempty"`
 	// Pools are the (deployment, model) pools with upstreams:, each with
 	// its own gate and buckets.
@@ -171,7 +172,7 @@ func (g *Gateway) State() State {
 		snap := g.spend.Snapshot(time.Now())
 		s.Spend = &snap
 	}
-	s.Store = g.storeState()
+	s.Store = g.books.State(g.spend != nil)
 	s.Reloads = g.reloadState()
 	return s
 }

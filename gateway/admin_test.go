@@ -14,6 +14,7 @@ import (
 
 	"github.com/sluicehq/sluice/admission"
 	"github.com/sluicehq/sluice/chain"
+	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/contract"
 	"github.com/sluicehq/sluice/mockllm"
 )
@@ -86,7 +87,7 @@ func TestAdminEndpoints(t *testing.T) {
 func TestEstimateEndpoint(t *testing.T) {
 	_, up := startMock(t, mockllm.Config{Slots: 1, Median: 50 * time.Millisecond})
 	cfg := baseConfig(up.URL)
-	cfg.Admission = AdmissionConfig{Concurrency: 1, MaxQueue: new(10), InitialServiceTime: Duration(time.Second)}
+	cfg.Admission = config.AdmissionConfig{Concurrency: 1, MaxQueue: new(10), InitialServiceTime: config.Duration(time.Second)}
 	g, gw := startGateway(t, cfg)
 	estimate := func(query string) (int, contract.Estimate, string) {
 		resp, err := http.Get(gw.URL + contract.EstimatePath + "?" + query)
@@ -151,7 +152,7 @@ func TestGracefulShutdown(t *testing.T) {
 	_, up := startMock(t, mockllm.Config{Slots: 2, Median: 600 * time.Millisecond})
 	cfg := baseConfig(up.URL)
 	cfg.Listen, cfg.Admin = "127.0.0.1:0", "127.0.0.1:0"
-	cfg.ShutdownGrace = Duration(5 * time.Second)
+	cfg.ShutdownGrace = config.Duration(5 * time.Second)
 	g, err := New(cfg, Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		t.Fatal(err)

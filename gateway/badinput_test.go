@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/contract"
 	"github.com/sluicehq/sluice/mockllm"
 )
@@ -17,7 +18,7 @@ func TestBadInputIsRefusedAndNothingIsForwarded(t *testing.T) {
 	mock, up := startMock(t, mockllm.Config{})
 	cfg := baseConfig(up.URL)
 	cfg.Limits.MaxBodyBytes = 1024
-	cfg.Limits.MaxTimeout = Duration(time.Minute)
+	cfg.Limits.MaxTimeout = config.Duration(time.Minute)
 	g, gw := startGateway(t, cfg)
 	for _, tc := range []struct {
 		name    string

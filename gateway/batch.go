@@ -5,14 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"slices"
-	"strings"
 
 	"github.com/sluicehq/sluice/admission"
 	"github.com/sluicehq/sluice/batch"
-	"github.com/sluicehq/sluice/chain"
 	"github.com/sluicehq/sluice/contract"
 	"github.com/sluicehq/sluice/gateway/batchapi"
+	"github.com/sluicehq/sluice/gateway/wire"
 	"github.com/sluicehq/sluice/store"
 )
 
@@ -20,9 +18,6 @@ import (
 // here is what of it reads the rest of the gateway: whether it is on (the
 // store and passthrough sections), the class it adds, its store with
 // store.redis, and what it takes of the gateway (batchapi.Deps).
-
-// BatchConfig is the batch section's type.
-type BatchConfig = batchapi.Config
 
 // DefaultBatchPath is where `sluice serve` keeps batches when batch.path
 // is unset (batchapi.DefaultPath).
@@ -32,84 +27,12 @@ func DefaultBatchPath() (string, error) { return batchapi.DefaultPath() }
 // batch.path.
 func IsBatchStoreInUse(err error) bool { return errors.Is(err, batch.ErrLocked) }
 
-// batchOn says whether the Batch API is on: batch.path is set, or
-// store.redis is (which then keeps the batches) and passthrough does not
-// forward the Batch API's paths; and batch.disabled is not.
-func (c Config) batchOn() bool {
-	return !c.Batch.Disabled && (c.Batch.Path != "" || c.Store != nil && c.Store.Redis != nil && !c.PassesBatchThrough())
-}
-
-// batchClassDefaults adds the batch class to classes, and to every
-// tenant restricted to some classes, when the Batch API is on. It copies
-// what it changes: c shares its maps and slices with the caller's.
-func (c Config) batchClassDefaults() Config {
-	if !c.batchOn() {
-		return c
-	}
-	class := c.Batch.Class
-	if _, ok := c.Classes[class]; !ok {
-		classes := make(map[string]ClassConfig, len(c.Classes)+1)
-		for k, v := range c.Classes {
-			classes[k] = v
-		}
-		classes[class] = ClassConfig{Rank: c.Batch.Rank}
-		c.Classes = classes
-	}
-	if slices.ContainsFunc(c.Tenants, func(t chain.TenantConfig) bool { return len(t.Classes) > 0 && !slices.Contains(t.Classes, class) }) {
-		tenants := slices.Clone(c.Tenants)
-		for i := range tenants {
-			if len(tenants[i].Classes) > 0 && !slices.Contains(tenants[i].Classes, class) {
-				tenants[i].Classes = append(slices.Clone(tenants[i].Classes), class)
-			}
-		}
-		c.Tenants = tenants
-	}
-	return c
-}
-
-// validateBatch checks the batch section when the Batch API is on, and
-// that passthrough does not forward the paths it serves.
-func (c Config) validateBatch() error {
-	if !c.batchOn() {
-		return nil
-	}
-	if err := c.Batch.Validate(); err != nil {
-		return err
-	}
-	if i, path := c.batchPassthrough(); i >= 0 {
-		return fmt.Errorf("config: passthrough[%d].path: %q covers %s, which the gateway's Batch API serves (set batch.disabled to forward it instead)", i, c.Passthrough[i].Path, path)
-	}
-	return nil
-}
-
-// batchPassthrough returns the first passthrough entry that forwards a
-// Batch API path, and the path; -1 when none does. A broader prefix
-// ("/v1/") does not count: the Batch API's routes are longer, and win.
-func (c Config) batchPassthrough() (int, string) {
-	for i, p := range c.Passthrough {
-		for _, rt := range batchRoutes {
-			if path := strings.TrimSuffix(rt.path, "/"); strings.HasPrefix(p.Path, path) {
-				return i, path
-			}
-		}
-	}
-	return -1, ""
-}
-
-// PassesBatchThrough says whether passthrough forwards /v1/files or
-// /v1/batches to the provider: `sluice serve` then leaves the Batch API
-// off unless batch.path is set.
-func (c Config) PassesBatchThrough() bool {
-	i, _ := c.batchPassthrough()
-	return i >= 0
-}
-
 // openBatch opens the Batch API when it is on; nil when it is off. With
 // store.redis the batches live in Redis, shared by the replicas (each
 // claims items as a consumer named by its replica id); otherwise
 // batchapi.New opens the bbolt file at batch.path.
-func (g *Gateway) openBatch(getenv func(string) string) (*batchapi.API, error) {
-	if !g.cfg.batchOn() {
+func (g *Gateway) openBatch() (*batchapi.API, error) {
+	if !g.cfg.BatchOn() {
 		return nil, nil
 	}
 	cfg := g.cfg.Batch
@@ -128,23 +51,15 @@ func (g *Gateway) openBatch(getenv func(string) string) (*batchapi.API, error) {
 		Draining:   g.draining.Load,
 		MaxTimeout: g.cfg.Limits.MaxTimeout.D(),
 		Grace:      g.cfg.ShutdownGrace.D(),
-		WriteError: writeJSONError,
+		WriteError: wire.WriteJSONError,
 		BadInput:   func(code string) { g.metrics.badInput.WithLabelValues(code).Inc() },
 		Log:        g.log,
 	}
-	if sc := g.cfg.Store; sc != nil && sc.Redis != nil {
-		opened := g.books.redis != nil
-		if err := g.openRedis(sc.Redis, getenv); err != nil {
-			return nil, err
-		}
-		if !opened { // neither the books nor the lease opened it: its metrics are not registered yet
-			g.metrics.reg.MustRegister(g.books.redis.Collector())
-		}
-		deps.Store = store.NewJobs(g.books.redis, store.JobsOptions{})
-		deps.Owner = replicaID()
-		if g.books.cluster != nil {
-			deps.Owner = g.books.cluster.id
-		}
+	if r, err := g.books.Redis(); err != nil { // with store.redis (package cluster)
+		return nil, err
+	} else if r != nil {
+		deps.Store = store.NewJobs(r, store.JobsOptions{})
+		deps.Owner = g.books.Owner() // the lease's replica id, or one of its own
 	}
 	b, err := batchapi.New(cfg, deps)
 	if err != nil {
@@ -179,7 +94,7 @@ func (g *Gateway) batchItem(class string) func(tenant, path string) (http.Handle
 func (g *Gateway) serveBatchAPI(w http.ResponseWriter, r *http.Request, tenant string) {
 	if g.batch == nil {
 		g.metrics.badInput.WithLabelValues("not_found").Inc()
-		writeError(w, http.StatusNotFound, contract.ErrorTypeInvalidRequest, "not_found",
+		wire.WriteError(w, http.StatusNotFound, contract.ErrorTypeInvalidRequest, "not_found",
 			"the Batch API is off: set batch.path or store.redis in the config (sluice serve keeps it under the state directory unless batch.disabled is set)")
 		return
 	}

@@ -4,12 +4,14 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/openai/openai-go/v3"
 
+	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/mockllm"
 	"github.com/sluicehq/sluice/store"
 	"github.com/sluicehq/sluice/store/redistest"
@@ -27,9 +29,9 @@ func TestBatchRedisReplicas(t *testing.T) {
 	cluster := strings.ReplaceAll(t.Name(), "/", "-")
 	cfg := batchConfig(t, up.URL)
 	cfg.Batch.Path = "" // Redis keeps the batches
-	cfg.Limits.MaxTimeout = Duration(2 * time.Second)
-	cfg.Store = &StoreConfig{Redis: &RedisStoreConfig{URL: rs.URL(), Cluster: cluster, Timeout: Duration(time.Second),
-		Lease: &LeaseConfig{Disabled: true}}} // each replica its own 4 slots
+	cfg.Limits.MaxTimeout = config.Duration(2 * time.Second)
+	cfg.Store = &config.StoreConfig{Redis: &config.RedisStoreConfig{URL: rs.URL(), Cluster: cluster, Timeout: config.Duration(time.Second),
+		Lease: &config.LeaseConfig{Disabled: true}}} // each replica its own 4 slots
 	a, b := serve(t, cfg), serve(t, cfg)
 	ctx := t.Context()
 
@@ -89,7 +91,7 @@ func TestBatchRedisReplicas(t *testing.T) {
 		seen[l.CustomID]++
 	}
 	for i := range n {
-		if id := "req-" + itoa(int64(i)); seen[id] != 1 {
+		if id := "req-" + strconv.Itoa(i); seen[id] != 1 {
 			t.Errorf("%s is %d times in the output", id, seen[id])
 		}
 	}
@@ -111,18 +113,18 @@ func TestBatchRedisReplicas(t *testing.T) {
 // /v1/files to the provider leaves it off rather than refusing the config.
 func TestBatchRedisOnByDefault(t *testing.T) {
 	cfg := baseConfig("http://127.0.0.1:1")
-	cfg.Store = &StoreConfig{Redis: &RedisStoreConfig{URL: "redis://127.0.0.1:1"}}
-	if !cfg.batchOn() {
+	cfg.Store = &config.StoreConfig{Redis: &config.RedisStoreConfig{URL: "redis://127.0.0.1:1"}}
+	if !cfg.BatchOn() {
 		t.Error("store.redis without batch.path: the Batch API is off")
 	}
 	off := cfg
 	off.Batch.Disabled = true
-	if off.batchOn() {
+	if off.BatchOn() {
 		t.Error("batch.disabled: the Batch API is on")
 	}
 	pass := cfg
-	pass.Passthrough = []PassthroughConfig{{Path: "/v1/files", Methods: []string{"GET", "POST"}}}
-	if err := pass.Validate(); err != nil || pass.batchOn() {
-		t.Errorf("passthrough of /v1/files with store.redis: %v, on=%v; want valid and off", err, pass.batchOn())
+	pass.Passthrough = []config.PassthroughConfig{{Path: "/v1/files", Methods: []string{"GET", "POST"}}}
+	if err := pass.Validate(); err != nil || pass.BatchOn() {
+		t.Errorf("passthrough of /v1/files with store.redis: %v, on=%v; want valid and off", err, pass.BatchOn())
 	}
 }

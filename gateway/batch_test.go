@@ -16,6 +16,7 @@ import (
 	"github.com/openai/openai-go/v3/option"
 
 	"github.com/sluicehq/sluice/chain"
+	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/mockllm"
 )
 
@@ -27,7 +28,7 @@ import (
 
 // batchConfig is a gateway with the Batch API on, a store in the test's
 // directory, and two tenants, acme and rival.
-func batchConfig(t *testing.T, upstream string) Config {
+func batchConfig(t *testing.T, upstream string) config.Config {
 	cfg := baseConfig(upstream)
 	cfg.Upstream.APIKeyEnv = "TEST_PROVIDER_KEY"
 	cfg.Tenants = []chain.TenantConfig{
@@ -291,15 +292,15 @@ func TestBatchItemsAreBooked(t *testing.T) {
 func TestBatchConfigErrors(t *testing.T) {
 	for _, tc := range []struct {
 		name string
-		edit func(*Config)
+		edit func(*config.Config)
 		want string
 	}{
-		{"passthrough over the Batch API", func(c *Config) {
-			c.Passthrough = []PassthroughConfig{{Path: "/v1/files/", Methods: []string{"GET"}}}
+		{"passthrough over the Batch API", func(c *config.Config) {
+			c.Passthrough = []config.PassthroughConfig{{Path: "/v1/files/", Methods: []string{"GET"}}}
 		}, `passthrough[0].path: "/v1/files/" covers /v1/files`},
-		{"rank", func(c *Config) { c.Batch.Rank = new(99) }, "batch.rank"},
-		{"max_waiting", func(c *Config) { c.Batch.MaxWaiting = -1 }, "batch.max_waiting"},
-		{"max_file_bytes", func(c *Config) { c.Batch.MaxFileBytes = 2 << 30 }, "batch.max_file_bytes"},
+		{"rank", func(c *config.Config) { c.Batch.Rank = new(99) }, "batch.rank"},
+		{"max_waiting", func(c *config.Config) { c.Batch.MaxWaiting = -1 }, "batch.max_waiting"},
+		{"max_file_bytes", func(c *config.Config) { c.Batch.MaxFileBytes = 2 << 30 }, "batch.max_file_bytes"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := baseConfig("http://127.0.0.1:1")
@@ -312,7 +313,7 @@ func TestBatchConfigErrors(t *testing.T) {
 	}
 	// Off, the same passthrough forwards /v1/files (no tenants).
 	cfg := baseConfig("http://127.0.0.1:1")
-	cfg.Passthrough = []PassthroughConfig{{Path: "/v1/files/", Methods: []string{"GET"}}}
+	cfg.Passthrough = []config.PassthroughConfig{{Path: "/v1/files/", Methods: []string{"GET"}}}
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
 	}

@@ -12,6 +12,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
 
+	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/mockllm"
 )
 
@@ -39,16 +40,16 @@ func BenchmarkServeHTTP(b *testing.B) {
 	}
 	tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(discardSpans{}))
 	defer tp.Shutdown(b.Context())
-	single := Config{Upstream: UpstreamConfig{URL: "http://provider.invalid"}, Admission: AdmissionConfig{Concurrency: 64, MaxQueue: new(64)}}
+	single := config.Config{Upstream: config.UpstreamConfig{URL: "http://provider.invalid"}, Admission: config.AdmissionConfig{Concurrency: 64, MaxQueue: new(64)}}
 	// "pools": upstreams, two deployments of three models each; the model
 	// called has a tpm bucket, charged and reconciled on every call.
-	models := []ModelConfig{{Name: "gpt-4.1"}, {Name: "gpt-4o"}, {Name: "gpt-4o-mini", TPM: 1e12}}
-	pools := Config{Upstreams: []DeploymentConfig{
+	models := []config.ModelConfig{{Name: "gpt-4.1"}, {Name: "gpt-4o"}, {Name: "gpt-4o-mini", TPM: 1e12}}
+	pools := config.Config{Upstreams: []config.DeploymentConfig{
 		{Name: "east", URL: "http://provider.invalid", Concurrency: 64, Models: models},
-		{Name: "west", URL: "http://provider.invalid", Concurrency: 64, Models: models}}, Admission: AdmissionConfig{MaxQueue: new(64)}}
+		{Name: "west", URL: "http://provider.invalid", Concurrency: 64, Models: models}}, Admission: config.AdmissionConfig{MaxQueue: new(64)}}
 	for _, tc := range []struct {
 		name string
-		cfg  Config
+		cfg  config.Config
 		tp   trace.TracerProvider
 	}{{"gateway", single, nil}, {"noop-tracer", single, noop.NewTracerProvider()}, {"traced", single, tp}, {"pools", pools, nil}} {
 		b.Run(tc.name, func(b *testing.B) {

@@ -19,7 +19,9 @@ import (
 	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/sluicehq/sluice/chain"
+	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/contract"
+	"github.com/sluicehq/sluice/gateway/observe"
 	"github.com/sluicehq/sluice/mockllm"
 )
 
@@ -42,7 +44,7 @@ func BenchmarkRoundTrip(b *testing.B) {
 	up := httptest.NewServer(mock)
 	defer up.Close()
 	gateway := func(tp trace.TracerProvider) string {
-		g, err := New(Config{Upstream: UpstreamConfig{URL: up.URL}, Admission: AdmissionConfig{Concurrency: 64, MaxQueue: new(64)}},
+		g, err := New(config.Config{Upstream: config.UpstreamConfig{URL: up.URL}, Admission: config.AdmissionConfig{Concurrency: 64, MaxQueue: new(64)}},
 			Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), TracerProvider: tp})
 		if err != nil {
 			b.Fatal(err)
@@ -100,7 +102,7 @@ func (discardSpans) Shutdown(context.Context) error                             
 // to io.Discard, and by the text handler to a file, as `sluice serve`
 // writes its standard error: one write(2) a line.
 func BenchmarkAccessLine(b *testing.B) {
-	for _, format := range []string{LogFormatText, LogFormatJSON, "text-file"} {
+	for _, format := range []string{observe.LogFormatText, observe.LogFormatJSON, "text-file"} {
 		b.Run(format, func(b *testing.B) {
 			cfg := baseConfig("http://127.0.0.1:1")
 			cfg.Spend = testSpend()
@@ -111,16 +113,23 @@ func BenchmarkAccessLine(b *testing.B) {
 					b.Fatal(err)
 				}
 				defer f.Close()
-				format, out = LogFormatText, f
+				format, out = observe.LogFormatText, f
 			}
-			g, err := New(cfg, Options{Logger: LogConfig{Format: format}.Logger(out)})
+			g, err := New(cfg, Options{Logger: observe.LogConfig{Format: format}.Logger(out)})
 			if err != nil {
 				b.Fatal(err)
 			}
 			r := httptest.NewRequest(http.MethodPost, "/v1/chat/completions", nil)
 			x := &exchange{r: r, start: time.Now(), id: newRequestID(), status: 200, tenant: "acme", classAsked: "interactive",
 				modelAsked: "gpt-4o", route: "/v1/chat/completions"}
-			x.call = &call{class: "interactive", model: "gpt-4o", queue: 3 * time.Millisecond, attempts: 1,
+			// An admitted call, as the line is written for: its permit
+			// names its pool, whose deployment the line reports.
+			permit, err := g.chain.Acquire(b.Context(), chain.Request{Class: "interactive", Model: "gpt-4o", Unpriced: true})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer permit.Drop()
+			x.call = &call{g: g, permit: permit, class: "interactive", model: "gpt-4o", queue: 3 * time.Millisecond, attempts: 1,
 				outcome: chain.Outcome{ServiceTime: 420 * time.Millisecond, Usage: contract.Usage{Input: 812, Output: 96}, UsageKnown: true}}
 			b.ReportAllocs()
 			for b.Loop() {

@@ -20,13 +20,13 @@ type releasingBody struct {
 func (b *releasingBody) Read(p []byte) (int, error) {
 	n, err := b.ReadCloser.Read(p)
 	if n > 0 {
-		b.c.meter.write(p[:n])
-		b.c.idem.write(p[:n]) // Idempotency-Key: a copy, the caller's bytes are not held back
+		b.c.meter.Feed(p[:n])
+		b.c.idem.Capture(p[:n]) // Idempotency-Key: a copy, the caller's bytes are not held back
 	}
 	switch {
 	case err == nil:
 	case errors.Is(err, io.EOF):
-		b.c.idem.complete(time.Now()) // the whole answer: kept for duplicates
+		b.c.idem.Complete(time.Now()) // the whole answer: kept for duplicates
 		b.c.finish(b.result)
 	default:
 		// The stream broke off: the caller left, the deadline cut it, or
@@ -41,9 +41,9 @@ func (b *releasingBody) Read(p []byte) (int, error) {
 // the call's deadline and max_entry_bytes) for the caller's retry, which
 // then costs nothing instead of a second call.
 func (b *releasingBody) Close() error {
-	if b.c.idem.wantsRest() {
+	if b.c.idem.WantsRest() {
 		buf := copyBuffers.Get().(*[]byte)
-		for b.c.idem.wantsRest() {
+		for b.c.idem.WantsRest() {
 			if _, err := b.Read(*buf); err != nil {
 				break
 			}

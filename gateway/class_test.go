@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/chain"
+	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/contract"
 	"github.com/sluicehq/sluice/mockllm"
 )
@@ -24,7 +25,7 @@ func TestTenantHeldToItsClassDuringAFlood(t *testing.T) {
 	_, up := startMock(t, mockllm.Config{Slots: 2, Median: 50 * time.Millisecond, Sigma: 0.01})
 	cfg := baseConfig(up.URL)
 	cfg.Upstream.APIKeyEnv = "TEST_PROVIDER_KEY"
-	cfg.Admission = AdmissionConfig{Concurrency: 2, MaxQueue: new(64), InitialServiceTime: Duration(50 * time.Millisecond)}
+	cfg.Admission = config.AdmissionConfig{Concurrency: 2, MaxQueue: new(64), InitialServiceTime: config.Duration(50 * time.Millisecond)}
 	cfg.Tenants = []chain.TenantConfig{
 		{Name: "nightly", APIKeysSHA256: []string{HashKey("k-nightly")}, Classes: []string{"batch"}},
 		{Name: "web", APIKeysSHA256: []string{HashKey("k-web")}},

@@ -2,187 +2,25 @@ package gateway
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
-	"fmt"
-	"os"
-	"regexp"
 	"sync"
-	"sync/atomic"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-
-	"github.com/sluicehq/sluice/lease"
-	"github.com/sluicehq/sluice/store"
+	"github.com/sluicehq/sluice/admission"
+	"github.com/sluicehq/sluice/gateway/cluster"
 )
 
-// LeaseConfig is store.redis.lease: how the replicas sharing a Redis share
-// the provider's concurrency. With store.redis, admission.concurrency is
-// the provider's number for the whole cluster, not each replica's: every
-// interval each replica publishes its demand (calls in flight and queued,
-// by rank) and renews a lease of slots, which becomes its gate's
-// concurrency (see lease.Divide). Admission, the wait estimate and the
-// queue stay local; no request waits on Redis.
-type LeaseConfig struct {
-	// Disabled keeps admission.concurrency each replica's own, as without
-	// Redis: for replicas that call different provider accounts.
-	Disabled bool `yaml:"disabled"`
-	// Interval is how often a replica renews its lease and publishes its
-	// demand: how soon slots follow demand from one replica to another.
-	// Zero means 200ms; 20ms to 2s.
-	Interval Duration `yaml:"interval"`
-	// TTL is how long a lease lives without a renewal: a replica that dies
-	// gives its slots back after it, and one that loses Redis keeps at most
-	// its lease for it before taking its local share. Zero means 3s; at
-	// least 3 intervals, at most 1m.
-	TTL Duration `yaml:"ttl"`
-	// Replicas is how many replicas the local share assumes until this one
-	// has seen the cluster on Redis (Redis unreachable since start); after
-	// that, the larger of it and the last count seen. Zero means 2, the
-	// smallest fleet that shares a Redis; at most 1000.
-	Replicas int `yaml:"replicas"`
-}
+// clusterPools is the gateway's pools as the lease sees them (package
+// cluster): the first pool's gate and adaptive limit, and every pool's
+// share when there are several.
+type clusterPools struct{ g *Gateway }
 
-const (
-	defaultLeaseInterval = 200 * time.Millisecond
-	defaultLeaseTTL      = 3 * time.Second
-	defaultLeaseReplicas = 2
-)
+var _ cluster.Pools = clusterPools{}
 
-func (c *LeaseConfig) validate() error {
-	if c == nil {
-		return nil
-	}
-	if c.Interval != 0 {
-		if err := durationIn("store.redis.lease.interval", c.Interval, 20*time.Millisecond, 2*time.Second); err != nil {
-			return err
-		}
-	}
-	interval := c.Interval.D()
-	if interval == 0 {
-		interval = defaultLeaseInterval
-	}
-	if c.TTL != 0 {
-		if err := durationIn("store.redis.lease.ttl", c.TTL, 3*interval, time.Minute); err != nil {
-			return err
-		}
-	}
-	if c.Replicas != 0 {
-		return intIn("store.redis.lease.replicas", c.Replicas, 1, 1000)
-	}
-	return nil
-}
-
-// Cluster modes, in the state dump and the logs.
-const (
-	modeJoining = "joining" // no answer yet: one slot
-	modeShared  = "shared"  // the lease Redis granted
-	modeHeld    = "held"    // Redis unreachable: the lease, at most the local share, until it expires
-	modeLocal   = "local"   // Redis unreachable past the lease: the local share
-)
-
-// cluster is a replica's side of the lease table: a loop that renews the
-// lease every interval and gives it to the gate.
-//
-// While Redis is unreachable (its breaker open), a replica keeps at most
-// the smaller of its lease and its local share until the lease would have
-// expired, then the local share: the cluster's concurrency (as the
-// adaptive limit has it) divided by the larger of Replicas and the last
-// count of live replicas it saw. The smaller of the two first, so that a
-// replica with a small lease does not grow while one with a large lease is
-// still draining; the share after the TTL, when the leases the others held
-// have expired too. Back on Redis, a replica asks for no more than its
-// local share until every replica it last saw has renewed, or a TTL has
-// passed, so that the first one back does not take the whole cluster while
-// the others still run on their shares. Lowering a gate's concurrency
-// never cuts a call: those in flight finish, and new ones wait.
-type cluster struct {
-	g        *Gateway
-	leases   *store.Leases
-	redis    *store.Redis
-	id       string
-	interval time.Duration
-	ttl      time.Duration
-	hint     int
-	kick     chan struct{}
-	// abandon stops the loop without releasing the lease, as a crash
-	// would: for tests.
-	abandon atomic.Bool
-
-	mu struct {
-		sync.Mutex
-		mode       string
-		grant      lease.Grant
-		known      int       // live replicas in the last answer
-		expires    time.Time // of the lease, on this replica's clock
-		renewed    time.Time
-		applied    int
-		rejoin     bool      // back from the local share: capped at it
-		rejoinBy   time.Time // …until then (zero: not back yet)
-		rejoinLive int       // …or until this many replicas are live
-		pools      int       // the replicas the pools' limits were last divided by
-	}
-
-	leaseSlots, live, total, local prometheus.Gauge
-	renewals                       *prometheus.CounterVec
-}
-
-// openCluster starts sharing the provider's concurrency, with store.redis
-// and leases not disabled: the gate starts at one slot until the first
-// lease (or the local share, if Redis does not answer).
-func (g *Gateway) openCluster(c *StoreConfig, getenv func(string) string) error {
-	if c == nil || c.Redis == nil || (c.Redis.Lease != nil && c.Redis.Lease.Disabled) {
-		return nil
-	}
-	if err := g.openRedis(c.Redis, getenv); err != nil {
-		return err
-	}
-	lc := LeaseConfig{}
-	if c.Redis.Lease != nil {
-		lc = *c.Redis.Lease
-	}
-	cl := &cluster{g: g, redis: g.books.redis, leases: store.NewLeases(g.books.redis), id: replicaID(),
-		interval: lc.Interval.D(), ttl: lc.TTL.D(), hint: lc.Replicas, kick: make(chan struct{}, 1)}
-	if cl.interval == 0 {
-		cl.interval = defaultLeaseInterval
-	}
-	if cl.ttl == 0 {
-		cl.ttl = defaultLeaseTTL
-	}
-	if cl.hint == 0 {
-		cl.hint = defaultLeaseReplicas
-	}
-	cl.mu.mode = modeJoining
-	cl.leaseSlots = prometheus.NewGauge(prometheus.GaugeOpts{Name: "sluice_cluster_lease_slots",
-		Help: "Slots this replica may use now: its lease of the cluster's concurrency, or its local share while Redis is unreachable."})
-	cl.live = prometheus.NewGauge(prometheus.GaugeOpts{Name: "sluice_cluster_replicas",
-		Help: "Live replicas in the last lease answer (each renewed within its TTL)."})
-	cl.total = prometheus.NewGauge(prometheus.GaugeOpts{Name: "sluice_cluster_concurrency",
-		Help: "The cluster's concurrency divided among the replicas: admission.concurrency, lowered by the provider's rate limits."})
-	cl.local = prometheus.NewGauge(prometheus.GaugeOpts{Name: "sluice_cluster_local_share",
-		Help: "1 while Redis is unreachable and this replica runs on its lease capped at, then on, its local share."})
-	cl.renewals = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_cluster_lease_renewals_total",
-		Help: "Lease renewals by result: ok or error."}, []string{"result"})
-	g.books.cluster = cl
-	cl.apply(1)
-	return nil
-}
-
-var hostWord = regexp.MustCompile(`[^A-Za-z0-9_.-]+`)
-
-// replicaID names this process in the lease table: host, pid and a random
-// suffix, so that a restarted replica is a new row, not the old one's.
-func replicaID() string {
-	host, _ := os.Hostname()
-	host = hostWord.ReplaceAllString(host, "_")
-	if len(host) > 40 {
-		host = host[:40]
-	}
-	var b [4]byte
-	_, _ = rand.Read(b[:])
-	return fmt.Sprintf("%s-%d-%s", host, os.Getpid(), hex.EncodeToString(b[:]))
-}
+func (p clusterPools) Len() int                   { return len(p.g.pools) }
+func (p clusterPools) Level(now time.Time) int    { return p.g.pools[0].limit.level(now) }
+func (p clusterPools) Stats() admission.Stats     { return p.g.pools[0].info.Gate.Stats() }
+func (p clusterPools) SetConcurrency(n int)       { _ = p.g.chain.SetPoolConcurrency(0, n) }
+func (p clusterPools) Share(now time.Time, n int) { p.g.sharePools(now, n) }
 
 // level is the adaptive limit's concurrency at now: the cluster's number as
 // this replica sees it.
@@ -195,189 +33,21 @@ func (a *aimd) level(now time.Time) int {
 	return a.levelLocked(now)
 }
 
-// limitChanged is the adaptive limit's new level: the next renewal
-// publishes it, and a lowered one is renewed at once.
-func (c *cluster) limitChanged(int) {
-	select {
-	case c.kick <- struct{}{}:
-	default:
-	}
-}
+// RunStore keeps the books and the lease: with Redis it syncs the books
+// and renews the lease of the cluster's concurrency until ctx ends, then
+// writes what is queued, releases the lease and closes the connection;
+// with Redis keeping only the batches it holds the connection open until
+// then; with a snapshot it writes the file every interval and once more at the
+// end. Server.Serve runs it, stopping it after the in-flight requests have
+// settled; a program that mounts the Gateway itself must too (with Redis
+// its gate has one slot until the first lease). Without a store it returns
+// at once. Call it once.
+func (g *Gateway) RunStore(ctx context.Context) error { return g.books.Run(ctx) }
 
-// run renews the lease every interval until ctx ends, then releases it
-// (unless abandoned), so that its slots go back at once.
-func (c *cluster) run(ctx context.Context) {
-	t := time.NewTicker(c.interval)
-	defer t.Stop()
-	for {
-		c.renew(ctx, time.Now())
-		select {
-		case <-ctx.Done():
-			if !c.abandon.Load() {
-				rctx, cancel := context.WithTimeout(context.Background(), time.Second)
-				_ = c.leases.Release(rctx, c.id)
-				cancel()
-			}
-			return
-		case <-t.C:
-		case <-c.kick:
-		}
-	}
-}
-
-// shareLocked is the local share: the cluster's number divided by the replicas
-// this one believes there are.
-func (c *cluster) shareLocked(level int) int {
-	return max(1, level/max(c.hint, c.mu.known))
-}
-
-// renew publishes the demand, renews the lease and applies it, or the
-// fallback when Redis does not answer.
-func (c *cluster) renew(ctx context.Context, now time.Time) {
-	if c.abandon.Load() {
-		return
-	}
-	p := c.g.pools[0]
-	level := p.limit.level(now)
-	st := p.info.Gate.Stats()
-	demand := make([]int, len(st.Depth))
-	for r := range demand {
-		demand[r] = min(st.Depth[r]+st.InFlightByRank[r], lease.MaxDemand)
-	}
-	q := lease.Request{ID: c.id, TTL: c.ttl, Demand: demand, InFlight: st.InFlight, Current: st.Concurrency, Limit: level}
-	c.mu.Lock()
-	if c.mu.rejoin || c.mu.mode == modeHeld || c.mu.mode == modeLocal {
-		q.Max = c.shareLocked(level)
-	}
-	c.mu.Unlock()
-	grant, err := c.leases.Renew(ctx, q)
-	if ctx.Err() != nil {
-		return // shutting down: the gate keeps what it has
-	}
-	c.mu.Lock()
-	prev := c.mu.mode
-	var n int
-	if err == nil {
-		c.renewals.WithLabelValues("ok").Inc()
-		if prev == modeHeld || prev == modeLocal {
-			c.mu.rejoin, c.mu.rejoinBy, c.mu.rejoinLive = true, now.Add(c.ttl), c.mu.known
-		}
-		if c.mu.rejoin && (grant.Live >= c.mu.rejoinLive || !now.Before(c.mu.rejoinBy)) {
-			c.mu.rejoin = false
-		}
-		c.mu.mode, c.mu.grant = modeShared, grant
-		if c.mu.rejoin {
-			// Not the count to divide by while the others are still on
-			// their shares: those rows come back as they renew.
-			c.mu.known = max(c.mu.known, grant.Live)
-		} else {
-			c.mu.known = grant.Live
-		}
-		c.mu.expires, c.mu.renewed = now.Add(c.ttl), now
-		n = grant.Lease
-		c.live.Set(float64(grant.Live))
-		c.total.Set(float64(grant.Total))
-	} else {
-		c.renewals.WithLabelValues("error").Inc()
-		share := c.shareLocked(level)
-		switch {
-		case prev == modeJoining && c.redis.Up():
-			n = 1 // not reached yet: keep trying on one slot
-		case now.Before(c.mu.expires) && c.redis.Up():
-			n = c.mu.grant.Lease // a slow answer or two: the lease stands
-		case now.Before(c.mu.expires):
-			c.mu.mode = modeHeld
-			n = min(c.mu.grant.Lease, share)
-		default:
-			c.mu.mode = modeLocal
-			n = share
-		}
-	}
-	mode := c.mu.mode
-	replicas := max(1, c.hint, c.mu.known)
-	if c.mu.mode == modeShared {
-		replicas = max(1, c.mu.known)
-	}
-	c.mu.Unlock()
-	if !c.leasing() {
-		// With several pools, each pool's limits are divided between
-		// the live replicas, rather than leased slot by slot: the lease
-		// table counts them.
-		c.mu.Lock()
-		changed := replicas != c.mu.pools
-		c.mu.pools = replicas
-		c.mu.Unlock()
-		if changed {
-			c.g.sharePools(now, replicas)
-		}
-	} else {
-		c.apply(n)
-	}
-	if mode == prev {
-		return
-	}
-	switch mode {
-	case modeShared:
-		c.local.Set(0)
-		c.g.log.Info("cluster concurrency: on a shared lease", "replica", c.id, "lease", n, "of", grant.Total, "replicas", grant.Live)
-	case modeHeld:
-		c.local.Set(1)
-		c.g.log.Warn("cluster concurrency: redis unreachable, keeping the lease capped at the local share until it expires", "slots", n, "err", err)
-	case modeLocal:
-		c.local.Set(1)
-		c.g.log.Warn("cluster concurrency: redis unreachable, on the local share", "slots", n, "err", err)
-	}
-}
-
-// apply gives the gate n slots. Lowering it lets the calls in flight finish.
-func (c *cluster) apply(n int) {
-	c.mu.Lock()
-	same := c.mu.applied == n
-	c.mu.applied = n
-	c.mu.Unlock()
-	c.leaseSlots.Set(float64(n))
-	if !same {
-		_ = c.g.chain.SetPoolConcurrency(0, n)
-	}
-}
-
-// leasing says the replicas lease the slots of the one pool by demand,
-// rank by rank (an `upstream:`); with several pools, each pool's limits
-// are divided between the live replicas instead — leasing each pool's
-// slots would be a round trip per pool.
-func (c *cluster) leasing() bool { return len(c.g.pools) == 1 }
-
-func (c *cluster) collectors() []prometheus.Collector {
-	return []prometheus.Collector{c.leaseSlots, c.live, c.total, c.local, c.renewals}
-}
-
-// ClusterState is the cluster's concurrency in the state dump.
-type ClusterState struct {
-	// Replica is this replica's row in the lease table.
-	Replica string `json:"replica"`
-	// Mode is joining (no lease yet: one slot), shared (a lease from
-	// Redis), held (Redis unreachable: the lease, at most the local share,
-	// until it expires) or local (the local share).
-	Mode string `json:"mode"`
-	// Slots is what the gate has now; Lease, Target, Concurrency and
-	// Replicas are the last answer's: the lease, this replica's share of
-	// the division, the cluster's number divided, the live replicas.
-	Slots       int        `json:"slots"`
-	Lease       int        `json:"lease"`
-	Target      int        `json:"target"`
-	Concurrency int        `json:"concurrency"`
-	Replicas    int        `json:"replicas"`
-	RenewedAt   *time.Time `json:"renewed_at,omitempty"`
-}
-
-func (c *cluster) state() *ClusterState {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	s := &ClusterState{Replica: c.id, Mode: c.mu.mode, Slots: c.mu.applied, Lease: c.mu.grant.Lease,
-		Target: c.mu.grant.Target, Concurrency: c.mu.grant.Total, Replicas: c.mu.grant.Live}
-	if !c.mu.renewed.IsZero() {
-		at := c.mu.renewed.UTC()
-		s.RenewedAt = &at
-	}
-	return s
+// runBackground runs the alerts and the store until ctx ends.
+func (g *Gateway) runBackground(ctx context.Context) {
+	var wg sync.WaitGroup
+	wg.Go(func() { _ = g.RunAlerts(ctx) })
+	wg.Go(func() { _ = g.RunStore(ctx) })
+	wg.Wait()
 }

@@ -9,18 +9,20 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/config"
+	"github.com/sluicehq/sluice/gateway/cluster"
 	"github.com/sluicehq/sluice/mockllm"
 	"github.com/sluicehq/sluice/store/redistest"
 )
 
-func clusterState(t *testing.T, admin string) *ClusterState {
+func clusterState(t *testing.T, admin string) *cluster.ClusterState {
 	t.Helper()
 	resp, err := http.Get(admin + "/admin/v1/state")
 	if err != nil {
 		t.Fatal(err)
 	}
 	var st struct {
-		Store *StoreState `json:"store"`
+		Store *cluster.StoreState `json:"store"`
 	}
 	if err := json.Unmarshal(readAll(t, resp), &st); err != nil {
 		t.Fatal(err)
@@ -31,12 +33,12 @@ func clusterState(t *testing.T, admin string) *ClusterState {
 	return st.Store.Cluster
 }
 
-func leasedConfig(t *testing.T, upstream, redisURL string) Config {
+func leasedConfig(t *testing.T, upstream, redisURL string) config.Config {
 	cfg := baseConfig(upstream)
 	cfg.Admission.Concurrency = 16
-	cfg.UpstreamLimit = UpstreamLimitConfig{Interval: Duration(time.Hour)} // no climb back during the test
-	cfg.Store = &StoreConfig{Redis: &RedisStoreConfig{URL: redisURL, Cluster: strings.ReplaceAll(t.Name(), "/", "-"),
-		Timeout: Duration(time.Second), Lease: &LeaseConfig{Interval: Duration(50 * time.Millisecond)}}}
+	cfg.UpstreamLimit = config.UpstreamLimitConfig{Interval: config.Duration(time.Hour)} // no climb back during the test
+	cfg.Store = &config.StoreConfig{Redis: &config.RedisStoreConfig{URL: redisURL, Cluster: strings.ReplaceAll(t.Name(), "/", "-"),
+		Timeout: config.Duration(time.Second), Lease: &config.LeaseConfig{Interval: config.Duration(50 * time.Millisecond)}}}
 	return cfg
 }
 
@@ -82,7 +84,11 @@ func TestClusterStartsOnOneSlotAndFallsBack(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { g.books.redis.Close() })
+	t.Cleanup(func() {
+		if r, _ := g.books.Redis(); r != nil {
+			r.Close()
+		}
+	})
 	if c := g.Gate().Stats().Concurrency; c != 1 {
 		t.Fatalf("before the first lease the gate has %d slots, want 1", c)
 	}
@@ -174,9 +180,9 @@ func TestClusterDividesThePools(t *testing.T) {
 	rs := redistest.Start(t)
 	_, up := startMock(t, mockllm.Config{})
 	cfg := leasedConfig(t, up.URL, rs.URL())
-	cfg.Upstream, cfg.Admission.Concurrency = UpstreamConfig{}, 0
-	cfg.Upstreams = []DeploymentConfig{{Name: "east", URL: up.URL, Concurrency: 8,
-		Models: []ModelConfig{{Name: "gpt-4o-mini", TPM: 60000}, {Name: "gpt-4.1", Concurrency: 4}}}}
+	cfg.Upstream, cfg.Admission.Concurrency = config.UpstreamConfig{}, 0
+	cfg.Upstreams = []config.DeploymentConfig{{Name: "east", URL: up.URL, Concurrency: 8,
+		Models: []config.ModelConfig{{Name: "gpt-4o-mini", TPM: 60000}, {Name: "gpt-4.1", Concurrency: 4}}}}
 	a, b := serve(t, cfg), serve(t, cfg)
 	pools := func(s *served) (mini, big int, tokens float64) {
 		st := s.g.State()

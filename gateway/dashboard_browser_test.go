@@ -22,6 +22,7 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/sluicehq/sluice/admission"
+	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/contract"
 	"github.com/sluicehq/sluice/mockllm"
 )
@@ -85,7 +86,7 @@ func TestDashboardInBrowser(t *testing.T) {
 	chromium := chromiumPath(t)
 	_, up := startMock(t, mockllm.Config{Slots: 2, Median: 150 * time.Millisecond})
 	cfg := baseConfig(up.URL)
-	cfg.Admission = AdmissionConfig{Concurrency: 2, MaxQueue: new(6)}
+	cfg.Admission = config.AdmissionConfig{Concurrency: 2, MaxQueue: new(6)}
 	// A spend section, far from its ceiling, so that the spend charts are
 	// drawn (and shown in the screenshot) without refusing anything.
 	cfg.Spend = testSpend()
@@ -369,9 +370,9 @@ func TestDashboardPoolsInBrowser(t *testing.T) {
 	}
 	dead := "http://" + ln.Addr().String()
 	ln.Close() // connections refused
-	sv := serve(t, Config{Upstreams: []DeploymentConfig{
-		{Name: "east", URL: dead, Concurrency: 2, Models: []ModelConfig{{Name: "gpt-4o-mini"}}},
-		{Name: "west", URL: up.URL, Concurrency: 3, Models: []ModelConfig{{Name: "gpt-4o-mini"}, {Name: "gpt-4.1"}}},
+	sv := serve(t, config.Config{Upstreams: []config.DeploymentConfig{
+		{Name: "east", URL: dead, Concurrency: 2, Models: []config.ModelConfig{{Name: "gpt-4o-mini"}}},
+		{Name: "west", URL: up.URL, Concurrency: 3, Models: []config.ModelConfig{{Name: "gpt-4o-mini"}, {Name: "gpt-4.1"}}},
 	}})
 	resp := post(t, t.Context(), sv.url, chatBody, nil) // east refuses: west answers, east is down
 	readAll(t, resp)

@@ -17,6 +17,7 @@ import (
 
 	"github.com/sluicehq/sluice/admission"
 	"github.com/sluicehq/sluice/chain"
+	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/contract"
 	"github.com/sluicehq/sluice/mockllm"
 )
@@ -130,7 +131,7 @@ func TestOverloadRefusesEarlyAndHonestly(t *testing.T) {
 	const service = 100 * time.Millisecond
 	mock, up := startMock(t, mockllm.Config{Slots: 2, Median: service})
 	cfg := baseConfig(up.URL)
-	cfg.Admission = AdmissionConfig{Concurrency: 2, MaxQueue: new(8), InitialServiceTime: Duration(service)}
+	cfg.Admission = config.AdmissionConfig{Concurrency: 2, MaxQueue: new(8), InitialServiceTime: config.Duration(service)}
 	_, gw := startGateway(t, cfg)
 
 	const n = 40
@@ -208,7 +209,7 @@ func TestOverloadRefusesEarlyAndHonestly(t *testing.T) {
 func TestSpeculativeIsShedBeforeInteractive(t *testing.T) {
 	_, up := startMock(t, mockllm.Config{Slots: 1, Median: 300 * time.Millisecond})
 	cfg := baseConfig(up.URL)
-	cfg.Admission = AdmissionConfig{Concurrency: 1, MaxQueue: new(3)}
+	cfg.Admission = config.AdmissionConfig{Concurrency: 1, MaxQueue: new(3)}
 	g, gw := startGateway(t, cfg)
 
 	type res struct {
@@ -374,7 +375,7 @@ func TestOpenAISDKThroughTheGateway(t *testing.T) {
 	// refused; the SDK retries (honouring retry-after-ms) and the gateway
 	// counts those attempts as retries.
 	cfg := baseConfig(up.URL)
-	cfg.Admission = AdmissionConfig{Concurrency: 1, MaxQueue: new(0), InitialServiceTime: Duration(20 * time.Millisecond)}
+	cfg.Admission = config.AdmissionConfig{Concurrency: 1, MaxQueue: new(0), InitialServiceTime: config.Duration(20 * time.Millisecond)}
 	g, gw = startGateway(t, cfg)
 	client = openai.NewClient(option.WithBaseURL(gw.URL+"/v1/"), option.WithAPIKey("sk-test"))
 	hold, err := g.Gate().TryAcquire(admission.Request{})
@@ -399,7 +400,7 @@ func TestOpenAISDKThroughTheGateway(t *testing.T) {
 func TestSDKTimeoutIsTheDeadline(t *testing.T) {
 	_, up := startMock(t, mockllm.Config{Slots: 4, Median: 20 * time.Millisecond})
 	cfg := baseConfig(up.URL)
-	cfg.Admission = AdmissionConfig{Concurrency: 1, MaxQueue: new(16), InitialServiceTime: Duration(3 * time.Second)}
+	cfg.Admission = config.AdmissionConfig{Concurrency: 1, MaxQueue: new(16), InitialServiceTime: config.Duration(3 * time.Second)}
 	g, gw := startGateway(t, cfg)
 	hold, err := g.Gate().TryAcquire(admission.Request{})
 	if err != nil {

@@ -12,6 +12,7 @@ import (
 	"github.com/sluicehq/sluice/admission"
 	"github.com/sluicehq/sluice/chain"
 	"github.com/sluicehq/sluice/contract"
+	"github.com/sluicehq/sluice/gateway/wire"
 	"github.com/sluicehq/sluice/spend"
 )
 
@@ -41,7 +42,7 @@ func digits(s string) bool {
 func (g *Gateway) serveEstimate(w http.ResponseWriter, r *http.Request, global bool) {
 	if r.Method != http.MethodGet && r.Method != http.MethodHead {
 		w.Header().Set("Allow", "GET, HEAD")
-		writeError(w, http.StatusMethodNotAllowed, contract.ErrorTypeInvalidRequest, "method_not_allowed", "use GET")
+		wire.WriteError(w, http.StatusMethodNotAllowed, contract.ErrorTypeInvalidRequest, "method_not_allowed", "use GET")
 		return
 	}
 	var tenant string
@@ -50,8 +51,8 @@ func (g *Gateway) serveEstimate(w http.ResponseWriter, r *http.Request, global b
 		tenant = r.URL.Query().Get("tenant")
 		info, ok := g.tenantInfo(tenant)
 		if !ok {
-			g.badInput(w, &badRequest{status: http.StatusBadRequest, code: "invalid_parameter",
-				msg: "tenant: " + echo(tenant) + " is not a configured tenant"})
+			g.badInput(w, &wire.BadRequest{Status: http.StatusBadRequest, Code: "invalid_parameter",
+				Msg: "tenant: " + contract.Echo(tenant) + " is not a configured tenant"})
 			return
 		}
 		tenant, tier = info.Name, info.Tier
@@ -79,7 +80,7 @@ func (g *Gateway) serveEstimate(w http.ResponseWriter, r *http.Request, global b
 		for param, header := range estimateHeaders {
 			msg = strings.Replace(msg, header, param, 1)
 		}
-		g.badInput(w, &badRequest{status: http.StatusBadRequest, code: "invalid_parameter", msg: msg})
+		g.badInput(w, &wire.BadRequest{Status: http.StatusBadRequest, Code: "invalid_parameter", Msg: msg})
 		return
 	}
 	// The call asked about, as serveCall would present it to the chain: the
@@ -98,8 +99,8 @@ func (g *Gateway) serveEstimate(w http.ResponseWriter, r *http.Request, global b
 		}
 		n, err := strconv.ParseInt(v, 10, 64)
 		if err != nil || n < 0 || !digits(v) {
-			g.badInput(w, &badRequest{status: http.StatusBadRequest, code: "invalid_parameter",
-				msg: f.param + ": " + echo(v) + " is not a count of tokens (digits only)"})
+			g.badInput(w, &wire.BadRequest{Status: http.StatusBadRequest, Code: "invalid_parameter",
+				Msg: f.param + ": " + contract.Echo(v) + " is not a count of tokens (digits only)"})
 			return
 		}
 		*f.dst = n
@@ -110,15 +111,15 @@ func (g *Gateway) serveEstimate(w http.ResponseWriter, r *http.Request, global b
 		var unknownModel *chain.UnknownModelError
 		switch {
 		case errors.As(err, &unknownModel):
-			g.badInput(w, &badRequest{status: http.StatusNotFound, code: "model_not_found", msg: "model: " + unknownModel.Error()})
+			g.badInput(w, &wire.BadRequest{Status: http.StatusNotFound, Code: "model_not_found", Msg: "model: " + unknownModel.Error()})
 		case errors.As(err, &classErr):
-			g.badInput(w, &badRequest{status: http.StatusForbidden, code: "class_not_allowed",
-				msg: fmt.Sprintf("priority: tenant %s may not use class %s (allowed: %s)", tenant, echo(classErr.Class), strings.Join(classErr.Allowed, ", "))})
+			g.badInput(w, &wire.BadRequest{Status: http.StatusForbidden, Code: "class_not_allowed",
+				Msg: fmt.Sprintf("priority: tenant %s may not use class %s (allowed: %s)", tenant, contract.Echo(classErr.Class), strings.Join(classErr.Allowed, ", "))})
 		case errors.Is(err, spend.ErrUnknownModel):
-			g.badInput(w, &badRequest{status: http.StatusBadRequest, code: "model_not_priced",
-				msg: fmt.Sprintf("model: %q has no price in spend.prices (and spend.unknown_model is reject)", model)})
+			g.badInput(w, &wire.BadRequest{Status: http.StatusBadRequest, Code: "model_not_priced",
+				Msg: fmt.Sprintf("model: %q has no price in spend.prices (and spend.unknown_model is reject)", model)})
 		default:
-			g.badInput(w, &badRequest{status: http.StatusBadRequest, code: "invalid_parameter", msg: err.Error()})
+			g.badInput(w, &wire.BadRequest{Status: http.StatusBadRequest, Code: "invalid_parameter", Msg: err.Error()})
 		}
 		return
 	}
@@ -149,7 +150,7 @@ func (g *Gateway) serveEstimate(w http.ResponseWriter, r *http.Request, global b
 	}
 	if d.Verdict == admission.Rejected {
 		est.Reason = d.Reason.String()
-		est.RetryAfterMs = ceilMs(d.RetryAfter)
+		est.RetryAfterMs = contract.RetryAfterMs(d.RetryAfter)
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Cache-Control", "no-store")

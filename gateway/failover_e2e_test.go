@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/chain"
+	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/contract"
 	"github.com/sluicehq/sluice/loadgen"
 	"github.com/sluicehq/sluice/mockllm"
@@ -154,7 +156,7 @@ func runLoad(t *testing.T, url string, cfg loadgen.Config) *loadgen.Report {
 }
 
 // gatewayWith serves a gateway of cfg on loopback, through tr when not nil.
-func gatewayWith(t *testing.T, cfg Config, tr http.RoundTripper) (*Gateway, *httptest.Server) {
+func gatewayWith(t *testing.T, cfg config.Config, tr http.RoundTripper) (*Gateway, *httptest.Server) {
 	t.Helper()
 	opts := testOptions()
 	opts.Transport = tr
@@ -202,9 +204,9 @@ func TestPrimarySlowedGoodputIsBothDeployments(t *testing.T) {
 	by := newAnswers(contract.HeaderUpstream)
 	load.Policy = by.policy(patient{patience: 2 * time.Second})
 
-	_, gw := gatewayWith(t, Config{Upstreams: []DeploymentConfig{
-		{Name: "primary", URL: primary.URL, Concurrency: slots, Models: []ModelConfig{{Name: "gpt-4o-mini"}}},
-		{Name: "secondary", URL: secondary.URL, Concurrency: slots, Models: []ModelConfig{{Name: "gpt-4o-mini"}}},
+	_, gw := gatewayWith(t, config.Config{Upstreams: []config.DeploymentConfig{
+		{Name: "primary", URL: primary.URL, Concurrency: slots, Models: []config.ModelConfig{{Name: "gpt-4o-mini"}}},
+		{Name: "secondary", URL: secondary.URL, Concurrency: slots, Models: []config.ModelConfig{{Name: "gpt-4o-mini"}}},
 	}}, nil)
 	start := time.Now()
 	rep := runLoad(t, gw.URL, load)
@@ -212,7 +214,7 @@ func TestPrimarySlowedGoodputIsBothDeployments(t *testing.T) {
 	// first second), until arrivals stop.
 	steady := by.rate(start.Add(warmup), start.Add(load.Duration))
 
-	_, single := gatewayWith(t, Config{Upstream: UpstreamConfig{URL: primary.URL}, Admission: AdmissionConfig{Concurrency: slots}}, nil)
+	_, single := gatewayWith(t, config.Config{Upstream: config.UpstreamConfig{URL: primary.URL}, Admission: config.AdmissionConfig{Concurrency: slots}}, nil)
 	load.Duration = 3 * time.Second
 	base := runLoad(t, single.URL, load)
 
@@ -265,16 +267,16 @@ func TestPrimaryDownSecondaryServesAndProbeIsBounded(t *testing.T) {
 		return c, err
 	}
 	const concurrency = 8
-	g, gw := gatewayWith(t, Config{Upstreams: []DeploymentConfig{
-		{Name: "primary", URL: "http://" + primaryAddr, Concurrency: concurrency, Models: []ModelConfig{{Name: "gpt-4o-mini"}}},
-		{Name: "secondary", URL: secondary.URL, Concurrency: concurrency, Models: []ModelConfig{{Name: "gpt-4o-mini"}}},
+	g, gw := gatewayWith(t, config.Config{Upstreams: []config.DeploymentConfig{
+		{Name: "primary", URL: "http://" + primaryAddr, Concurrency: concurrency, Models: []config.ModelConfig{{Name: "gpt-4o-mini"}}},
+		{Name: "secondary", URL: secondary.URL, Concurrency: concurrency, Models: []config.ModelConfig{{Name: "gpt-4o-mini"}}},
 	}}, tr)
 	// Well below the secondary's capacity (8 / 11 ms ≈ 700/s).
 	load := loadgen.Config{
 		Model: "gpt-4o-mini", Rate: 50, Duration: 4 * time.Second, Seed: 11,
 		Classes: []loadgen.Class{{Name: "interactive", Weight: 1, Deadline: 2 * time.Second}},
 	}
-	_, alone := gatewayWith(t, Config{Upstream: UpstreamConfig{URL: secondary.URL}, Admission: AdmissionConfig{Concurrency: concurrency}}, nil)
+	_, alone := gatewayWith(t, config.Config{Upstream: config.UpstreamConfig{URL: secondary.URL}, Admission: config.AdmissionConfig{Concurrency: concurrency}}, nil)
 	load.Policy = loadgen.Polite{}
 	base := runLoad(t, alone.URL, load)
 
@@ -353,11 +355,11 @@ func TestDegradeUnderLoadKeepsBatchAndInteractive(t *testing.T) {
 	)
 	_, mock := startMock(t, mockllm.Config{Slots: 256, Median: median, Sigma: sigma, Seed: 5})
 	bigCap := slots / meanService(median, sigma, 1.5)
-	cfg := func(degrade bool) Config {
-		c := Config{Upstreams: []DeploymentConfig{{Name: "mock", URL: mock.URL, Concurrency: slots,
-			Models: []ModelConfig{{Name: "gpt-4o"}, {Name: "gpt-4o-mini"}}}}}
+	cfg := func(degrade bool) config.Config {
+		c := config.Config{Upstreams: []config.DeploymentConfig{{Name: "mock", URL: mock.URL, Concurrency: slots,
+			Models: []config.ModelConfig{{Name: "gpt-4o"}, {Name: "gpt-4o-mini"}}}}}
 		if degrade {
-			c.Degrade = DegradeConfig{Ladder: map[string]string{"gpt-4o": "gpt-4o-mini"}, Classes: []string{"batch"}}
+			c.Degrade = chain.DegradeConfig{Ladder: map[string]string{"gpt-4o": "gpt-4o-mini"}, Classes: []string{"batch"}}
 		}
 		return c
 	}

@@ -13,7 +13,9 @@ import (
 	"unicode/utf8"
 
 	"github.com/sluicehq/sluice/chain"
+	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/contract"
+	"github.com/sluicehq/sluice/gateway/wire"
 )
 
 // The fuzz targets below run their seeds (f.Add and testdata/fuzz/) as part
@@ -22,7 +24,7 @@ import (
 
 // fuzzGateway is a gateway that is never served: the fuzz targets call its
 // parsers directly.
-func fuzzGateway(f *testing.F, cfg Config) *Gateway {
+func fuzzGateway(f *testing.F, cfg config.Config) *Gateway {
 	f.Helper()
 	g, err := New(cfg, Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Getenv: func(string) string { return "sk-provider" }})
 	if err != nil {
@@ -31,19 +33,20 @@ func fuzzGateway(f *testing.F, cfg Config) *Gateway {
 	return g
 }
 
-// checkBadRequest asserts err is a 4xx badRequest whose message stays
-// short whatever the input: values are echoed up to maxEcho bytes, quoted.
+// checkBadRequest asserts err is a 4xx wire.BadRequest whose message
+// stays short whatever the input: values are echoed up to maxEcho bytes,
+// quoted.
 func checkBadRequest(t *testing.T, err error, prefix string) {
 	t.Helper()
-	var br *badRequest
+	var br *wire.BadRequest
 	if !errors.As(err, &br) {
-		t.Fatalf("error %T %v is not a badRequest", err, err)
+		t.Fatalf("error %T %v is not a wire.BadRequest", err, err)
 	}
-	if br.status < 400 || br.status > 499 || br.code == "" {
+	if br.Status < 400 || br.Status > 499 || br.Code == "" {
 		t.Fatalf("error %+v: not a 4xx with a code", br)
 	}
-	if !strings.HasPrefix(br.msg, prefix) || len(br.msg) > 1024 || !utf8.ValidString(br.msg) {
-		t.Fatalf("error message %.2000q: want a short valid message starting with %q", br.msg, prefix)
+	if !strings.HasPrefix(br.Msg, prefix) || len(br.Msg) > 1024 || !utf8.ValidString(br.Msg) {
+		t.Fatalf("error message %.2000q: want a short valid message starting with %q", br.Msg, prefix)
 	}
 }
 
@@ -58,7 +61,7 @@ func isDigits(s string) bool {
 
 func FuzzParseHeaders(f *testing.F) {
 	cfg := baseConfig("http://127.0.0.1:1")
-	cfg.Limits.MaxTimeout = Duration(time.Minute)
+	cfg.Limits.MaxTimeout = config.Duration(time.Minute)
 	g := fuzzGateway(f, cfg)
 	f.Add("", "", "", "")
 	f.Add("batch", "5000", "1", "")
@@ -174,71 +177,6 @@ func btoi(b bool) int {
 		return 1
 	}
 	return 0
-}
-
-func FuzzUsageMeter(f *testing.F) {
-	f.Add(false, []byte(`{"usage":{"prompt_tokens":10,"completion_tokens":5,"prompt_tokens_details":{"cached_tokens":2}}}`), uint16(7))
-	f.Add(false, []byte(`{"usage":{"input_tokens":10,"output_tokens":5,"input_tokens_details":{"cached_tokens":3}}}`), uint16(0))
-	f.Add(true, []byte("data: {\"choices\":[]}\n\ndata: {\"usage\":{\"prompt_tokens\":3,\"completion_tokens\":4}}\n\ndata: [DONE]\n\n"), uint16(20))
-	f.Add(true, []byte("event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"usage\":{\"input_tokens\":9,\"cache_read_input_tokens\":4,\"output_tokens\":1}}}\r\n\r\nevent: message_delta\ndata: {\"usage\":{\"output_tokens\":12}}\n\n"), uint16(33))
-	f.Add(true, []byte("data: {\"type\":\"response.completed\",\"response\":{\"usage\":{\"input_tokens\":1,\"output_tokens\":2}}}\n"), uint16(5))
-	f.Add(false, []byte(`{"usage":{"prompt_tokens":-1,"prompt_tokens_details":{"cached_tokens":-5}}}`), uint16(1))
-	f.Add(true, []byte("data: {\"usage\":{\"input_tokens\":9223372036854775807,\"cache_read_input_tokens\":9223372036854775807}}\n"), uint16(1))
-	f.Fuzz(func(t *testing.T, sse bool, body []byte, split uint16) {
-		ct := "application/json"
-		if sse {
-			ct = "text/event-stream; charset=utf-8"
-		}
-		whole := newUsageMeter(ct)
-		whole.write(body)
-		u1, ok1 := whole.done()
-		// The same body in two pieces, cut anywhere, reads the same.
-		cut := int(split) % (len(body) + 1)
-		parts := newUsageMeter(ct)
-		parts.write(body[:cut])
-		parts.write(body[cut:])
-		u2, ok2 := parts.done()
-		if u1 != u2 || ok1 != ok2 {
-			t.Fatalf("%q cut at %d: %+v %v, whole %+v %v", body, cut, u2, ok2, u1, ok1)
-		}
-		if u1.Input < 0 || u1.Output < 0 || u1.CachedInput < 0 || u1.CachedInput > u1.Input {
-			t.Fatalf("%q: usage %+v: negative, or more cached than input", body, u1)
-		}
-		if !ok1 && u1 != (contract.Usage{}) {
-			t.Fatalf("%q: usage %+v reported as not found", body, u1)
-		}
-	})
-}
-
-func FuzzParseConfig(f *testing.F) {
-	f.Add([]byte("upstream: {url: http://x}\nadmission: {concurrency: 1}\n"))
-	f.Add([]byte("upstream: {url: http://x}\nadmission: {concurrency: 4, max_queue: 16}\nlimits: {max_body_bytes: 9223372036854775807}\n"))
-	f.Add([]byte("upstream: {url: http://x}\nadmission: {concurrency: 1}\nupstream_limit: {decrease_factor: .nan, interval: 1h}\n"))
-	f.Add([]byte("upstream: {url: http://x}\nadmission: {concurrency: 1}\nretries: {budget: {ratio: .inf}}\nshutdown_grace: 2h\n"))
-	f.Add([]byte("upstream: {url: http://x}\nadmission: {concurrency: 1}\nclasses: {vip: {rank: 5, default_timeout: 1s}}\ndefault_class: vip\n"))
-	f.Add([]byte("upstream: {url: http://x, api_key_env: K}\nadmission: {concurrency: 1}\ntenants: [{name: a, api_keys_sha256: [" + HashKey("k") + "]}]\n"))
-	f.Add([]byte("a: &a [*a, *a]\n"))
-	f.Fuzz(func(t *testing.T, data []byte) {
-		if len(data) > 64<<10 {
-			return // a config file is small; the YAML parser's cost is not the subject
-		}
-		cfg, err := ParseConfig(data)
-		if err != nil {
-			if !strings.HasPrefix(err.Error(), "config: ") {
-				t.Fatalf("error %q does not start with config:", err)
-			}
-			return
-		}
-		if err := cfg.Validate(); err != nil {
-			t.Fatalf("ParseConfig accepted what Validate refuses: %v", err)
-		}
-		d := cfg.withDefaults()
-		if d.Limits.MaxBodyBytes <= 0 || d.Limits.MaxBodyBytes > maxBodyBytes || d.Limits.MaxTimeout.D() <= 0 || d.Limits.MaxTimeout.D() > maxTimeout ||
-			d.Admission.Concurrency < 1 || d.Admission.Concurrency > maxConcurrency || d.ShutdownGrace.D() > maxShutdownGrace ||
-			!(d.UpstreamLimit.DecreaseFactor >= 0 && d.UpstreamLimit.DecreaseFactor < 1) {
-			t.Fatalf("accepted out of range: %+v", d)
-		}
-	})
 }
 
 func FuzzTenantKey(f *testing.F) {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log"
 	"log/slog"
 	"net"
 	"net/http"
@@ -24,8 +25,12 @@ import (
 
 	"github.com/sluicehq/sluice/admission"
 	"github.com/sluicehq/sluice/chain"
+	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/contract"
 	"github.com/sluicehq/sluice/gateway/batchapi"
+	"github.com/sluicehq/sluice/gateway/cluster"
+	"github.com/sluicehq/sluice/gateway/idempotency"
+	"github.com/sluicehq/sluice/gateway/wire"
 	"github.com/sluicehq/sluice/spend"
 )
 
@@ -33,21 +38,22 @@ import (
 // in front of the provider. It is an http.Handler a Go program can mount;
 // AdminHandler serves its metrics and state. Safe for concurrent use.
 type Gateway struct {
-	cfg      Config
+	cfg      config.Config
 	chain    *chain.Chain
 	deps     []*deployment  // where calls go (pools.go)
 	pools    []*gatewayPool // the route stage's pools: one with upstream:
 	routes   *routes
-	proxy    *httputil.ReverseProxy
+	upstream *upstream   // the provider's transport and the gateway's own retries (retry.go)
+	proxyLog *log.Logger // the reverse proxy's own errors, at Warn
 	metrics  *metrics
 	log      *slog.Logger
 	draining atomic.Bool
 	spend    *spend.Limiter // the chain's; nil without a spend section
 	alerter  *spend.Alerter
-	books    books         // where the spend books live (store.go)
-	idem     *idemStore    // Idempotency-Key (idempotency.go)
-	reload   *reloader     // policies changed without a restart (reload.go)
-	batch    *batchapi.API // the Batch API (package batchapi, batch.go); nil when off
+	books    *cluster.Books     // where the spend books live, the lease (package cluster, cluster.go)
+	idem     *idempotency.Store // Idempotency-Key (package idempotency)
+	reload   *reloader          // policies changed without a restart (reload.go)
+	batch    *batchapi.API      // the Batch API (package batchapi, batch.go); nil when off
 
 	tracer trace.Tracer // nil when tracing is off (trace.go)
 }
@@ -68,7 +74,7 @@ type Options struct {
 	// ConfigSource re-reads the configuration for Reload (POST
 	// /admin/v1/reload, and SIGHUP in sluice serve). Nil means there is
 	// nothing to re-read: a reload is refused.
-	ConfigSource func() (Config, error)
+	ConfigSource func() (config.Config, error)
 	// TracerProvider receives a span per request, with child spans for
 	// the admission wait and each upstream attempt (trace.go). Nil, or a
 	// noop provider, means no tracing, at no cost.
@@ -76,12 +82,12 @@ type Options struct {
 }
 
 // New builds a gateway from a validated config.
-func New(cfg Config, opts Options) (*Gateway, error) {
+func New(cfg config.Config, opts Options) (*Gateway, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
 	written := cfg // as written, for reloads to name what they change
-	cfg = cfg.withDefaults()
+	cfg = cfg.WithDefaults()
 	g := &Gateway{cfg: cfg, log: opts.Logger, routes: newRoutes(cfg.Passthrough), tracer: newTracer(opts.TracerProvider)}
 	if g.log == nil {
 		g.log = slog.Default()
@@ -91,25 +97,23 @@ func New(cfg Config, opts Options) (*Gateway, error) {
 		getenv = os.Getenv
 	}
 	var err error
-	if g.deps, err = cfg.openDeployments(getenv); err != nil {
+	if g.deps, err = openDeployments(cfg, getenv); err != nil {
 		return nil, err
 	}
-	if sc, err := cfg.spendConfig(); err != nil {
+	g.books = cluster.NewBooks(cfg.Store, opts.Getenv, g.log)
+	if sc, err := cfg.SpendConfig(); err != nil {
 		return nil, err
 	} else if sc != nil {
-		ledger, err := g.openBooks(cfg.Store, opts.Getenv)
+		ledger, err := g.books.OpenLedger()
 		if err != nil {
 			return nil, err
 		}
 		if g.spend, err = spend.New(*sc, spend.Options{Ledger: ledger}); err != nil {
 			return nil, fmt.Errorf("config: %w", err)
 		}
-		g.alerter = spend.NewAlerter(g.spend, spend.AlerterOptions{Logger: g.log, Claim: g.books.alertClaim()})
+		g.alerter = spend.NewAlerter(g.spend, spend.AlerterOptions{Logger: g.log, Claim: g.books.AlertClaim()})
 	}
-	ccfg, err := cfg.chainConfig(g.spend)
-	if err == nil {
-		ccfg.Routing, err = cfg.routingConfig(ccfg.Admission)
-	}
+	ccfg, err := cfg.Chain(g.spend)
 	if err != nil {
 		return nil, err
 	}
@@ -120,34 +124,26 @@ func New(cfg Config, opts Options) (*Gateway, error) {
 		d := g.deps[slices.IndexFunc(g.deps, func(d *deployment) bool { return d.name == p.Deployment })]
 		g.pools = append(g.pools, &gatewayPool{info: p, dep: d, limit: newAIMD(cfg.UpstreamLimit, p.Gate.Stats().Concurrency), set: g.poolSetter(i)})
 	}
-	if err := g.openCluster(cfg.Store, opts.Getenv); err != nil { // the cluster's concurrency (cluster.go)
+	if err := g.books.OpenLease(clusterPools{g}); err != nil { // the cluster's concurrency (cluster.go)
 		return nil, err
 	}
 	transport := opts.Transport
 	if transport == nil {
 		transport = newTransport(cfg.Upstream.MaxIdleConns)
 	}
-	transport = &upstream{g: g, base: transport, maxAttempts: cfg.Retries.UpstreamAttempts, backoff: cfg.Retries.UpstreamBackoff.D()}
-	g.proxy = &httputil.ReverseProxy{
-		Rewrite:        g.rewrite,
-		Transport:      transport,
-		ModifyResponse: g.modifyResponse,
-		ErrorHandler:   g.proxyError,
-		ErrorLog:       slog.NewLogLogger(g.log.Handler(), slog.LevelWarn),
-		// Zero: ReverseProxy flushes streaming responses (text/event-stream,
-		// or no Content-Length) after every write by itself, and buffers
-		// the rest into as few writes as possible.
-		FlushInterval: 0,
-		BufferPool:    bufferPool{},
-	}
+	g.upstream = &upstream{g: g, base: transport, maxAttempts: cfg.Retries.UpstreamAttempts, backoff: cfg.Retries.UpstreamBackoff}
+	g.proxyLog = slog.NewLogLogger(g.log.Handler(), slog.LevelWarn)
 	g.metrics = newMetrics(g)
-	g.idem = newIdemStore(cfg.Idempotency, g.metrics.reg) // Idempotency-Key
+	g.idem = idempotency.New(cfg.Idempotency, g.metrics.reg, idempotency.Deps{ // Idempotency-Key
+		WriteError: wire.WriteJSONError,
+		BadInput:   func(code string) { g.metrics.badInput.WithLabelValues(code).Inc() },
+	})
 	g.reload = newReloader(g, written, opts.ConfigSource)
 	if g.spend != nil {
 		g.metrics.reg.MustRegister(g.spend.Collector())
 	}
-	g.books.register(g.metrics.reg)
-	if g.batch, err = g.openBatch(opts.Getenv); err != nil { // last: nothing fails after the store is open
+	g.books.Register(g.metrics.reg)
+	if g.batch, err = g.openBatch(); err != nil { // last: nothing fails after the store is open
 		return nil, err
 	}
 	return g, nil
@@ -197,8 +193,8 @@ type call struct {
 	queue     time.Duration
 	caller    context.Context // the caller's own context: done when it leaves
 	finished  atomic.Bool
-	meter     *usageMeter // set when the response arrives
-	idem      *idemFlight // the Idempotency-Key's capture; nil without a key
+	meter     *wire.UsageMeter    // set when the response arrives
+	idem      *idempotency.Flight // the Idempotency-Key's capture; nil without a key
 	// For the access log and the span (accesslog.go): the request's
 	// exchange, how the call ended, the upstream attempts made and the
 	// provider's own request id.
@@ -214,12 +210,14 @@ type call struct {
 	// in is the caller's request, which a failover points again at
 	// another deployment (retry.go).
 	in *http.Request
+	// proxy forwards the call: a ReverseProxy of its own whose hooks are
+	// the call's methods (forward), so that the call's state reaches them
+	// as their receiver, never through the request's context.
+	proxy httputil.ReverseProxy
 	// How a failed call failed, for its pool's health: the provider
 	// refused it for its rate limits (429), or could not be reached.
 	rateLimited, unreachable bool
 }
-
-type callKey struct{}
 
 // finish releases the slot exactly once, with the call's outcome.
 func (c *call) finish(result admission.Result) {
@@ -234,7 +232,7 @@ func (c *call) finish(result admission.Result) {
 		o.Result = admission.Unused
 	}
 	if c.meter != nil {
-		if u, ok := c.meter.done(); ok {
+		if u, ok := c.meter.Done(); ok {
 			o.Usage, o.UsageKnown = u, true
 		}
 	}
@@ -324,18 +322,20 @@ func (g *Gateway) serveCall(w http.ResponseWriter, r *http.Request, rt *route, t
 	x.askedModel(body.model)
 	g.metrics.attempt(hdr.attempt).Inc()
 	g.metrics.recognised.declared(hdr.attemptBy)
+	// The call's one deadline: ctx's, from X-Sluice-Timeout-Ms or the
+	// class's default. The chain reads it from ctx (and the permit's
+	// Request carries it back); nothing sets it a second way.
 	ctx, cancel := context.WithTimeout(r.Context(), hdr.timeout)
 	defer cancel()
-	deadline, _ := ctx.Deadline()
-	// Idempotency-Key (idempotency.go): a duplicate is answered here,
+	// Idempotency-Key (package idempotency): a duplicate is answered here,
 	// without entering the chain; the first request makes the call and its
 	// answer is captured on the way to its caller. Whatever does not
 	// complete the capture (a refusal, a failure, a cut stream) drops it.
-	idem, handled := g.idempotent(ctx, w, r, tenant, body)
+	idem, handled := g.idem.Admit(ctx, w, r, tenant, body.raw, body.stream)
 	if handled {
 		return
 	}
-	defer idem.abandon()
+	defer idem.Abandon()
 	req := chain.Request{
 		Tenant:          tenant,
 		Tier:            tier,
@@ -343,7 +343,6 @@ func (g *Gateway) serveCall(w http.ResponseWriter, r *http.Request, rt *route, t
 		Attempt:         hdr.attempt,
 		AttemptDeclared: hdr.declared,
 		Fingerprint:     fingerprint(r.URL.Path, rt.billed, body.raw), // a retry sent without a header (seen.go)
-		Deadline:        deadline,
 		Model:           body.model,
 		MaxOutputTokens: body.maxTokens,
 		Unpriced:        !rt.billed,
@@ -354,9 +353,9 @@ func (g *Gateway) serveCall(w http.ResponseWriter, r *http.Request, rt *route, t
 		// per minute by the route stage.
 		req.InputTokens = spend.EstimateInputTokens(body.raw)
 	}
-	req.Flavour = FlavourOpenAI
+	req.Flavour = config.FlavourOpenAI
 	if x != nil && x.anthropic {
-		req.Flavour = FlavourAnthropic
+		req.Flavour = config.FlavourAnthropic
 	}
 	g.refreshLimits(time.Now()) // the climb back up that accrued while idle
 	// chain.Acquire, in a span of its own when tracing (trace.go).
@@ -374,20 +373,21 @@ func (g *Gateway) serveCall(w http.ResponseWriter, r *http.Request, rt *route, t
 		case r.Context().Err() != nil:
 			// The caller left while queued; nothing to write.
 		case errors.As(err, &classErr):
-			g.badInput(w, &badRequest{status: http.StatusForbidden, code: "class_not_allowed",
-				msg: fmt.Sprintf("%s: tenant %s may not use class %s (allowed: %s)", contract.HeaderPriority, tenant, echo(classErr.Class), strings.Join(classErr.Allowed, ", "))})
+			g.badInput(w, &wire.BadRequest{Status: http.StatusForbidden, Code: "class_not_allowed",
+				Msg: fmt.Sprintf("%s: tenant %s may not use class %s (allowed: %s)", contract.HeaderPriority, tenant, contract.Echo(classErr.Class), strings.Join(classErr.Allowed, ", "))})
 		case errors.As(err, &unknownModel):
 			g.metrics.badInput.WithLabelValues("model_not_found").Inc()
-			writeError(w, http.StatusNotFound, "invalid_request_error", "model_not_found", unknownModel.Error())
+			wire.WriteError(w, http.StatusNotFound, "invalid_request_error", "model_not_found", unknownModel.Error())
 		case errors.Is(err, spend.ErrUnknownModel):
-			g.badInput(w, &badRequest{status: http.StatusBadRequest, code: "model_not_priced",
-				msg: fmt.Sprintf("model: %q has no price in spend.prices (and spend.unknown_model is reject)", body.model)})
+			g.badInput(w, &wire.BadRequest{Status: http.StatusBadRequest, Code: "model_not_priced",
+				Msg: fmt.Sprintf("model: %q has no price in spend.prices (and spend.unknown_model is reject)", body.model)})
 		default:
-			g.badInput(w, &badRequest{status: http.StatusBadRequest, code: "invalid_request", msg: err.Error()})
+			g.badInput(w, &wire.BadRequest{Status: http.StatusBadRequest, Code: "invalid_request", Msg: err.Error()})
 		}
 		return
 	}
 	admitted := permit.Request()
+	deadline := admitted.Deadline
 	hdr.class = admitted.Class // the class applied, which the tenant may not have asked for
 	if sent := servedModel(admitted); sent != body.model && sent != "" && body.model != "" {
 		// Degraded (by spend or load), or an alias its deployment knows
@@ -395,7 +395,7 @@ func (g *Gateway) serveCall(w http.ResponseWriter, r *http.Request, rt *route, t
 		raw, err := rewriteModel(body.raw, sent)
 		if err != nil { // the body was parsed already: cannot happen
 			permit.Drop()
-			g.badInput(w, &badRequest{status: http.StatusBadRequest, code: "invalid_json", msg: err.Error()})
+			g.badInput(w, &wire.BadRequest{Status: http.StatusBadRequest, Code: "invalid_json", Msg: err.Error()})
 			return
 		}
 		body.raw, body.model = raw, sent
@@ -422,16 +422,16 @@ func (g *Gateway) serveCall(w http.ResponseWriter, r *http.Request, rt *route, t
 	if idem != nil {
 		// Idempotency-Key: a keyed caller that leaves is expected to retry
 		// with the key, so its call runs on to its deadline and is kept for
-		// that retry instead of being thrown away (idempotency.go).
+		// that retry instead of being thrown away (package idempotency).
 		var cancelUp context.CancelFunc
 		upCtx, cancelUp = context.WithDeadline(context.WithoutCancel(r.Context()), deadline)
 		defer cancelUp()
 	}
-	out := r.WithContext(httptrace.WithClientTrace(context.WithValue(upCtx, callKey{}, c), &c.trace))
+	out := r.WithContext(httptrace.WithClientTrace(upCtx, &c.trace))
 	out.Body = io.NopCloser(bytes.NewReader(body.raw))
 	out.ContentLength = int64(len(body.raw))
 	out.Header.Set("Content-Length", strconv.Itoa(len(body.raw)))
-	g.proxy.ServeHTTP(w, out)
+	c.forward(w, out)
 	// The body wrapper released the slot when the body ended; this covers
 	// the paths where no body was ever handed over.
 	c.finish(admission.Canceled)
@@ -455,15 +455,33 @@ func attemptKind(attempt int) string {
 
 func (c *call) wroteHeaders() { c.headersWritten.Add(1) }
 
+// forward sends the call to the provider and its answer to w, through the
+// call's own ReverseProxy: each hook is a method of the call, the
+// transport is the call itself (RoundTrip, retry.go). The proxy is a
+// value in the call, filled here: three method values are the only
+// allocations it adds.
+func (c *call) forward(w http.ResponseWriter, out *http.Request) {
+	c.proxy = httputil.ReverseProxy{
+		Rewrite:        c.rewrite,
+		Transport:      c,
+		ModifyResponse: c.modifyResponse,
+		ErrorHandler:   c.proxyError,
+		ErrorLog:       c.g.proxyLog,
+		// Zero: ReverseProxy flushes streaming responses (text/event-stream,
+		// or no Content-Length) after every write by itself, and buffers
+		// the rest into as few writes as possible.
+		FlushInterval: 0,
+		BufferPool:    bufferPool{},
+	}
+	c.proxy.ServeHTTP(w, out)
+}
+
 // rewrite turns the caller's request into the provider's: the upstream URL,
 // the provider's key in place of the caller's, and no sluice headers.
-func (g *Gateway) rewrite(pr *httputil.ProxyRequest) {
-	c, _ := pr.In.Context().Value(callKey{}).(*call)
-	g.deploymentOf(c).target(pr.In, pr.Out)
+func (c *call) rewrite(pr *httputil.ProxyRequest) {
+	c.g.deploymentOf(c).target(pr.In, pr.Out)
 	h := pr.Out.Header
-	if c != nil {
-		c.x.forwardRequestID(h)
-	}
+	c.x.forwardRequestID(h)
 	for _, name := range []string{contract.HeaderPriority, contract.HeaderTimeoutMs, contract.HeaderAttempt, contract.HeaderDegrade} {
 		h.Del(name)
 	}
@@ -480,8 +498,8 @@ func servedModel(r *chain.Request) string {
 
 // modifyResponse stamps the contract's headers on a proxied response and
 // wraps its body so that the slot is released when the body ends.
-func (g *Gateway) modifyResponse(resp *http.Response) error {
-	c := resp.Request.Context().Value(callKey{}).(*call) // every forwarded request is a call
+func (c *call) modifyResponse(resp *http.Response) error {
+	g := c.g
 	resp.Header.Set(contract.HeaderQueueMs, strconv.FormatInt(c.queue.Milliseconds(), 10))
 	if c.model != "" {
 		resp.Header.Set(contract.HeaderModel, c.model)
@@ -490,13 +508,13 @@ func (g *Gateway) modifyResponse(resp *http.Response) error {
 	c.stampUpstream(resp.Header)
 	c.stampUpstreamID(resp.Header) // the provider's X-Request-Id (accesslog.go)
 	g.metrics.response(c.class, resp.StatusCode).Inc()
-	c.idem.respond(resp.StatusCode, resp.Header) // Idempotency-Key: after the stamps, so replays carry them
+	c.idem.Respond(resp.StatusCode, resp.Header) // Idempotency-Key: after the stamps, so replays carry them
 	result := admission.Success
 	if resp.StatusCode >= 500 || resp.StatusCode == http.StatusTooManyRequests {
 		result = admission.Failure
 		c.rateLimited = resp.StatusCode == http.StatusTooManyRequests
 	}
-	c.meter = newUsageMeter(resp.Header.Get("Content-Type"))
+	c.meter = wire.NewUsageMeter(resp.Header.Get("Content-Type"))
 	resp.Body = &releasingBody{ReadCloser: resp.Body, c: c, result: result}
 	return nil
 }
@@ -504,13 +522,8 @@ func (g *Gateway) modifyResponse(resp *http.Response) error {
 // proxyError answers when no upstream response reached the caller. The
 // caller learns the kind of failure, never the addresses or the error's
 // text, which name internal hosts and ports; the log has it all.
-func (g *Gateway) proxyError(w http.ResponseWriter, r *http.Request, err error) {
-	c, _ := r.Context().Value(callKey{}).(*call)
-	if c == nil { // cannot happen: every forwarded request is a call
-		g.log.Error("proxy error outside a call", "path", r.URL.Path, "err", err)
-		writeError(w, http.StatusBadGateway, "upstream_error", "upstream_unreachable", "the provider could not be reached")
-		return
-	}
+func (c *call) proxyError(w http.ResponseWriter, r *http.Request, err error) {
+	g := c.g
 	switch {
 	case c.caller.Err() != nil:
 		c.finish(admission.Canceled)
@@ -519,7 +532,7 @@ func (g *Gateway) proxyError(w http.ResponseWriter, r *http.Request, err error) 
 	case errors.Is(err, context.DeadlineExceeded):
 		c.finish(admission.Canceled)
 		g.metrics.responses.WithLabelValues(c.class, "0").Inc()
-		writeError(w, http.StatusGatewayTimeout, "timeout_error", "deadline_exceeded",
+		wire.WriteError(w, http.StatusGatewayTimeout, "timeout_error", "deadline_exceeded",
 			"the request's deadline (X-Sluice-Timeout-Ms) passed before the provider answered; the upstream call was cancelled")
 		return
 	}
@@ -529,23 +542,23 @@ func (g *Gateway) proxyError(w http.ResponseWriter, r *http.Request, err error) 
 	g.metrics.responses.WithLabelValues(c.class, "0").Inc()
 	g.metrics.upstreamFailures.WithLabelValues(kind.code).Inc()
 	g.log.Warn("upstream call failed", "path", r.URL.Path, "kind", kind.code, "request_id", c.x.requestID(), "err", err)
-	writeError(w, kind.status, "upstream_error", kind.code, kind.msg)
+	wire.WriteError(w, kind.status, "upstream_error", kind.code, kind.msg)
 }
 
 func (g *Gateway) refuse(w http.ResponseWriter, rej *admission.Rejection, class, tenant string) {
 	exchangeOf(w).refused(rej.Reason, class)
 	g.metrics.rejections.WithLabelValues(reasonLabel(rej.Reason), class, tenant).Inc()
-	writeRejection(w, rej)
+	wire.WriteRejection(w, rej)
 }
 
 func (g *Gateway) badInput(w http.ResponseWriter, err error) {
 	code := "invalid_request"
-	var br *badRequest
+	var br *wire.BadRequest
 	if errors.As(err, &br) {
-		code = br.code
+		code = br.Code
 	}
 	g.metrics.badInput.WithLabelValues(code).Inc()
-	writeBadRequest(w, err)
+	wire.WriteBadRequest(w, err)
 }
 
 // notFound refuses a path the gateway does not forward, in the caller's API
@@ -553,7 +566,7 @@ func (g *Gateway) badInput(w http.ResponseWriter, err error) {
 func (g *Gateway) notFound(w http.ResponseWriter, r *http.Request) {
 	g.metrics.badInput.WithLabelValues("not_found").Inc()
 	msg := "sluice does not forward this path (not a gated API nor in passthrough)"
-	writeError(w, http.StatusNotFound, "invalid_request_error", "not_found", msg)
+	wire.WriteError(w, http.StatusNotFound, "invalid_request_error", "not_found", msg)
 }
 
 // methodNotAllowed refuses a method the path does not take (rt may be nil:
@@ -564,11 +577,11 @@ func (g *Gateway) methodNotAllowed(w http.ResponseWriter, rt *route) {
 	if rt != nil {
 		w.Header().Set("Allow", strings.Join(rt.methods, ", "))
 	}
-	writeError(w, http.StatusMethodNotAllowed, "invalid_request_error", "method_not_allowed", msg)
+	wire.WriteError(w, http.StatusMethodNotAllowed, "invalid_request_error", "method_not_allowed", msg)
 }
 
 func (g *Gateway) unauthorized(w http.ResponseWriter) {
 	g.metrics.badInput.WithLabelValues("invalid_api_key").Inc()
-	writeError(w, http.StatusUnauthorized, "invalid_request_error", "invalid_api_key",
+	wire.WriteError(w, http.StatusUnauthorized, "invalid_request_error", "invalid_api_key",
 		"missing or unknown API key (Authorization: Bearer <key>, or x-api-key: <key>)")
 }

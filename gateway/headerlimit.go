@@ -1,17 +1,10 @@
 package gateway
 
-import "net/http"
+import (
+	"net/http"
+	"strconv"
 
-// Header size limits. Go's server refuses an oversized header block itself,
-// with a plain-text 431 that no client of the contract can parse; the
-// gateway sets the server's cut at twice its own limit (ServerMaxHeaderBytes)
-// and answers what lies between with the JSON error. Errors Go's server
-// raises before any handler runs (a malformed request line, a missing Host,
-// an unsupported HTTP version or transfer encoding, headers past twice the
-// limit) stay plain text: the protocol leaves no handler to answer them.
-const (
-	DefaultMaxHeaderBytes = 64 << 10
-	MaxMaxHeaderBytes     = 1 << 20
+	"github.com/sluicehq/sluice/gateway/wire"
 )
 
 // ServerMaxHeaderBytes is the http.Server.MaxHeaderBytes the gateway's
@@ -32,6 +25,6 @@ func headerBytes(r *http.Request) int {
 // headersTooLarge refuses an oversized header block with the JSON error.
 func (g *Gateway) headersTooLarge(w http.ResponseWriter) {
 	g.metrics.badInput.WithLabelValues("headers_too_large").Inc()
-	writeError(w, http.StatusRequestHeaderFieldsTooLarge, "invalid_request_error", "headers_too_large",
-		"the request's headers are larger than limits.max_header_bytes ("+itoa(int64(g.cfg.Limits.MaxHeaderBytes))+" bytes)")
+	wire.WriteError(w, http.StatusRequestHeaderFieldsTooLarge, "invalid_request_error", "headers_too_large",
+		"the request's headers are larger than limits.max_header_bytes ("+strconv.Itoa(g.cfg.Limits.MaxHeaderBytes)+" bytes)")
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/contract"
 	"github.com/sluicehq/sluice/mockllm"
 )
@@ -34,7 +35,7 @@ func startMock(t *testing.T, cfg mockllm.Config) (*mockllm.Server, *httptest.Ser
 }
 
 // startGateway runs a gateway on loopback in front of upstream.
-func startGateway(t *testing.T, cfg Config) (*Gateway, *httptest.Server) {
+func startGateway(t *testing.T, cfg config.Config) (*Gateway, *httptest.Server) {
 	t.Helper()
 	g, err := New(cfg, testOptions())
 	if err != nil {
@@ -64,10 +65,10 @@ type served struct {
 	stop       func() error
 }
 
-func serve(t *testing.T, cfg Config) *served {
+func serve(t *testing.T, cfg config.Config) *served {
 	t.Helper()
 	cfg.Listen, cfg.Admin = "127.0.0.1:0", "127.0.0.1:0"
-	cfg.ShutdownGrace = Duration(5 * time.Second)
+	cfg.ShutdownGrace = config.Duration(5 * time.Second)
 	g, err := New(cfg, testOptions())
 	if err != nil {
 		t.Fatal(err)
@@ -96,10 +97,10 @@ func serve(t *testing.T, cfg Config) *served {
 	return &served{g: g, url: "http://" + srv.API.Addr().String(), admin: "http://" + srv.Admin.Addr().String(), stop: stop}
 }
 
-func baseConfig(upstream string) Config {
-	return Config{
-		Upstream:  UpstreamConfig{URL: upstream},
-		Admission: AdmissionConfig{Concurrency: 4, MaxQueue: new(16)},
+func baseConfig(upstream string) config.Config {
+	return config.Config{
+		Upstream:  config.UpstreamConfig{URL: upstream},
+		Admission: config.AdmissionConfig{Concurrency: 4, MaxQueue: new(16)},
 	}
 }
 

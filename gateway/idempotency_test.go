@@ -3,19 +3,18 @@ package gateway
 import (
 	"bytes"
 	"context"
-	"crypto/sha256"
 	"net/http"
 	"strings"
 	"sync"
 	"testing"
-	"testing/synctest"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus/testutil"
 	"go.uber.org/goleak"
 
 	"github.com/sluicehq/sluice/chain"
+	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/contract"
+	"github.com/sluicehq/sluice/gateway/idempotency"
 	"github.com/sluicehq/sluice/mockllm"
 	"github.com/sluicehq/sluice/retrybudget"
 )
@@ -45,8 +44,27 @@ func idemPost(t *testing.T, c *http.Client, url, body string, headers map[string
 	return resp, readAll(t, resp)
 }
 
-func replays(g *Gateway, how string) float64 {
-	return testutil.ToFloat64(g.idem.replays.WithLabelValues(how))
+// replays reads sluice_idempotent_replays_total{how} from the gateway's
+// registry, as a scrape would.
+func replays(t *testing.T, g *Gateway, how string) float64 {
+	t.Helper()
+	mfs, err := g.metrics.reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != "sluice_idempotent_replays_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "how" && l.GetValue() == how {
+					return m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return 0
 }
 
 // TestIdempotencyConcurrentDuplicates: 100 requests with one key at once
@@ -92,7 +110,7 @@ func TestIdempotencyConcurrentDuplicates(t *testing.T) {
 			}
 		}
 	}
-	if got := replays(g, "waited") + replays(g, "stored"); got != n-1 {
+	if got := replays(t, g, "waited") + replays(t, g, "stored"); got != n-1 {
 		t.Errorf("replays = %v, want %d", got, n-1)
 	}
 	if got := counter(t, g, "admissions", "interactive", contract.AnonymousTenant, "first"); got != 1 {
@@ -120,8 +138,8 @@ func TestIdempotencyStoredAnswer(t *testing.T) {
 	if got := mock.Stats().Started; got != 1 {
 		t.Fatalf("upstream calls = %d, want 1", got)
 	}
-	if replays(g, "stored") != 1 {
-		t.Errorf("stored replays = %v, want 1", replays(g, "stored"))
+	if replays(t, g, "stored") != 1 {
+		t.Errorf("stored replays = %v, want 1", replays(t, g, "stored"))
 	}
 	idemPost(t, client, gw.URL, chatBody, nil)
 	idemPost(t, client, gw.URL, chatBody, map[string]string{contract.HeaderIdempotencyKey: "k-2"})
@@ -183,7 +201,7 @@ func TestIdempotencyKeysArePerTenant(t *testing.T) {
 func TestIdempotencyRefusalIsNotStored(t *testing.T) {
 	mock, up := startMock(t, mockllm.Config{})
 	cfg := baseConfig(up.URL)
-	cfg.Admission = AdmissionConfig{Concurrency: 1, MaxQueue: new(0)}
+	cfg.Admission = config.AdmissionConfig{Concurrency: 1, MaxQueue: new(0)}
 	_, gw := startGateway(t, cfg)
 	client := idemClient(t)
 	key := map[string]string{contract.HeaderIdempotencyKey: "k-1"}
@@ -305,7 +323,7 @@ func TestIdempotencyStream(t *testing.T) {
 func TestIdempotencyBounds(t *testing.T) {
 	mock, up := startMock(t, mockllm.Config{})
 	cfg := baseConfig(up.URL)
-	cfg.Idempotency = IdempotencyConfig{MaxEntries: 1}
+	cfg.Idempotency = idempotency.Config{MaxEntries: 1}
 	g, gw := startGateway(t, cfg)
 	client := idemClient(t)
 	for _, k := range []string{"a", "b", "a"} {
@@ -314,13 +332,13 @@ func TestIdempotencyBounds(t *testing.T) {
 	if got := mock.Stats().Started; got != 3 {
 		t.Fatalf("upstream calls = %d, want 3: a was evicted by b", got)
 	}
-	if n, _ := g.idem.len(); n != 1 {
+	if n, _ := g.idem.Len(); n != 1 {
 		t.Errorf("stored = %d, want 1", n)
 	}
 
 	mock, up = startMock(t, mockllm.Config{})
 	cfg = baseConfig(up.URL)
-	cfg.Idempotency = IdempotencyConfig{MaxEntryBytes: 64}
+	cfg.Idempotency = idempotency.Config{MaxEntryBytes: 64}
 	_, gw = startGateway(t, cfg)
 	key := map[string]string{contract.HeaderIdempotencyKey: "big"}
 	r, b := idemPost(t, client, gw.URL, chatBody, key)
@@ -373,109 +391,16 @@ func TestIdempotencyKeyMalformed(t *testing.T) {
 	}
 }
 
-func TestStorableStatus(t *testing.T) {
-	for code, want := range map[int]bool{
-		200: true, 201: true, 204: true, 400: true, 404: true, 413: true, 422: true,
-		101: false, 302: false, 401: false, 403: false, 408: false, 409: false, 425: false,
-		429: false, 500: false, 502: false, 503: false, 504: false,
-	} {
-		if got := storableStatus(code); got != want {
-			t.Errorf("storableStatus(%d) = %v, want %v", code, got, want)
-		}
-	}
-}
-
-// storeAnswer makes and completes a call for key at now.
-func storeAnswer(t *testing.T, s *idemStore, key string, body []byte, now time.Time) {
-	t.Helper()
-	state, _, f := s.begin(idemKey{key: key}, sha256.Sum256(nil), false, now.Add(time.Minute), now)
-	if state != idemLead {
-		t.Fatalf("%s: state %v, want lead", key, state)
-	}
-	f.respond(200, http.Header{})
-	f.write(body)
-	f.complete(now)
-}
-
-// TestIdemStoreExpiry: an answer is kept for the window after it completes
-// and not a moment longer; time is an input.
-func TestIdemStoreExpiry(t *testing.T) {
-	s := newIdemStore(IdempotencyConfig{Window: Duration(time.Minute)}, nil)
-	t0 := time.Unix(1_000_000, 0)
-	storeAnswer(t, s, "k", []byte("answer"), t0)
-	k, sum := idemKey{key: "k"}, sha256.Sum256(nil)
-	if state, e, _ := s.begin(k, sum, false, t0, t0.Add(time.Minute-time.Nanosecond)); state != idemStored || string(e.answer.body) != "answer" {
-		t.Fatalf("within the window: state %v", state)
-	}
-	if state, _, _ := s.begin(k, sum, false, t0, t0.Add(time.Minute)); state != idemLead {
-		t.Fatalf("at the window's end: state %v, want lead", state)
-	}
-	if n, b := s.len(); n != 0 || b != 0 {
-		t.Errorf("after expiry: %d entries, %d bytes", n, b)
-	}
-}
-
-// TestIdemStoreMaxBytes: the oldest answers are evicted until the bytes
-// fit.
-func TestIdemStoreMaxBytes(t *testing.T) {
-	body := bytes.Repeat([]byte("x"), 1000)
-	s := newIdemStore(IdempotencyConfig{MaxBytes: 3 * (1000 + idemOverhead + 1)}, nil)
-	t0 := time.Unix(1_000_000, 0)
-	for i, k := range []string{"a", "b", "c", "d"} {
-		storeAnswer(t, s, k, body, t0.Add(time.Duration(i)*time.Second))
-	}
-	if n, b := s.len(); n != 3 || b > s.cfg.MaxBytes {
-		t.Fatalf("%d entries, %d bytes; want 3 within %d", n, b, s.cfg.MaxBytes)
-	}
-	sum := sha256.Sum256(nil)
-	if state, _, _ := s.begin(idemKey{key: "a"}, sum, false, t0, t0.Add(5*time.Second)); state != idemLead {
-		t.Errorf("a: state %v, want evicted", state)
-	}
-	if state, _, _ := s.begin(idemKey{key: "d"}, sum, false, t0, t0.Add(5*time.Second)); state != idemStored {
-		t.Errorf("d: state %v, want stored", state)
-	}
-}
-
-// TestIdemStoreWaiterWokenOnAbandon: a waiter is woken when the leader
-// gives up, and becomes the leader itself.
-func TestIdemStoreWaiterWokenOnAbandon(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		s := newIdemStore(IdempotencyConfig{}, nil)
-		k, sum, now := idemKey{tenant: "a", key: "k"}, sha256.Sum256(nil), time.Now()
-		_, _, leader := s.begin(k, sum, false, now, now)
-		state, e, _ := s.begin(k, sum, false, now, now)
-		if state != idemWait {
-			t.Fatalf("state %v, want wait", state)
-		}
-		got := make(chan idemState)
-		go func() {
-			<-e.done
-			state, _, f := s.begin(k, sum, false, now, now)
-			f.abandon()
-			got <- state
-		}()
-		synctest.Wait()
-		leader.abandon()
-		leader.abandon() // twice is safe
-		if st := <-got; st != idemLead {
-			t.Fatalf("after the leader gave up: state %v, want lead", st)
-		}
-		if state, _, _ := s.begin(idemKey{tenant: "b", key: "k"}, sum, false, now, now); state != idemLead {
-			t.Errorf("another tenant's key: state %v, want lead", state)
-		}
-	})
-}
-
 func TestIdempotencyConfigErrors(t *testing.T) {
 	for _, tt := range []struct {
-		cfg  IdempotencyConfig
+		cfg  idempotency.Config
 		want string
 	}{
-		{IdempotencyConfig{Window: Duration(-time.Second)}, "idempotency.window"},
-		{IdempotencyConfig{Window: Duration(25 * time.Hour)}, "idempotency.window"},
-		{IdempotencyConfig{MaxEntries: -1}, "idempotency.max_entries"},
-		{IdempotencyConfig{MaxBytes: 1 << 40}, "idempotency.max_bytes"},
-		{IdempotencyConfig{MaxBytes: 1 << 20, MaxEntryBytes: 2 << 20}, "idempotency.max_entry_bytes"},
+		{idempotency.Config{Window: config.Duration(-time.Second)}, "idempotency.window"},
+		{idempotency.Config{Window: config.Duration(25 * time.Hour)}, "idempotency.window"},
+		{idempotency.Config{MaxEntries: -1}, "idempotency.max_entries"},
+		{idempotency.Config{MaxBytes: 1 << 40}, "idempotency.max_bytes"},
+		{idempotency.Config{MaxBytes: 1 << 20, MaxEntryBytes: 2 << 20}, "idempotency.max_entry_bytes"},
 	} {
 		cfg := baseConfig("http://127.0.0.1:1")
 		cfg.Idempotency = tt.cfg
@@ -483,7 +408,7 @@ func TestIdempotencyConfigErrors(t *testing.T) {
 			t.Errorf("%+v: error %v, want one naming %s", tt.cfg, err, tt.want)
 		}
 	}
-	if _, err := ParseConfig([]byte("upstream: {url: 'http://127.0.0.1:1'}\nadmission: {concurrency: 1}\nidempotency: {window: 1h, max_entries: 5, max_bytes: 1048576, max_entry_bytes: 1024}\n")); err != nil {
+	if _, err := config.Parse([]byte("upstream: {url: 'http://127.0.0.1:1'}\nadmission: {concurrency: 1}\nidempotency: {window: 1h, max_entries: 5, max_bytes: 1048576, max_entry_bytes: 1024}\n")); err != nil {
 		t.Errorf("a valid idempotency section: %v", err)
 	}
 }
@@ -522,7 +447,7 @@ func TestIdempotencyRetryAfterClientTimeout(t *testing.T) {
 	if st := mock.Stats(); st.Started != 1 || st.Delivered != 1 {
 		t.Fatalf("upstream started %d, delivered %d; want 1 and 1", st.Started, st.Delivered)
 	}
-	if got := replays(g, "waited") + replays(g, "stored"); got != 1 {
+	if got := replays(t, g, "waited") + replays(t, g, "stored"); got != 1 {
 		t.Errorf("replays = %v, want 1", got)
 	}
 }
@@ -549,7 +474,7 @@ func TestIdempotencyStreamLeftMidway(t *testing.T) {
 	}
 	cancel()
 	resp.Body.Close()
-	eventually(t, "the stream stored", func() bool { n, _ := g.idem.len(); return n == 1 })
+	eventually(t, "the stream stored", func() bool { n, _ := g.idem.Len(); return n == 1 })
 	r, b := idemPost(t, client, gw.URL, stream, map[string]string{contract.HeaderIdempotencyKey: "s-1"})
 	if r.StatusCode != 200 || !bytes.Contains(b, []byte("data: [DONE]")) {
 		t.Fatalf("the retry: status %d %q, want the whole stream", r.StatusCode, b)

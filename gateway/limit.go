@@ -2,48 +2,13 @@ package gateway
 
 import (
 	"net/http"
-	"strconv"
 	"sync"
 	"time"
 
+	"github.com/sluicehq/sluice/config"
+	"github.com/sluicehq/sluice/gateway/wire"
 	"github.com/sluicehq/sluice/spend"
 )
-
-// UpstreamLimitConfig adapts the gate's concurrency to the provider's rate
-// limits: a 429 (or a remaining-requests or -tokens header at zero,
-// OpenAI's x-ratelimit-remaining-* or Anthropic's
-// anthropic-ratelimit-*-remaining) lowers it
-// multiplicatively, and it climbs back additively, one slot per interval
-// since the last decrease — the AIMD rule TCP uses, so that the gate's wait
-// estimates and refusals stay honest while capacity shrinks. The climb is
-// counted in time, not in answers: after a storm of 429s and no traffic the
-// gate is back at admission.concurrency (ceiling − lowered) × interval
-// later, instead of staying low because nothing was sent to show the
-// provider had recovered.
-type UpstreamLimitConfig struct {
-	// Disabled keeps concurrency fixed whatever the provider answers.
-	Disabled bool `yaml:"disabled"`
-	// DecreaseFactor multiplies concurrency on a rate-limit signal, in
-	// (0, 1). Zero means 0.5.
-	DecreaseFactor float64 `yaml:"decrease_factor"`
-	// Interval is both the shortest time between two decreases (the calls
-	// in flight when the provider starts refusing all get refused; one
-	// signal is enough) and the time between two +1 steps back up, counted
-	// from the last decrease whether or not calls are answered meanwhile.
-	// Zero means 1s; at most 1h.
-	Interval Duration `yaml:"interval"`
-}
-
-// maxLimitInterval bounds upstream_limit.interval: at 1h, recovering 100
-// slots already takes four days.
-const maxLimitInterval = time.Hour
-
-func (c UpstreamLimitConfig) validate() error {
-	if !(c.DecreaseFactor >= 0 && c.DecreaseFactor < 1) { // NaN too
-		return errorf("upstream_limit.decrease_factor: %v, want 0 ≤ f < 1 (0 means 0.5)", c.DecreaseFactor)
-	}
-	return durationIn("upstream_limit.interval", c.Interval, 0, maxLimitInterval)
-}
 
 // aimd is the concurrency controller. Time is an input. It holds its own
 // lock while it gives the gate a new level (the gate never calls back), so
@@ -66,7 +31,7 @@ type aimd struct {
 	applied int       // the level last given to the gate
 }
 
-func newAIMD(cfg UpstreamLimitConfig, ceiling int) *aimd {
+func newAIMD(cfg config.UpstreamLimitConfig, ceiling int) *aimd {
 	a := &aimd{off: cfg.Disabled, factor: cfg.DecreaseFactor, interval: cfg.Interval.D(), ceiling: ceiling, base: ceiling, applied: ceiling}
 	if a.factor == 0 {
 		a.factor = 0.5
@@ -147,56 +112,11 @@ func (g *Gateway) observe(now time.Time, resp *http.Response, c *call) {
 	if a.off {
 		return
 	}
-	limited := resp.StatusCode == http.StatusTooManyRequests || exhausted(resp.Header, c.charge)
+	limited := resp.StatusCode == http.StatusTooManyRequests || wire.Exhausted(resp.Header, c.charge)
 	if n, _, lowered := a.next(now, limited, set); lowered {
 		g.metrics.limitDecreases.Inc()
 		g.log.Warn("the provider is rate limiting: concurrency lowered", "concurrency", n, "upstream", g.deploymentOf(c).name, "model", c.modelName())
 	}
-}
-
-// remainingHeaders are the providers' counts of what is left of a rate
-// limit: OpenAI's x-ratelimit-remaining-*, and Anthropic's
-// anthropic-ratelimit-*-remaining (tokens, and input and output tokens
-// apart). tokens says the count is of tokens.
-var remainingHeaders = []struct {
-	name   string
-	tokens bool
-}{
-	{"x-ratelimit-remaining-requests", false}, {"x-ratelimit-remaining-tokens", true},
-	{"anthropic-ratelimit-requests-remaining", false}, {"anthropic-ratelimit-tokens-remaining", true},
-	{"anthropic-ratelimit-input-tokens-remaining", true}, {"anthropic-ratelimit-output-tokens-remaining", true},
-}
-
-// exhausted reports that the provider's next call like this one will be
-// refused: a remaining-requests or -tokens header at zero, or remaining
-// tokens fewer than this call was charged (charge, when not nil and
-// positive: its estimated prompt plus its max_tokens, which is what the
-// providers charge a call on arrival). The gate then slows down before the
-// 429 rather than after it.
-func exhausted(h http.Header, charge func() int64) bool {
-	need := int64(-1) // not computed yet
-	for _, r := range remainingHeaders {
-		v := h.Get(r.name)
-		if v == "" {
-			continue
-		}
-		n, err := strconv.ParseInt(v, 10, 64)
-		if err != nil {
-			continue
-		}
-		if n <= 0 {
-			return true
-		}
-		if r.tokens && charge != nil {
-			if need < 0 {
-				need = charge()
-			}
-			if n < need {
-				return true
-			}
-		}
-	}
-	return false
 }
 
 // charge is what a provider charges the call against a tokens-per-minute

@@ -10,6 +10,7 @@ import (
 
 	"github.com/sluicehq/sluice/admission"
 	"github.com/sluicehq/sluice/chain"
+	"github.com/sluicehq/sluice/gateway/dashboard"
 )
 
 // metrics are registered on the gateway's own registry, never the global
@@ -32,9 +33,9 @@ type metrics struct {
 	failovers        *prometheus.CounterVec // pool: the pool a call left
 	recognised       *recognisedRetries     // how: header, stainless, fingerprint (seen.go)
 	models           *labelLimiter
-	// dash is the admin dashboard's sampler: it reads these metrics and the
-	// gate once a second while RunDashboard runs.
-	dash *sampler
+	// dash is the admin dashboard (package dashboard): it reads these
+	// metrics and the gate once a second while RunDashboard runs.
+	dash *dashboard.Board
 
 	// The children of the series every call touches, looked up once:
 	// WithLabelValues hashes and checks its label values on each call, and
@@ -177,7 +178,7 @@ func newMetrics(g *Gateway) *metrics {
 	for _, p := range g.pools {
 		m.failovers.WithLabelValues(p.info.Name)
 	}
-	m.dash = newSampler(g)
+	m.dash = newDashboard(g)
 	return m
 }
 

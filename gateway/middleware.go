@@ -4,10 +4,13 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"strconv"
 	"time"
 
 	"github.com/sluicehq/sluice/admission"
+	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/contract"
+	"github.com/sluicehq/sluice/gateway/wire"
 )
 
 // MiddlewareConfig configures Middleware.
@@ -15,7 +18,7 @@ type MiddlewareConfig struct {
 	// Classes are the accepted X-Sluice-Priority values with their default
 	// timeouts. Empty means the gateway's defaults (interactive 30s, batch
 	// 5m, speculative 10s). Ranks come from the gate.
-	Classes map[string]ClassConfig
+	Classes map[string]config.ClassConfig
 	// DefaultClass is the class of a request without X-Sluice-Priority.
 	// Empty means interactive.
 	DefaultClass string
@@ -33,7 +36,7 @@ type MiddlewareConfig struct {
 // refusals with 503/429, Retry-After, the reason and the estimated wait. The
 // slot is held while the wrapped handler runs.
 func Middleware(gate *admission.Gate, cfg MiddlewareConfig) (func(http.Handler) http.Handler, error) {
-	gc := Config{Classes: cfg.Classes, DefaultClass: cfg.DefaultClass, Limits: LimitsConfig{MaxTimeout: Duration(cfg.MaxTimeout)}}.withDefaults()
+	gc := config.Config{Classes: cfg.Classes, DefaultClass: cfg.DefaultClass, Limits: config.LimitsConfig{MaxTimeout: config.Duration(cfg.MaxTimeout)}}.WithDefaults()
 	if _, ok := gc.Classes[gc.DefaultClass]; !ok {
 		return nil, errors.New("gateway: MiddlewareConfig.DefaultClass is not one of Classes")
 	}
@@ -47,7 +50,7 @@ func Middleware(gate *admission.Gate, cfg MiddlewareConfig) (func(http.Handler) 
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			hdr, err := parser.parseHeaders(r.Header)
 			if err != nil {
-				writeBadRequest(w, err)
+				wire.WriteBadRequest(w, err)
 				return
 			}
 			req := admission.Request{Class: hdr.class, Attempt: hdr.attempt, Tenant: contract.AnonymousTenant, Key: r.URL.Path}
@@ -63,13 +66,13 @@ func Middleware(gate *admission.Gate, cfg MiddlewareConfig) (func(http.Handler) 
 			if err != nil {
 				var rej *admission.Rejection
 				if errors.As(err, &rej) && r.Context().Err() == nil {
-					writeRejection(w, rej)
+					wire.WriteRejection(w, rej)
 				}
 				return
 			}
 			result := admission.Success
 			defer func() { permit.Done(admission.Outcome{Result: result}) }()
-			w.Header().Set(contract.HeaderQueueMs, itoa(permit.QueueTime().Milliseconds()))
+			w.Header().Set(contract.HeaderQueueMs, strconv.FormatInt(permit.QueueTime().Milliseconds(), 10))
 			next.ServeHTTP(w, r.WithContext(ctx))
 			if ctx.Err() != nil {
 				result = admission.Canceled

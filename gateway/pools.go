@@ -26,10 +26,6 @@ type deployment struct {
 	xAPIKey bool   // the key goes in x-api-key (Anthropic), not Authorization
 }
 
-// defaultDeployment names the one deployment of an `upstream:` config in
-// X-Sluice-Upstream.
-const defaultDeployment = "default"
-
 // target points the outgoing request out of the caller's request in at
 // the deployment, with the deployment's key in place of the caller's.
 func (d *deployment) target(in, out *http.Request) {
@@ -72,13 +68,13 @@ type gatewayPool struct {
 }
 
 // poolSetter gives pool i's gate the level of its adaptive limit: with
-// replicas sharing the deployments (store.redis, cluster.go), this
+// replicas sharing the deployments (store.redis, package cluster), this
 // replica's part of it — its lease of the one pool's concurrency, or its
 // share of each of several pools'.
 func (g *Gateway) poolSetter(i int) func(int) {
 	return func(n int) {
-		if c := g.books.cluster; c != nil && c.leasing() {
-			c.limitChanged(n)
+		if c := g.books.Lease(); c != nil && c.Leasing() {
+			c.LimitChanged(n)
 			return
 		}
 		_ = g.chain.SetPoolConcurrency(i, max(1, n/g.replicas()))
@@ -88,13 +84,8 @@ func (g *Gateway) poolSetter(i int) func(int) {
 // replicas is how many replicas share the deployments' limits, as the
 // cluster last counted them: 1 without a shared store.
 func (g *Gateway) replicas() int {
-	if c := g.books.cluster; c != nil {
-		c.mu.Lock()
-		defer c.mu.Unlock()
-		if c.mu.pools == 0 { // before the first renewal
-			return max(1, c.hint)
-		}
-		return c.mu.pools
+	if c := g.books.Lease(); c != nil {
+		return c.Replicas()
 	}
 	return 1
 }

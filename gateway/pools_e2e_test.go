@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/loadgen"
 	"github.com/sluicehq/sluice/mockllm"
 )
@@ -38,11 +39,11 @@ func twoModelsPhase(ctx context.Context, t *testing.T, url, model string, rate f
 // twoModelsConfig is one deployment serving the fast and the slow model: as
 // pools of 4 slots each under upstreams, or as the single upstream with the
 // sum of them, 8.
-func twoModelsConfig(url string, pools bool) Config {
+func twoModelsConfig(url string, pools bool) config.Config {
 	if !pools {
-		return Config{Upstream: UpstreamConfig{URL: url}, Admission: AdmissionConfig{Concurrency: 8}}
+		return config.Config{Upstream: config.UpstreamConfig{URL: url}, Admission: config.AdmissionConfig{Concurrency: 8}}
 	}
-	return Config{Upstreams: []DeploymentConfig{{Name: "mock", URL: url, Concurrency: 8, Models: []ModelConfig{
+	return config.Config{Upstreams: []config.DeploymentConfig{{Name: "mock", URL: url, Concurrency: 8, Models: []config.ModelConfig{
 		{Name: twoModelsFast, Concurrency: 4}, {Name: twoModelsSlow, Concurrency: 4},
 	}}}}
 }
@@ -136,7 +137,7 @@ type tpmRun struct {
 	allowed, perCall float64
 }
 
-func runTokensPerMinute(t *testing.T, cfg func(url string) Config) tpmRun {
+func runTokensPerMinute(t *testing.T, cfg func(url string) config.Config) tpmRun {
 	t.Helper()
 	const (
 		tpm       = 90000
@@ -190,10 +191,10 @@ func tokensPerMinuteThreshold(t *testing.T, r tpmRun) {
 	}
 }
 
-func tpmPool(tpm int64) func(string) Config {
-	return func(url string) Config {
-		return Config{Upstreams: []DeploymentConfig{{Name: "mock", URL: url, Concurrency: 16,
-			Models: []ModelConfig{{Name: tpmModel, TPM: tpm}}}}}
+func tpmPool(tpm int64) func(string) config.Config {
+	return func(url string) config.Config {
+		return config.Config{Upstreams: []config.DeploymentConfig{{Name: "mock", URL: url, Concurrency: 16,
+			Models: []config.ModelConfig{{Name: tpmModel, TPM: tpm}}}}}
 	}
 }
 
@@ -215,8 +216,8 @@ func TestTokensPerMinuteLearnedFromTheHeadersPacesToTheLimit(t *testing.T) {
 // limit (halved on each 429), sends calls the provider refuses — far over
 // 1% of them. The figure above shows nothing without this one failing it.
 func TestTokensPerMinuteSingleUpstreamBaselineIsRefused(t *testing.T) {
-	r := runTokensPerMinute(t, func(url string) Config {
-		return Config{Upstream: UpstreamConfig{URL: url}, Admission: AdmissionConfig{Concurrency: 16}}
+	r := runTokensPerMinute(t, func(url string) config.Config {
+		return config.Config{Upstream: config.UpstreamConfig{URL: url}, Admission: config.AdmissionConfig{Concurrency: 16}}
 	})
 	if r.limited*100 <= r.calls {
 		t.Errorf("single upstream: the provider refused only %d of %d calls; the baseline should be over 1%%", r.limited, r.calls)

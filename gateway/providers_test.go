@@ -20,6 +20,7 @@ import (
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
 
+	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/contract"
 	"github.com/sluicehq/sluice/mockllm"
 )
@@ -27,13 +28,13 @@ import (
 // upstreamsConfig is a gateway in front of deployments east and west, both
 // serving gpt-4o-mini (west also answers to the alias mini) with four
 // slots, and claude on anthropic (an Anthropic-flavoured deployment).
-func upstreamsConfig(east, west, claude string) Config {
-	return Config{
-		Upstreams: []DeploymentConfig{
-			{Name: "east", URL: east, Concurrency: 4, Models: []ModelConfig{{Name: "gpt-4o-mini"}}},
-			{Name: "west", URL: west, Concurrency: 4, Models: []ModelConfig{{Name: "gpt-4o-mini", Aliases: []string{"mini"}}}},
-			{Name: "anthropic", URL: claude, Flavour: FlavourAnthropic, Concurrency: 4, APIKeyEnv: "TEST_PROVIDER_KEY",
-				Models: []ModelConfig{{Name: "claude-3-5-haiku"}}},
+func upstreamsConfig(east, west, claude string) config.Config {
+	return config.Config{
+		Upstreams: []config.DeploymentConfig{
+			{Name: "east", URL: east, Concurrency: 4, Models: []config.ModelConfig{{Name: "gpt-4o-mini"}}},
+			{Name: "west", URL: west, Concurrency: 4, Models: []config.ModelConfig{{Name: "gpt-4o-mini", Aliases: []string{"mini"}}}},
+			{Name: "anthropic", URL: claude, Flavour: config.FlavourAnthropic, Concurrency: 4, APIKeyEnv: "TEST_PROVIDER_KEY",
+				Models: []config.ModelConfig{{Name: "claude-3-5-haiku"}}},
 		},
 	}
 }
@@ -248,7 +249,7 @@ func TestEstimateNamesTheDeployment(t *testing.T) {
 // waits for its tokens instead of drawing the provider's 429.
 func TestPoolLearnsTheTokenLimitFromTheHeaders(t *testing.T) {
 	m, up := startMock(t, mockllm.Config{Slots: 8, Models: map[string]mockllm.ModelSpec{"gpt-4o-mini": {TPM: 600}}})
-	g, gw := startGateway(t, Config{Upstreams: []DeploymentConfig{{Name: "east", URL: up.URL, Concurrency: 4, Models: []ModelConfig{{Name: "gpt-4o-mini"}}}}})
+	g, gw := startGateway(t, config.Config{Upstreams: []config.DeploymentConfig{{Name: "east", URL: up.URL, Concurrency: 4, Models: []config.ModelConfig{{Name: "gpt-4o-mini"}}}}})
 	if st := g.State(); st.Pools[0].Tokens != nil {
 		t.Fatalf("a bucket before any answer: %v", *st.Pools[0].Tokens)
 	}
@@ -288,7 +289,7 @@ func TestReloadReachesEveryPool(t *testing.T) {
 	cfg := upstreamsConfig(up.URL, up.URL, up.URL)
 	next := cfg
 	opts := testOptions()
-	opts.ConfigSource = func() (Config, error) { return next, nil }
+	opts.ConfigSource = func() (config.Config, error) { return next, nil }
 	g, err := New(cfg, opts)
 	if err != nil {
 		t.Fatal(err)
@@ -317,7 +318,7 @@ func TestUpstreamsPassThroughWithoutAModel(t *testing.T) {
 	_, east := startMock(t, mockllm.Config{Slots: 4})
 	_, west := startMock(t, mockllm.Config{Slots: 4})
 	cfg := upstreamsConfig(east.URL, west.URL, west.URL)
-	cfg.Passthrough = []PassthroughConfig{{Path: "/v1/models", Methods: []string{http.MethodGet}}}
+	cfg.Passthrough = []config.PassthroughConfig{{Path: "/v1/models", Methods: []string{http.MethodGet}}}
 	_, gw := startGateway(t, cfg)
 	resp, err := http.Get(gw.URL + "/v1/models")
 	if err != nil {

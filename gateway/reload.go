@@ -15,7 +15,9 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/contract"
+	"github.com/sluicehq/sluice/gateway/wire"
 	"github.com/sluicehq/sluice/spend"
 )
 
@@ -51,11 +53,11 @@ import (
 
 // reloader is the gateway's reload state.
 type reloader struct {
-	source func() (Config, error) // nil: nothing to re-read
+	source func() (config.Config, error) // nil: nothing to re-read
 
-	mu      sync.Mutex             // serializes reloads
-	cur     atomic.Pointer[Config] // the config in force, with defaults
-	written *Config                // the same as written; guarded by mu
+	mu      sync.Mutex                    // serializes reloads
+	cur     atomic.Pointer[config.Config] // the config in force, with defaults
+	written *config.Config                // the same as written; guarded by mu
 
 	total    *prometheus.CounterVec // result
 	lastOK   prometheus.Gauge       // unix seconds
@@ -69,7 +71,7 @@ type reloadOutcome struct {
 	err string
 }
 
-func newReloader(g *Gateway, written Config, source func() (Config, error)) *reloader {
+func newReloader(g *Gateway, written config.Config, source func() (config.Config, error)) *reloader {
 	r := &reloader{
 		source:  source,
 		written: &written,
@@ -134,7 +136,7 @@ func (g *Gateway) Reload() error {
 // policy. The error is a *ReloadError naming the field; the running config
 // then stays. Reloads are counted in sluice_config_reloads_total and
 // logged, without keys.
-func (g *Gateway) Reconfigure(cfg Config) error {
+func (g *Gateway) Reconfigure(cfg config.Config) error {
 	r := g.reload
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -179,18 +181,18 @@ func (g *Gateway) reloaded(err error) error {
 
 // pending is a validated config ready to apply.
 type pending struct {
-	cfg     *Config // with defaults
-	written *Config // as written
+	cfg     *config.Config // with defaults
+	written *config.Config // as written
 }
 
 // prepare validates cfg against the running config: old with its
 // defaults, written as it was written.
-func (g *Gateway) prepare(old, written *Config, cfg Config) (*pending, error) {
+func (g *Gateway) prepare(old, written *config.Config, cfg config.Config) (*pending, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, &ReloadError{Field: fieldOf(err), Err: err}
 	}
 	raw := cfg
-	cfg = cfg.withDefaults()
+	cfg = cfg.WithDefaults()
 	// A difference in effect is what refuses a reload (writing out a
 	// default changes nothing); the field it names is the one written
 	// differently when there is one — the limit an operator changed, not
@@ -214,15 +216,12 @@ func (g *Gateway) prepare(old, written *Config, cfg Config) (*pending, error) {
 // validated by prepare; the chain checks again before it changes
 // anything, and only its refusal can fail a reload here.
 func (g *Gateway) apply(p *pending) error {
-	sc, err := p.cfg.spendConfig()
+	sc, err := p.cfg.SpendConfig()
 	if err != nil {
 		return err
 	}
-	ccfg, err := p.cfg.chainConfig(g.spend)
+	ccfg, err := p.cfg.Chain(g.spend)
 	if err != nil {
-		return err
-	}
-	if ccfg.Routing, err = p.cfg.routingConfig(ccfg.Admission); err != nil {
 		return err
 	}
 	if ccfg.Routing != nil {
@@ -263,23 +262,14 @@ func (g *Gateway) reconfigureSpend(sc, written *spend.Config) error {
 		if err := g.spend.Reconfigure(*sc); err != nil { // validated: cannot happen
 			g.log.Error("the spend policy was not reloaded", "err", err)
 		}
-		g.metrics.dash.setSpend(written)
+		g.metrics.dash.SetSpend(written) // a page loaded from now on draws the new ceiling and stages
 	}
 	return nil
 }
 
-// setSpend gives the dashboard's meta the reloaded ceiling and stages: a
-// page loaded from now on draws them.
-func (s *sampler) setSpend(sc *spend.Config) {
-	m := dashboardSpend(sc)
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.meta.Spend = m
-}
-
 // summary is what a reload's log line says: the sizes of the new policy
 // and the tenants added and removed, by name, never a key.
-func (p *pending) summary(old *Config) []any {
+func (p *pending) summary(old *config.Config) []any {
 	was := map[string]bool{}
 	for _, t := range old.Tenants {
 		was[t.Name] = true
@@ -323,7 +313,7 @@ func (a *aimd) rescale(now time.Time, ceiling int, apply func(level int) error) 
 
 // restartField names the first field in which next differs from old
 // outside what a reload changes, or returns "". Both have their defaults.
-func restartField(old, next *Config) string {
+func restartField(old, next *config.Config) string {
 	m := *next
 	// What a reload changes is taken from old: any difference left is in
 	// what it does not.
@@ -345,8 +335,8 @@ func restartField(old, next *Config) string {
 	// taken from spend.ladder when degrade.ladder is empty, it does not
 	// follow that reloadable field.
 	if len(next.Upstreams) > 0 {
-		ol, _ := old.degradeLadder()
-		nl, path := next.degradeLadder()
+		ol, _ := old.DegradeLadder()
+		nl, path := next.DegradeLadder()
 		if !maps.Equal(ol, nl) {
 			return path
 		}
@@ -504,5 +494,5 @@ func (g *Gateway) serveReload(w http.ResponseWriter, _ *http.Request) {
 		field := re.Field
 		body.Error.Param = &field
 	}
-	writeJSONError(w, status, body)
+	wire.WriteJSONError(w, status, body)
 }

@@ -19,6 +19,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/contract"
 	"github.com/sluicehq/sluice/mockllm"
 )
@@ -64,13 +65,13 @@ func startReloadable(t *testing.T, yaml string) *reloadable {
 	t.Helper()
 	r := &reloadable{file: filepath.Join(t.TempDir(), "sluice.yaml"), logs: &syncBuffer{}}
 	r.write(t, yaml)
-	cfg, err := LoadConfig(r.file)
+	cfg, err := config.Load(r.file)
 	if err != nil {
 		t.Fatal(err)
 	}
 	opts := testOptions()
 	opts.Logger = slog.New(slog.NewTextHandler(r.logs, nil))
-	opts.ConfigSource = func() (Config, error) { return LoadConfig(r.file) }
+	opts.ConfigSource = func() (config.Config, error) { return config.Load(r.file) }
 	if r.g, err = New(cfg, opts); err != nil {
 		t.Fatal(err)
 	}
@@ -275,13 +276,13 @@ func TestReloadWithoutASource(t *testing.T) {
 // TestRestartFieldNamesTheField: what a reload changes is not reported;
 // anything else is, by its YAML path.
 func TestRestartFieldNamesTheField(t *testing.T) {
-	parse := func(yaml string) *Config {
+	parse := func(yaml string) *config.Config {
 		t.Helper()
-		c, err := ParseConfig([]byte(yaml))
+		c, err := config.Parse([]byte(yaml))
 		if err != nil {
 			t.Fatal(err)
 		}
-		c = c.withDefaults()
+		c = c.WithDefaults()
 		return &c
 	}
 	old := parse(reloadYAML("http://127.0.0.1:9", nil))
@@ -302,7 +303,7 @@ func TestRestartFieldNamesTheField(t *testing.T) {
 		{extra("not_a_field: 1\n"), "parse"},
 		{map[string]string{"url": "http://127.0.0.1:9/v2"}, "upstream.url"},
 	} {
-		next, err := ParseConfig([]byte(reloadYAML("http://127.0.0.1:9", tc.vars)))
+		next, err := config.Parse([]byte(reloadYAML("http://127.0.0.1:9", tc.vars)))
 		if tc.want == "parse" {
 			if err == nil {
 				t.Errorf("%v: parsed", tc.vars)
@@ -312,7 +313,7 @@ func TestRestartFieldNamesTheField(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%v: %v", tc.vars, err)
 		}
-		next = next.withDefaults()
+		next = next.WithDefaults()
 		if got := restartField(old, &next); got != tc.want {
 			t.Errorf("%v: %q, want %q", tc.vars, got, tc.want)
 		}
@@ -346,7 +347,7 @@ func TestRestartFieldNamesTheField(t *testing.T) {
 // lowered level (cut to a lower ceiling) and climbs from it to the new
 // ceiling, rather than jumping to it.
 func TestRescaleKeepsTheLoweredLevel(t *testing.T) {
-	a := newAIMD(UpstreamLimitConfig{Interval: Duration(time.Second)}, 16)
+	a := newAIMD(config.UpstreamLimitConfig{Interval: config.Duration(time.Second)}, 16)
 	t0 := time.Unix(1000, 0)
 	if n, _, lowered := a.next(t0, true, nil); n != 8 || !lowered {
 		t.Fatalf("after a 429: %d", n)
@@ -365,7 +366,7 @@ func TestRescaleKeepsTheLoweredLevel(t *testing.T) {
 	if err := a.rescale(t0, 9, func(int) error { return errors.New("no") }); err == nil || a.ceiling != 4 {
 		t.Fatalf("a refused apply changed the ceiling to %d", a.ceiling)
 	}
-	off := newAIMD(UpstreamLimitConfig{Disabled: true}, 16)
+	off := newAIMD(config.UpstreamLimitConfig{Disabled: true}, 16)
 	if err := off.rescale(t0, 5, apply); err != nil || got != 5 {
 		t.Fatalf("disabled controller: level %d, want the ceiling 5", got)
 	}

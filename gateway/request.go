@@ -6,15 +6,16 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"math"
 	"net/http"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/sluicehq/sluice/contract"
+	"github.com/sluicehq/sluice/gateway/wire"
 )
 
 // callHeaders is what the contract's request headers say.
@@ -38,7 +39,7 @@ type callHeaders struct {
 // else the SDK's X-Stainless-Timeout, else the class's default) and the
 // attempt headers. Every malformed value is an error naming its header: a default
 // silently substituted for a typo would hide the caller's bug. A value is
-// repeated in the error only up to maxEcho bytes.
+// repeated in the error only up to contract.MaxEcho bytes.
 func (g *Gateway) parseHeaders(h http.Header) (callHeaders, error) {
 	var c callHeaders
 	c.class = h.Get(contract.HeaderPriority)
@@ -47,7 +48,7 @@ func (g *Gateway) parseHeaders(h http.Header) (callHeaders, error) {
 	}
 	cl, ok := g.cfg.Classes[c.class]
 	if !ok {
-		return c, badHeader(contract.HeaderPriority, "unknown priority %s (want one of %s)", echo(c.class), strings.Join(sortedKeys(g.cfg.Classes), ", "))
+		return c, wire.BadHeader(contract.HeaderPriority, "unknown priority %s (want one of %s)", contract.Echo(c.class), strings.Join(slices.Sorted(maps.Keys(g.cfg.Classes)), ", "))
 	}
 	c.timeout = cl.DefaultTimeout.D()
 	if c.timeout == 0 {
@@ -58,11 +59,11 @@ func (g *Gateway) parseHeaders(h http.Header) (callHeaders, error) {
 		ms, ok := parseDigits(v)
 		switch {
 		case !ok:
-			return c, badHeader(contract.HeaderTimeoutMs, "%s is not a whole number of milliseconds (plain digits 0-9: no sign, exponent, fraction or inner space)", echo(v))
+			return c, wire.BadHeader(contract.HeaderTimeoutMs, "%s is not a whole number of milliseconds (plain digits 0-9: no sign, exponent, fraction or inner space)", contract.Echo(v))
 		case ms == 0:
-			return c, badHeader(contract.HeaderTimeoutMs, "0: the time budget must be positive")
+			return c, wire.BadHeader(contract.HeaderTimeoutMs, "0: the time budget must be positive")
 		case ms < 0 || ms > limit: // < 0: too many digits for an int64
-			return c, badHeader(contract.HeaderTimeoutMs, "%s ms is above the limit of %d ms (limits.max_timeout)", echo(v), limit)
+			return c, wire.BadHeader(contract.HeaderTimeoutMs, "%s ms is above the limit of %d ms (limits.max_timeout)", contract.Echo(v), limit)
 		}
 		c.timeout = time.Duration(ms) * time.Millisecond
 	} else if d, ok := sdkTimeout(h.Get(contract.HeaderStainlessTimeout)); ok {
@@ -75,7 +76,7 @@ func (g *Gateway) parseHeaders(h http.Header) (callHeaders, error) {
 	case contract.DegradeAllow:
 		c.degrade = true
 	default:
-		return c, badHeader(contract.HeaderDegrade, "%s: the only value is %s (absent: the class's setting, degrade.classes)", echo(v), contract.DegradeAllow)
+		return c, wire.BadHeader(contract.HeaderDegrade, "%s: the only value is %s (absent: the class's setting, degrade.classes)", contract.Echo(v), contract.DegradeAllow)
 	}
 	name, v := contract.HeaderAttempt, h.Get(contract.HeaderAttempt)
 	if v == "" {
@@ -85,9 +86,9 @@ func (g *Gateway) parseHeaders(h http.Header) (callHeaders, error) {
 		n, ok := parseDigits(v)
 		switch {
 		case !ok:
-			return c, badHeader(name, "%s is not a whole number (plain digits 0-9: no sign, exponent, fraction or inner space)", echo(v))
+			return c, wire.BadHeader(name, "%s is not a whole number (plain digits 0-9: no sign, exponent, fraction or inner space)", contract.Echo(v))
 		case n < 0 || n > maxAttempt:
-			return c, badHeader(name, "%s: an attempt number is at most %d", echo(v), maxAttempt)
+			return c, wire.BadHeader(name, "%s: an attempt number is at most %d", contract.Echo(v), maxAttempt)
 		}
 		c.attempt, c.declared = int(n), true
 		if c.attempt > 0 {
@@ -183,10 +184,10 @@ func (g *Gateway) readBody(w http.ResponseWriter, r *http.Request, billed bool) 
 	if err != nil {
 		var tooBig *http.MaxBytesError
 		if errors.As(err, &tooBig) {
-			return callBody{}, &badRequest{status: http.StatusRequestEntityTooLarge, code: "body_too_large",
-				msg: "request body is larger than limits.max_body_bytes (" + strconv.FormatInt(limit, 10) + " bytes)"}
+			return callBody{}, &wire.BadRequest{Status: http.StatusRequestEntityTooLarge, Code: "body_too_large",
+				Msg: "request body is larger than limits.max_body_bytes (" + strconv.FormatInt(limit, 10) + " bytes)"}
 		}
-		return callBody{}, &badRequest{status: http.StatusBadRequest, code: "invalid_body", msg: "reading the request body: " + err.Error()}
+		return callBody{}, &wire.BadRequest{Status: http.StatusBadRequest, Code: "invalid_body", Msg: "reading the request body: " + err.Error()}
 	}
 	if !billed {
 		return callBody{raw: raw}, nil
@@ -219,7 +220,7 @@ func decodeBody(raw []byte) (callBody, error) {
 				return invalidBody("model: must be a string")
 			}
 			if len(b.model) > maxModelBytes {
-				return invalidBody(fmt.Sprintf("model: %s is longer than %d bytes", echo(b.model), maxModelBytes))
+				return invalidBody(fmt.Sprintf("model: %s is longer than %d bytes", contract.Echo(b.model), maxModelBytes))
 			}
 		case "stream":
 			if err := json.Unmarshal(value, &b.stream); err != nil {
@@ -242,26 +243,8 @@ func decodeBody(raw []byte) (callBody, error) {
 	return b, nil
 }
 
-func invalidBody(msg string) *badRequest {
-	return &badRequest{status: http.StatusBadRequest, code: "invalid_json", msg: msg}
-}
-
-// maxEcho bounds how much of a caller's header value or key an error
-// repeats: enough to recognise it, not enough to turn a refusal into an
-// amplifier or a log flood.
-const maxEcho = 64
-
-// echo quotes v for an error message, cut at maxEcho bytes (on a rune
-// boundary) with an ellipsis and its full length when longer.
-func echo(v string) string {
-	if len(v) <= maxEcho {
-		return strconv.Quote(v)
-	}
-	cut := maxEcho
-	for cut > 0 && !utf8.RuneStart(v[cut]) {
-		cut--
-	}
-	return fmt.Sprintf("%s… (%d bytes)", strconv.Quote(v[:cut]), len(v))
+func invalidBody(msg string) *wire.BadRequest {
+	return &wire.BadRequest{Status: http.StatusBadRequest, Code: "invalid_json", Msg: msg}
 }
 
 // topLevel walks the members of the JSON object raw, calling visit with
@@ -295,24 +278,24 @@ func topLevel(raw []byte, visit func(key string, value json.RawMessage) error) e
 			return syntax(fmt.Errorf("object key %v is not a string", tok))
 		}
 		if bytes.IndexByte(raw[before:dec.InputOffset()], '\\') >= 0 {
-			return invalidBody(fmt.Sprintf("%s: a top-level key must be written without escapes", echo(key)))
+			return invalidBody(fmt.Sprintf("%s: a top-level key must be written without escapes", contract.Echo(key)))
 		}
 		// Upper then lower folds what simple case folding folds, "ſ" and
 		// the Kelvin sign included, as Go's own case-insensitive match does.
 		folded := strings.ToLower(strings.ToUpper(key))
 		if prev, dup := seen[folded]; dup {
 			if prev == key {
-				return invalidBody(fmt.Sprintf("%s: the key appears twice at the top level", echo(key)))
+				return invalidBody(fmt.Sprintf("%s: the key appears twice at the top level", contract.Echo(key)))
 			}
 			return invalidBody(fmt.Sprintf("%s: the key appears twice at the top level (also as %s); keys differing only in case are refused, since readers disagree on which one counts",
-				echo(key), echo(prev)))
+				contract.Echo(key), contract.Echo(prev)))
 		}
 		seen[folded] = key
 		// A field the gateway reads, spelled in another case, is a model
 		// or a limit for a reader that folds case and none for one that
 		// does not: refused too, rather than guessed at.
 		if bodyFields[folded] && key != folded {
-			return invalidBody(fmt.Sprintf("%s: write the key as %q (keys are read case-sensitively)", echo(key), folded))
+			return invalidBody(fmt.Sprintf("%s: write the key as %q (keys are read case-sensitively)", contract.Echo(key), folded))
 		}
 		var value json.RawMessage
 		if err := dec.Decode(&value); err != nil {

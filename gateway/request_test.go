@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/sluicehq/sluice/contract"
+	"github.com/sluicehq/sluice/gateway/wire"
 	"github.com/sluicehq/sluice/mockllm"
 )
 
@@ -141,7 +142,7 @@ func TestDecodeBodyReadsExactKeys(t *testing.T) {
 			t.Errorf("%s: read %+v", tc.body, b)
 		}
 		if err != nil {
-			if br, ok := err.(*badRequest); !ok || br.status != http.StatusBadRequest {
+			if br, ok := err.(*wire.BadRequest); !ok || br.Status != http.StatusBadRequest {
 				t.Errorf("%s: error %#v is not a 400", tc.body, err)
 			}
 		}
@@ -212,8 +213,8 @@ func TestEcho(t *testing.T) {
 		// A rune across the cut is left out whole, not split.
 		{strings.Repeat("a", 63) + "é" + "b", `"` + strings.Repeat("a", 63) + `"… (66 bytes)`},
 	} {
-		if got := echo(tc.in); got != tc.want {
-			t.Errorf("echo(%.70q) = %s, want %s", tc.in, got, tc.want)
+		if got := contract.Echo(tc.in); got != tc.want {
+			t.Errorf("contract.Echo(%.70q) = %s, want %s", tc.in, got, tc.want)
 		}
 	}
 }

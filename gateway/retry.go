@@ -5,70 +5,19 @@ import (
 	"context"
 	"errors"
 	"io"
-	"math"
 	"net/http"
 	"strconv"
 	"time"
 
 	"github.com/sluicehq/sluice/admission"
 	"github.com/sluicehq/sluice/chain"
-	"github.com/sluicehq/sluice/internal/yamlpath"
-	"github.com/sluicehq/sluice/retrybudget"
+	"github.com/sluicehq/sluice/gateway/wire"
 )
 
-// RetryConfig bounds retries: the callers' (X-Sluice-Attempt ≥ 1), through
-// retry budgets, and the gateway's own retries of the provider.
-type RetryConfig struct {
-	// Budget is the budget of all retries through the gateway, callers'
-	// and its own. Zero fields take retrybudget's defaults: 10% of first
-	// attempts, plus 10 a second, capped at 100.
-	Budget retrybudget.Config `yaml:"budget"`
-	// PerTenant is each tenant's own budget for its retries. Zero fields
-	// take the same defaults.
-	PerTenant retrybudget.Config `yaml:"per_tenant"`
-	// Disabled turns both budgets off: every retry is admitted (at the retry
-	// rank) and the gateway does not retry the provider.
-	Disabled bool `yaml:"disabled"`
-	// UpstreamAttempts bounds the gateway's calls to the provider for one
-	// request, the first included: on a connection failure before anything
-	// was sent, a 5xx or a 429, it may call again inside the caller's
-	// deadline and the budget. Zero means 2; 1 disables them.
-	UpstreamAttempts int `yaml:"upstream_attempts"`
-	// UpstreamBackoff is the wait before the gateway's own retry when the
-	// provider gave no Retry-After. Zero means 100ms.
-	UpstreamBackoff Duration `yaml:"upstream_backoff"`
-	// Recognise finds the retries callers send without a retry header (see
-	// chain.RecogniseConfig). On unless disabled.
-	Recognise chain.RecogniseConfig `yaml:"recognise"`
-}
-
-func (r RetryConfig) validate() error {
-	for _, b := range []struct {
-		path string
-		cfg  retrybudget.Config
-	}{{"retries.budget", r.Budget}, {"retries.per_tenant", r.PerTenant}} {
-		if err := b.cfg.Validate(); err != nil {
-			return yamlpath.At(b.path, err)
-		}
-	}
-	if err := intIn("retries.upstream_attempts", r.UpstreamAttempts, 0, maxUpstreamAttempts); err != nil {
-		return err
-	}
-	if err := durationIn("retries.upstream_backoff", r.UpstreamBackoff, 0, maxUpstreamBackoff); err != nil {
-		return err
-	}
-	return yamlpath.At("retries.recognise", r.Recognise.Validate())
-}
-
-// chainRetries is the retry budgets stage's configuration.
-func (r RetryConfig) chainRetries() chain.RetryConfig {
-	return chain.RetryConfig{Disabled: r.Disabled, Global: r.Budget, PerTenant: r.PerTenant}
-}
-
-// upstream is the transport of the proxy: it retries the provider on the
-// gateway's own account (before any byte of a response reached the caller,
-// since RoundTrip returns before the proxy writes anything), and feeds every
-// answer to the concurrency controller.
+// upstream is the gateway's side of every call's transport: it retries the
+// provider on the gateway's own account (before any byte of a response
+// reached the caller, since RoundTrip returns before the proxy writes
+// anything), and feeds every answer to the concurrency controller.
 type upstream struct {
 	g           *Gateway
 	base        http.RoundTripper
@@ -76,41 +25,37 @@ type upstream struct {
 	backoff     time.Duration
 }
 
-func (u *upstream) RoundTrip(req *http.Request) (*http.Response, error) {
-	c, _ := req.Context().Value(callKey{}).(*call)
+// RoundTrip makes the call the transport of its own proxy (call.forward):
+// the gateway's upstream, told which call it carries.
+func (c *call) RoundTrip(req *http.Request) (*http.Response, error) {
+	return c.g.upstream.roundTrip(c, req)
+}
+
+func (u *upstream) roundTrip(c *call, req *http.Request) (*http.Response, error) {
 	same := 1         // attempts at the call's current deployment
 	retarget := false // a failover moved the call: point the request again
 	for attempt := 1; ; attempt++ {
-		out := req
-		var written int32
-		if c != nil {
-			// The call's trace (see Gateway.ServeHTTP) counts the
-			// attempts whose headers were written: this one wrote if
-			// the count moves.
-			written = c.headersWritten.Load()
-			cp := *req
-			out = &cp
-			// The body, from the gateway's copy, on every attempt: an
-			// io.NopCloser around a *bytes.Reader is a body the Transport
-			// knows is in memory, so it sends the headers and the body in
-			// one write; behind ReverseProxy's own wrapper it would flush
-			// the headers first, in a write (and a TCP segment) of their
-			// own.
-			out.Body = io.NopCloser(bytes.NewReader(c.body))
-			if retarget {
-				u2 := *req.URL
-				out.URL, out.Header = &u2, req.Header.Clone()
-				u.g.deploymentOf(c).target(c.in, out)
-				out.ContentLength = int64(len(c.body))
-				out.Header.Set("Content-Length", strconv.Itoa(len(c.body)))
-			}
+		// The call's trace (see Gateway.serveCall) counts the attempts
+		// whose headers were written: this one wrote if the count moves.
+		written := c.headersWritten.Load()
+		cp := *req
+		out := &cp
+		// The body, from the gateway's copy, on every attempt: an
+		// io.NopCloser around a *bytes.Reader is a body the Transport
+		// knows is in memory, so it sends the headers and the body in one
+		// write; behind ReverseProxy's own wrapper it would flush the
+		// headers first, in a write (and a TCP segment) of their own.
+		out.Body = io.NopCloser(bytes.NewReader(c.body))
+		if retarget {
+			u2 := *req.URL
+			out.URL, out.Header = &u2, req.Header.Clone()
+			u.g.deploymentOf(c).target(c.in, out)
+			out.ContentLength = int64(len(c.body))
+			out.Header.Set("Content-Length", strconv.Itoa(len(c.body)))
 		}
 		resp, err := u.g.attempt(u.base, out, c, attempt) // in a span when tracing (trace.go)
 		now := time.Now()
 		u.g.observe(now, resp, c)
-		if c == nil {
-			return resp, err
-		}
 		wait, why, ok := u.retryable(resp, err, c.headersWritten.Load() != written, same)
 		if !ok {
 			return resp, err
@@ -182,9 +127,9 @@ func (u *upstream) retryable(resp *http.Response, err error, wrote bool, attempt
 		}
 		return backoff, "connection", true
 	case resp.StatusCode == http.StatusTooManyRequests:
-		return providerRetryAfter(resp.Header, backoff), "429", true
+		return wire.RetryAfter(resp.Header, backoff), "429", true
 	case resp.StatusCode >= 500:
-		return providerRetryAfter(resp.Header, backoff), "5xx", true
+		return wire.RetryAfter(resp.Header, backoff), "5xx", true
 	}
 	return 0, "", false
 }
@@ -196,29 +141,6 @@ func (u *upstream) worthIt(now time.Time, c *call, wait time.Duration) bool {
 	}
 	p95 := u.g.gateOf(c).KeyStats(c.model).P95
 	return !now.Add(wait + p95).After(c.deadline)
-}
-
-// providerRetryAfter reads retry-after-ms, else Retry-After (seconds or an
-// HTTP date). A malformed or negative value is ignored, not trusted: the
-// fallback is used.
-func providerRetryAfter(h http.Header, fallback time.Duration) time.Duration {
-	if v := h.Get("retry-after-ms"); v != "" {
-		if ms, err := strconv.ParseFloat(v, 64); err == nil && ms >= 0 && !math.IsInf(ms, 0) && ms < 1e9 {
-			return time.Duration(ms * float64(time.Millisecond))
-		}
-	}
-	if v := h.Get("Retry-After"); v != "" {
-		if s, err := strconv.ParseInt(v, 10, 64); err == nil && s >= 0 && s < 1e6 {
-			return time.Duration(s) * time.Second
-		}
-		if t, err := http.ParseTime(v); err == nil {
-			if d := time.Until(t); d > 0 {
-				return d
-			}
-			return 0
-		}
-	}
-	return fallback
 }
 
 func sleep(ctx context.Context, d time.Duration) bool {

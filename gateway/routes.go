@@ -1,10 +1,11 @@
 package gateway
 
 import (
-	"fmt"
 	"net/http"
 	"slices"
 	"strings"
+
+	"github.com/sluicehq/sluice/config"
 )
 
 // What the gateway forwards is what its policy saw. Every path is one of:
@@ -24,34 +25,6 @@ import (
 // cannot be passed through while the gateway has tenants: one tenant could
 // read or delete another's. /v1/files and /v1/batches are the gateway's own
 // Batch API instead (package batchapi), each tenant's own.
-
-// PassthroughConfig is one path forwarded beside the gated APIs.
-type PassthroughConfig struct {
-	// Path is an exact path ("/v1/models") or, ending in "/", a prefix
-	// ("/v1/models/" matches "/v1/models/gpt-4o"). Required.
-	Path string `yaml:"path"`
-	// Methods are the methods allowed on it, such as [GET]. Required.
-	// TRACE and CONNECT are refused.
-	Methods []string `yaml:"methods"`
-	// Class is the priority class its calls are admitted at, whatever the
-	// caller's X-Sluice-Priority says. Empty means the caller's, as for the
-	// gated APIs.
-	Class string `yaml:"class"`
-	// Billed says the provider bills the call: its body is a JSON request
-	// naming a model, which the spend limiter prices and books like the
-	// gated APIs', and its service time feeds the wait estimates. False
-	// means not priced, and the call holds a slot without feeding the
-	// estimates (a metadata call would make the provider look fast).
-	Billed bool `yaml:"billed"`
-}
-
-// tenantScoped are the provider's per-key resources: under one provider
-// key they are shared by every tenant.
-var tenantScoped = []string{
-	"/v1/files", "/v1/batches", "/v1/uploads", "/v1/fine_tuning", "/v1/vector_stores",
-	"/v1/assistants", "/v1/threads", "/v1/containers", "/v1/responses/", "/v1/chat/completions/",
-	"/v1/conversations", "/v1/evals", "/v1/messages/batches", "/v1/realtime",
-}
 
 // route is what the gateway does with one path.
 type route struct {
@@ -93,7 +66,7 @@ type routes struct {
 	prefixes []*route // longest first
 }
 
-func newRoutes(pass []PassthroughConfig) *routes {
+func newRoutes(pass []config.PassthroughConfig) *routes {
 	rs := &routes{exact: map[string]*route{}}
 	for i := range gatedRoutes {
 		rs.exact[gatedRoutes[i].path] = &gatedRoutes[i]
@@ -138,7 +111,7 @@ func (rs *routes) match(path string) *route {
 func (rt *route) allows(method string) bool { return slices.Contains(rt.methods, method) }
 
 // isAnthropicPath says whether a path is Anthropic's API, whose callers
-// read every error of the gateway's own in Anthropic's shape (errors.go):
+// read every error of the gateway's own in Anthropic's shape (wire.Exchange):
 // refusals, bad input, unknown paths, upstream failures.
 func isAnthropicPath(path string) bool {
 	return path == "/v1/messages" || strings.HasPrefix(path, "/v1/messages/") || path == "/v1/complete"
@@ -147,51 +120,4 @@ func isAnthropicPath(path string) bool {
 // neverForwarded are methods no route may take.
 func neverForwarded(method string) bool {
 	return method == http.MethodTrace || method == http.MethodConnect
-}
-
-// validatePassthrough checks the allow-list; tenants says whether the
-// gateway has tenants.
-func validatePassthrough(pass []PassthroughConfig, classes map[string]ClassConfig, tenants bool) error {
-	seen := map[string]bool{}
-	for i, p := range pass {
-		f := fmt.Sprintf("passthrough[%d]", i)
-		switch {
-		case p.Path == "" || p.Path[0] != '/':
-			return fmt.Errorf("config: %s.path: %q, want a path starting with /", f, p.Path)
-		case strings.ContainsAny(p.Path, "?#*") || strings.Contains(p.Path, ".."):
-			return fmt.Errorf("config: %s.path: %q: no query, fragment, wildcard or '..'", f, p.Path)
-		case seen[p.Path]:
-			return fmt.Errorf("config: %s.path: %q appears twice", f, p.Path)
-		case len(p.Methods) == 0:
-			return fmt.Errorf("config: %s.methods: required (for example [GET])", f)
-		}
-		seen[p.Path] = true
-		for _, rt := range gatedRoutes {
-			if p.Path == rt.path || strings.HasPrefix(rt.path, p.Path) && strings.HasSuffix(p.Path, "/") {
-				return fmt.Errorf("config: %s.path: %q covers the gated API %s, which is always admitted as such", f, p.Path, rt.path)
-			}
-		}
-		for j, m := range p.Methods {
-			switch up := strings.ToUpper(m); up {
-			case http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete, http.MethodOptions:
-			case http.MethodTrace, http.MethodConnect:
-				return fmt.Errorf("config: %s.methods[%d]: %s is never forwarded", f, j, up)
-			default:
-				return fmt.Errorf("config: %s.methods[%d]: %q is not an HTTP method", f, j, m)
-			}
-		}
-		if p.Class != "" {
-			if _, ok := classes[p.Class]; !ok {
-				return fmt.Errorf("config: %s.class: %q is not a class of classes", f, p.Class)
-			}
-		}
-		if tenants {
-			for _, s := range tenantScoped {
-				if strings.HasPrefix(p.Path, s) || strings.HasPrefix(s, p.Path) {
-					return fmt.Errorf("config: %s.path: %q reaches the provider's per-key resources (%s), which every tenant would share under the one provider key", f, p.Path, s)
-				}
-			}
-		}
-	}
-	return nil
 }

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/chain"
+	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/contract"
 	"github.com/sluicehq/sluice/mockllm"
 )
@@ -114,7 +115,7 @@ func TestOnlyGatedPathsAreForwardedByDefault(t *testing.T) {
 func TestPassthroughIsAdmittedThroughTheChain(t *testing.T) {
 	received, up := countingUpstream(t)
 	cfg := baseConfig(up.URL)
-	cfg.Passthrough = []PassthroughConfig{{Path: "/v1/models", Methods: []string{"get"}, Class: "batch"}}
+	cfg.Passthrough = []config.PassthroughConfig{{Path: "/v1/models", Methods: []string{"get"}, Class: "batch"}}
 	g, gw := startGateway(t, cfg)
 	resp, body := do(t, "GET", gw.URL+"/v1/models", "", map[string]string{contract.HeaderPriority: "interactive"})
 	if resp.StatusCode != 200 || !strings.Contains(string(body), "gpt-4o") {
@@ -138,32 +139,32 @@ func TestPassthroughIsAdmittedThroughTheChain(t *testing.T) {
 func TestPassthroughConfigErrors(t *testing.T) {
 	tenants := []chain.TenantConfig{{Name: "acme", APIKeysSHA256: []string{HashKey("k")}}}
 	for _, tc := range []struct {
-		pass    PassthroughConfig
+		pass    config.PassthroughConfig
 		tenants []chain.TenantConfig
 		want    string
 	}{
-		{PassthroughConfig{Path: "v1/models", Methods: []string{"GET"}}, nil, "passthrough[0].path"},
-		{PassthroughConfig{Path: "/v1/models"}, nil, "passthrough[0].methods"},
-		{PassthroughConfig{Path: "/v1/models", Methods: []string{"TRACE"}}, nil, "passthrough[0].methods[0]: TRACE is never forwarded"},
-		{PassthroughConfig{Path: "/v1/models", Methods: []string{"FETCH"}}, nil, "passthrough[0].methods[0]"},
-		{PassthroughConfig{Path: "/v1/", Methods: []string{"GET"}}, nil, "covers the gated API"},
-		{PassthroughConfig{Path: "/v1/chat/completions", Methods: []string{"GET"}}, nil, "covers the gated API"},
-		{PassthroughConfig{Path: "/v1/files", Methods: []string{"GET"}}, tenants, "per-key resources"},
-		{PassthroughConfig{Path: "/v1/models", Methods: []string{"GET"}, Class: "vip"}, nil, "passthrough[0].class"},
+		{config.PassthroughConfig{Path: "v1/models", Methods: []string{"GET"}}, nil, "passthrough[0].path"},
+		{config.PassthroughConfig{Path: "/v1/models"}, nil, "passthrough[0].methods"},
+		{config.PassthroughConfig{Path: "/v1/models", Methods: []string{"TRACE"}}, nil, "passthrough[0].methods[0]: TRACE is never forwarded"},
+		{config.PassthroughConfig{Path: "/v1/models", Methods: []string{"FETCH"}}, nil, "passthrough[0].methods[0]"},
+		{config.PassthroughConfig{Path: "/v1/", Methods: []string{"GET"}}, nil, "covers the gated API"},
+		{config.PassthroughConfig{Path: "/v1/chat/completions", Methods: []string{"GET"}}, nil, "covers the gated API"},
+		{config.PassthroughConfig{Path: "/v1/files", Methods: []string{"GET"}}, tenants, "per-key resources"},
+		{config.PassthroughConfig{Path: "/v1/models", Methods: []string{"GET"}, Class: "vip"}, nil, "passthrough[0].class"},
 	} {
 		cfg := baseConfig("http://127.0.0.1:1")
 		cfg.Tenants = tc.tenants
 		if tc.tenants != nil {
 			cfg.Upstream.APIKeyEnv = "TEST_PROVIDER_KEY"
 		}
-		cfg.Passthrough = []PassthroughConfig{tc.pass}
+		cfg.Passthrough = []config.PassthroughConfig{tc.pass}
 		if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%+v: %v, want an error containing %q", tc.pass, err, tc.want)
 		}
 	}
 	// Without tenants, the one anonymous tenant may reach its own files.
 	cfg := baseConfig("http://127.0.0.1:1")
-	cfg.Passthrough = []PassthroughConfig{{Path: "/v1/files/", Methods: []string{"GET"}}}
+	cfg.Passthrough = []config.PassthroughConfig{{Path: "/v1/files/", Methods: []string{"GET"}}}
 	if err := cfg.Validate(); err != nil {
 		t.Fatalf("files without tenants: %v", err)
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/openai/openai-go/v3/option"
 
 	"github.com/sluicehq/sluice/admission"
+	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/contract"
 	"github.com/sluicehq/sluice/mockllm"
 	"github.com/sluicehq/sluice/retrybudget"
@@ -196,7 +197,7 @@ func TestRecogniseConfigErrorsNameTheField(t *testing.T) {
 		{"retries: {recognise: {max_entries: 1e9}}", "max_entries"},
 		{"retries: {recognise: {colour: red}}", "colour"},
 	} {
-		_, err := ParseConfig([]byte(base + tc.yaml + "\n"))
+		_, err := config.Parse([]byte(base + tc.yaml + "\n"))
 		if err == nil || !strings.Contains(err.Error(), tc.field) {
 			t.Errorf("%s → %v, want an error naming %s", tc.yaml, err, tc.field)
 		}
@@ -205,7 +206,7 @@ func TestRecogniseConfigErrorsNameTheField(t *testing.T) {
 		"retries: {recognise: {disabled: true, max_entries: 0}}",
 		"retries: {recognise: {window: 5s, max_entries: 1}}",
 	} {
-		if _, err := ParseConfig([]byte(base + ok + "\n")); err != nil {
+		if _, err := config.Parse([]byte(base + ok + "\n")); err != nil {
 			t.Errorf("%s: %v", ok, err)
 		}
 	}

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/chain"
+	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/contract"
 	"github.com/sluicehq/sluice/mockllm"
 	"github.com/sluicehq/sluice/spend"
@@ -128,7 +129,7 @@ func TestTenantBudgetRefusesWith429(t *testing.T) {
 	if ms < 4*60_000 || ms > 6*60_000 {
 		t.Fatalf("retry-after-ms %d, want the time until the window frees (4–6 min)", ms)
 	}
-	if ra, _ := strconv.ParseInt(resp.Header.Get("Retry-After"), 10, 64); ra != ceilSeconds(time.Duration(ms)*time.Millisecond) {
+	if ra, _ := strconv.ParseInt(resp.Header.Get("Retry-After"), 10, 64); ra != contract.RetryAfterSeconds(time.Duration(ms)*time.Millisecond) {
 		t.Fatalf("Retry-After %d vs retry-after-ms %d", ra, ms)
 	}
 	resp = post(t, t.Context(), gw.URL, bigModelBody, map[string]string{"Authorization": "Bearer key-other"})
@@ -231,13 +232,15 @@ func TestSpendBadInputAndConfig(t *testing.T) {
 		t.Fatal("an unpriced call reached the provider")
 	}
 	for _, tc := range []struct {
-		mut   func(*Config)
+		mut   func(*config.Config)
 		field string
 	}{
-		{func(c *Config) { c.Spend.Tenants = map[string]spend.TenantBudget{"ghost": {PerHour: 1}} }, "spend.tenants.ghost"},
-		{func(c *Config) { c.Spend.Stages.TopRank = 9 }, "spend.stages.top_rank"},
-		{func(c *Config) { c.Spend.Ladder = map[string]string{"gpt-4o-mini": "gpt-4o", "gpt-4o": "gpt-4o-mini"} }, "spend.ladder"},
-		{func(c *Config) { c.Spend.Prices["gpt-4o"] = spend.Price{InputPerMTok: -1} }, "spend.prices"},
+		{func(c *config.Config) { c.Spend.Tenants = map[string]spend.TenantBudget{"ghost": {PerHour: 1}} }, "spend.tenants.ghost"},
+		{func(c *config.Config) { c.Spend.Stages.TopRank = 9 }, "spend.stages.top_rank"},
+		{func(c *config.Config) {
+			c.Spend.Ladder = map[string]string{"gpt-4o-mini": "gpt-4o", "gpt-4o": "gpt-4o-mini"}
+		}, "spend.ladder"},
+		{func(c *config.Config) { c.Spend.Prices["gpt-4o"] = spend.Price{InputPerMTok: -1} }, "spend.prices"},
 	} {
 		cfg := baseConfig(up.URL)
 		cfg.Spend = testSpend()
@@ -247,11 +250,11 @@ func TestSpendBadInputAndConfig(t *testing.T) {
 		}
 	}
 	// And from YAML, through check-config's path.
-	_, err := ParseConfig([]byte("upstream: {url: http://x}\nadmission: {concurrency: 1}\nspend: {ceiling_per_hour: -3, prices: {m: {input_per_mtok: 1, output_per_mtok: 1}}}\n"))
+	_, err := config.Parse([]byte("upstream: {url: http://x}\nadmission: {concurrency: 1}\nspend: {ceiling_per_hour: -3, prices: {m: {input_per_mtok: 1, output_per_mtok: 1}}}\n"))
 	if err == nil || !strings.Contains(err.Error(), "spend.ceiling_per_hour") {
 		t.Errorf("negative ceiling: %v", err)
 	}
-	_, err = ParseConfig([]byte("upstream: {url: http://x}\nadmission: {concurrency: 1}\nspend: {prices: {m: {input_per_mtok: 1, output_per_mtok: 1, colour: red}}}\n"))
+	_, err = config.Parse([]byte("upstream: {url: http://x}\nadmission: {concurrency: 1}\nspend: {prices: {m: {input_per_mtok: 1, output_per_mtok: 1, colour: red}}}\n"))
 	if err == nil || !strings.Contains(err.Error(), "colour") {
 		t.Errorf("unknown key in spend: %v", err)
 	}

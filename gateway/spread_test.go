@@ -10,6 +10,7 @@ import (
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
 
+	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/mockllm"
 	"github.com/sluicehq/sluice/retrybudget"
 )
@@ -38,10 +39,10 @@ func TestRefusedTogetherRetrySpread(t *testing.T) {
 	}
 	for _, tc := range []struct {
 		name   string
-		spread *Duration
+		spread *config.Duration
 	}{
 		{"spread", nil}, // the default
-		{"off", new(Duration(0))},
+		{"off", new(config.Duration(0))},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			arrived, admitted, took := retryWave(t, service, tc.spread)
@@ -62,7 +63,7 @@ func TestRefusedTogetherRetrySpread(t *testing.T) {
 
 // retryWave runs the wave and returns the retries that arrived at the
 // gateway, those it admitted, and how long the callers took.
-func retryWave(t *testing.T, service time.Duration, spread *Duration) (arrived, admitted float64, took time.Duration) {
+func retryWave(t *testing.T, service time.Duration, spread *config.Duration) (arrived, admitted float64, took time.Duration) {
 	t.Helper()
 	const callers = 30
 	// The mock's gpt-4o-mini takes half its median: service a call.
@@ -71,7 +72,7 @@ func retryWave(t *testing.T, service time.Duration, spread *Duration) (arrived, 
 	// One slot and one place in the waiting room; the retry budget out
 	// of the way (what is measured is when the retries come, not how
 	// many may).
-	cfg.Admission = AdmissionConfig{Concurrency: 1, MaxQueue: new(1), InitialServiceTime: Duration(service), RefusalSpread: spread}
+	cfg.Admission = config.AdmissionConfig{Concurrency: 1, MaxQueue: new(1), InitialServiceTime: config.Duration(service), RefusalSpread: spread}
 	wide := retrybudget.Config{MinPerSecond: 1000}
 	cfg.Retries.Budget, cfg.Retries.PerTenant = wide, wide
 	s := serve(t, cfg)

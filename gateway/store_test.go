@@ -8,7 +8,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/contract"
+	"github.com/sluicehq/sluice/gateway/cluster"
 	"github.com/sluicehq/sluice/mockllm"
 	"github.com/sluicehq/sluice/spend"
 	"github.com/sluicehq/sluice/store/redistest"
@@ -32,14 +34,14 @@ func exhaust(t *testing.T, url string) int {
 	return 0
 }
 
-func storeState(t *testing.T, admin string) StoreState {
+func storeState(t *testing.T, admin string) cluster.StoreState {
 	t.Helper()
 	resp, err := http.Get(admin + "/admin/v1/state")
 	if err != nil {
 		t.Fatal(err)
 	}
 	var st struct {
-		Store *StoreState `json:"store"`
+		Store *cluster.StoreState `json:"store"`
 	}
 	decodeJSON(t, resp, &st)
 	if st.Store == nil {
@@ -58,7 +60,7 @@ func TestSnapshotKeepsTheDaysSpend(t *testing.T) {
 	cfg := baseConfig(up.URL)
 	cfg.Spend = testSpend()
 	cfg.Spend.Tenants = map[string]spend.TenantBudget{contract.AnonymousTenant: {PerDay: 2.5 * c}}
-	cfg.Store = &StoreConfig{Snapshot: &SnapshotConfig{Path: path}}
+	cfg.Store = &config.StoreConfig{Snapshot: &config.SnapshotConfig{Path: path}}
 
 	first := serve(t, cfg)
 	if n := exhaust(t, first.url); n == 0 {
@@ -97,8 +99,8 @@ func TestRedisSharesTheBooks(t *testing.T) {
 	cfg := baseConfig(up.URL)
 	cfg.Spend = testSpend()
 	cfg.Spend.Tenants = map[string]spend.TenantBudget{contract.AnonymousTenant: {PerDay: 4.5 * c}}
-	cfg.Store = &StoreConfig{Redis: &RedisStoreConfig{URL: rs.URL(), Cluster: strings.ReplaceAll(t.Name(), "/", "-"),
-		Timeout: Duration(time.Second)}} // two shared cores under -race: no spurious timeouts
+	cfg.Store = &config.StoreConfig{Redis: &config.RedisStoreConfig{URL: rs.URL(), Cluster: strings.ReplaceAll(t.Name(), "/", "-"),
+		Timeout: config.Duration(time.Second)}} // two shared cores under -race: no spurious timeouts
 	a, b := serve(t, cfg), serve(t, cfg)
 
 	if n := exhaust(t, a.url); n == 0 {
@@ -177,7 +179,7 @@ func TestStoreConfigErrorsNameTheField(t *testing.T) {
 		{base + "store: {snapshot: {interval: 10s}}\n", "store.snapshot.path"},
 		{base + "store: {snapshot: {path: /tmp/x, interval: 2h}}\n", "store.snapshot.interval"},
 	} {
-		_, err := ParseConfig([]byte(tc.yaml))
+		_, err := config.Parse([]byte(tc.yaml))
 		if err == nil || !strings.Contains(err.Error(), tc.field) {
 			t.Errorf("config:\n%s→ %v, want an error naming %s", tc.yaml, err, tc.field)
 		}
@@ -185,7 +187,7 @@ func TestStoreConfigErrorsNameTheField(t *testing.T) {
 			t.Errorf("the error shows the password: %v", err)
 		}
 	}
-	cfg, err := ParseConfig([]byte(base + "store: {redis: {url: 'redis://127.0.0.1:1', password_env: SLUICE_TEST_UNSET}}\n"))
+	cfg, err := config.Parse([]byte(base + "store: {redis: {url: 'redis://127.0.0.1:1', password_env: SLUICE_TEST_UNSET}}\n"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,6 +15,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
 
+	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/contract"
 	"github.com/sluicehq/sluice/mockllm"
 )
@@ -62,7 +63,7 @@ func (u *tracedUpstream) received() []string {
 
 // startTracedGateway runs a gateway whose spans go to an in-memory
 // exporter.
-func startTracedGateway(t *testing.T, cfg Config) (*httptest.Server, *tracetest.InMemoryExporter) {
+func startTracedGateway(t *testing.T, cfg config.Config) (*httptest.Server, *tracetest.InMemoryExporter) {
 	t.Helper()
 	exp := tracetest.NewInMemoryExporter()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
@@ -103,6 +104,26 @@ func attrOf(s tracetest.SpanStub, k attribute.Key) attribute.Value {
 	}
 	return attribute.Value{}
 }
+
+// The span attributes the tests read, by their names on the wire (package
+// observe sets them).
+const (
+	attrStatus      = attribute.Key("http.response.status_code")
+	attrResend      = attribute.Key("http.request.resend_count")
+	attrModelAsked  = attribute.Key("gen_ai.request.model")
+	attrModel       = attribute.Key("gen_ai.response.model")
+	attrTokensIn    = attribute.Key("gen_ai.usage.input_tokens")
+	attrTokensOut   = attribute.Key("gen_ai.usage.output_tokens")
+	attrRequestID   = attribute.Key("sluice.request_id")
+	attrTenant      = attribute.Key("sluice.tenant")
+	attrClass       = attribute.Key("sluice.class")
+	attrClassAsked  = attribute.Key("sluice.class_asked")
+	attrReason      = attribute.Key("sluice.reason")
+	attrCost        = attribute.Key("sluice.cost_usd")
+	attrUpstreamTry = attribute.Key("sluice.upstream.attempt")
+	attrOutcome     = attribute.Key("sluice.outcome")
+	spanAdmission   = "sluice.admission"
+)
 
 const callerTraceparent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
 
@@ -221,7 +242,7 @@ func TestTraceOfRetries(t *testing.T) {
 func TestTraceOfARefusal(t *testing.T) {
 	up, srv := startTracedUpstream(t, 0)
 	cfg := baseConfig(srv.URL)
-	cfg.Admission.InitialServiceTime = Duration(time.Second)
+	cfg.Admission.InitialServiceTime = config.Duration(time.Second)
 	gw, exp := startTracedGateway(t, cfg)
 	resp := post(t, t.Context(), gw.URL, chatBody, map[string]string{contract.HeaderTimeoutMs: "50"})
 	if b := readAll(t, resp); resp.StatusCode != 503 {

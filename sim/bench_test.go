@@ -2,6 +2,8 @@ package sim
 
 import (
 	"testing"
+
+	"github.com/sluicehq/sluice/sim/scenario"
 )
 
 // BenchmarkMillionRequests is the speed target: 1,000,000 logical requests
@@ -10,7 +12,7 @@ import (
 //
 //	go test -run '^$' -bench MillionRequests -benchtime 1x -count 5 ./sim/
 func BenchmarkMillionRequests(b *testing.B) {
-	sc, err := LoadScenario("../scenarios/retry-storm.yaml")
+	sc, err := scenario.Load("../scenarios/retry-storm.yaml")
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -28,11 +30,11 @@ func BenchmarkMillionRequests(b *testing.B) {
 // BenchmarkPolicies times 100,000 requests of the retry storm at 5× under
 // each policy: the baselines' queues grow without bound, sluice's do not.
 func BenchmarkPolicies(b *testing.B) {
-	sc, err := LoadScenario("../scenarios/retry-storm.yaml")
+	sc, err := scenario.Load("../scenarios/retry-storm.yaml")
 	if err != nil {
 		b.Fatal(err)
 	}
-	for _, p := range PolicyNames() {
+	for _, p := range scenario.PolicyNames() {
 		b.Run(p, func(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {

@@ -8,7 +8,9 @@
 //
 // # Model
 //
-// A [Scenario] (usually a YAML file, see [LoadScenario]) describes:
+// A scenario (a [scenario.Scenario], usually read from a YAML file with
+// [scenario.Load]; package sim/scenario holds the file's schema, its
+// keys documented on its fields, and its validation) describes:
 //
 //   - the upstream: a number of slots and a service-time distribution
 //     (lognormal, or empirical samples), which can step mid-run; every call
@@ -106,7 +108,8 @@
 //     second or so on one core (see BenchmarkMillionRequests).
 //   - Every figure reproducible from a file and a seed; `sluice sim --all`
 //     regenerates docs/results.md and its plots in one command.
-//   - Bad input is an error naming the field by its YAML path ([FieldError]).
+//   - Bad input is an error naming the field by its YAML path
+//     ([scenario.FieldError]).
 //
 // # Non-goals
 //

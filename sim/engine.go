@@ -4,6 +4,8 @@ import (
 	"container/heap"
 	"context"
 	"time"
+
+	"github.com/sluicehq/sluice/sim/scenario"
 )
 
 // call is one logical request: a caller that wants one answer by its
@@ -110,7 +112,7 @@ type engine struct {
 }
 
 // Run simulates one policy at one load factor of the scenario.
-func Run(ctx context.Context, sc *Scenario, policy string, load float64, opt Options) (*Result, error) {
+func Run(ctx context.Context, sc *scenario.Scenario, policy string, load float64, opt Options) (*Result, error) {
 	s, err := newSetup(sc, policy, load, opt)
 	if err != nil {
 		return nil, err

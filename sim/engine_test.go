@@ -2,27 +2,29 @@ package sim
 
 import (
 	"context"
-	"github.com/sluicehq/sluice/retrybudget"
 	"maps"
 	"testing"
 	"time"
+
+	"github.com/sluicehq/sluice/retrybudget"
+	"github.com/sluicehq/sluice/sim/scenario"
 )
 
 // exact is a scenario small enough to follow by hand: one slot, every call
 // takes exactly 1s, one class with the given deadline, one naive source.
-func exact(deadline time.Duration) *Scenario {
-	return &Scenario{
+func exact(deadline time.Duration) *scenario.Scenario {
+	return &scenario.Scenario{
 		Name:     "exact",
 		Requests: 10,
-		Upstream: Upstream{Concurrency: 1, Service: Service{Lognormal: &Lognormal{Median: time.Second}}, CostPerCall: 1},
-		Classes:  []Class{{Name: "interactive", Deadline: deadline}},
-		Traffic:  []Source{{Class: "interactive", Client: "naive", MaxAttempts: 1, AttemptTimeout: deadline}},
+		Upstream: scenario.Upstream{Concurrency: 1, Service: scenario.Service{Lognormal: &scenario.Lognormal{Median: time.Second}}, CostPerCall: 1},
+		Classes:  []scenario.Class{{Name: "interactive", Deadline: deadline}},
+		Traffic:  []scenario.Source{{Class: "interactive", Client: "naive", MaxAttempts: 1, AttemptTimeout: deadline}},
 	}
 }
 
 // runScripted runs policy on sc with arrivals at exactly the given offsets
 // (in milliseconds) for each source in turn.
-func runScripted(t *testing.T, sc *Scenario, policy string, arrivals ...[]int) *Result {
+func runScripted(t *testing.T, sc *scenario.Scenario, policy string, arrivals ...[]int) *Result {
 	t.Helper()
 	r, err := scripted(t, sc, policy, arrivals...).run(context.Background())
 	if err != nil {
@@ -33,7 +35,7 @@ func runScripted(t *testing.T, sc *Scenario, policy string, arrivals ...[]int) *
 
 // scripted is runScripted's setup, for a test that changes it before the
 // run (such as one that runs longer).
-func scripted(t *testing.T, sc *Scenario, policy string, arrivals ...[]int) *setup {
+func scripted(t *testing.T, sc *scenario.Scenario, policy string, arrivals ...[]int) *setup {
 	t.Helper()
 	s, err := newSetup(sc, policy, 1, Options{})
 	if err != nil {
@@ -89,7 +91,7 @@ func TestBaselinesExecuteWorkWhoseCallerLeft(t *testing.T) {
 
 func TestDepthThresholdAndSmallQueueRefuseAtTheirBound(t *testing.T) {
 	sc := exact(1500 * time.Millisecond)
-	sc.Baselines = Baselines{DepthThreshold: 1, SmallQueue: 1}
+	sc.Baselines = scenario.Baselines{DepthThreshold: 1, SmallQueue: 1}
 	for _, p := range []string{"depth-threshold", "small-queue"} {
 		// #1 waits (and is served too late), #2 finds the queue full.
 		check(t, runScripted(t, sc, p, []int{0, 100, 200}), want{onTime: 1, billed: 2, wasted: 1, attempts: 3,
@@ -191,8 +193,8 @@ func TestRetryBudgetRefusesRetries(t *testing.T) {
 // priority shedding, after it without.
 func TestPriorityServesInteractiveFirst(t *testing.T) {
 	sc := exact(10 * time.Second)
-	sc.Classes = append(sc.Classes, Class{Name: "speculative", Deadline: 3500 * time.Millisecond})
-	sc.Traffic = append(sc.Traffic, Source{Class: "speculative", Client: "naive", MaxAttempts: 1, AttemptTimeout: 3500 * time.Millisecond})
+	sc.Classes = append(sc.Classes, scenario.Class{Name: "speculative", Deadline: 3500 * time.Millisecond})
+	sc.Traffic = append(sc.Traffic, scenario.Source{Class: "speculative", Client: "naive", MaxAttempts: 1, AttemptTimeout: 3500 * time.Millisecond})
 	spec, inter := []int{0, 10, 20, 30}, []int{40}
 	for _, c := range []struct {
 		policy       string

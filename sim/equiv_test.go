@@ -15,10 +15,12 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/sluicehq/sluice/chain"
+	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/gateway"
 	"github.com/sluicehq/sluice/internal/loopback"
 	"github.com/sluicehq/sluice/mockllm"
 	"github.com/sluicehq/sluice/retrybudget"
+	"github.com/sluicehq/sluice/sim/scenario"
 	"github.com/sluicehq/sluice/spend"
 )
 
@@ -63,20 +65,20 @@ var equivScript = []struct {
 
 // equivScenario is the simulator's side: the gateway's configuration as a
 // scenario.
-func equivScenario() *Scenario {
-	sc := &Scenario{
+func equivScenario() *scenario.Scenario {
+	sc := &scenario.Scenario{
 		Name:     "equiv",
 		Requests: 1,
-		Upstream: Upstream{Concurrency: 1, Service: Service{Lognormal: &Lognormal{Median: equivService}}},
-		Classes:  []Class{{Name: "interactive", Deadline: equivLong}, {Name: "speculative", Deadline: equivLong}},
-		Traffic: []Source{
+		Upstream: scenario.Upstream{Concurrency: 1, Service: scenario.Service{Lognormal: &scenario.Lognormal{Median: equivService}}},
+		Classes:  []scenario.Class{{Name: "interactive", Deadline: equivLong}, {Name: "speculative", Deadline: equivLong}},
+		Traffic: []scenario.Source{
 			{Name: "acme", Tenant: "acme", Class: "interactive", Model: equivModel},
 			{Name: "acme-speculative", Tenant: "acme", Class: "speculative", Model: equivModel},
 			{Name: "acme-plain", Tenant: "acme", Class: "interactive", Model: equivModel, Headers: "none"},
 			{Name: "cheap", Tenant: "cheap", Tier: "low", Class: "interactive", Model: equivModel},
 			{Name: "meter", Tenant: "meter", Class: "interactive", Model: equivModel},
 		},
-		Sluice: SluiceConfig{MaxQueue: 2, InitialServiceTime: equivService, RetryBudget: equivBudget},
+		Sluice: scenario.SluiceConfig{MaxQueue: 2, InitialServiceTime: equivService, RetryBudget: equivBudget},
 		Spend:  equivSpend(),
 	}
 	for i := range sc.Traffic {
@@ -102,12 +104,12 @@ func equivSpend() *spend.Config {
 var equivBudget = retrybudget.Config{Ratio: 0.01, MinPerSecond: 0.001, MaxTokens: 1}
 
 // equivGateway is the gateway's side, in front of upstream.
-func equivGateway(upstream string) gateway.Config {
+func equivGateway(upstream string) config.Config {
 	b := equivBudget
-	return gateway.Config{
-		Upstream: gateway.UpstreamConfig{URL: upstream, APIKeyEnv: "EQUIV_PROVIDER_KEY"},
-		Admission: gateway.AdmissionConfig{Concurrency: 1, MaxQueue: new(2),
-			InitialServiceTime: gateway.Duration(equivService)},
+	return config.Config{
+		Upstream: config.UpstreamConfig{URL: upstream, APIKeyEnv: "EQUIV_PROVIDER_KEY"},
+		Admission: config.AdmissionConfig{Concurrency: 1, MaxQueue: new(2),
+			InitialServiceTime: config.Duration(equivService)},
 		Tenants: []chain.TenantConfig{
 			{Name: "acme", APIKeysSHA256: []string{gateway.HashKey("key-acme")}},
 			{Name: "cheap", Tier: "low", APIKeysSHA256: []string{gateway.HashKey("key-cheap")}},
@@ -116,7 +118,7 @@ func equivGateway(upstream string) gateway.Config {
 		Spend: equivSpend(),
 		// The gateway's own retries of the provider would draw on the
 		// global budget; the mock never fails, and one attempt keeps it so.
-		Retries: gateway.RetryConfig{Budget: b, PerTenant: b, UpstreamAttempts: 1},
+		Retries: chain.RetryConfig{Budget: b, PerTenant: b, UpstreamAttempts: 1},
 	}
 }
 
@@ -194,7 +196,7 @@ func heardOrder(hs []heard) []int {
 // front of it on loopback, sends each scripted attempt at its offset in
 // real time, and returns what each caller got, and when: "served" for a
 // 200, the X-Sluice-Reason of a refusal, or what went wrong.
-func sendScript(t *testing.T, gw func(upstream string) gateway.Config, script []arrival) []heard {
+func sendScript(t *testing.T, gw func(upstream string) config.Config, script []arrival) []heard {
 	t.Helper()
 	// Runs last: every server, connection and caller is gone by then.
 	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())

@@ -1,6 +1,10 @@
 package sim
 
-import "testing"
+import (
+	"testing"
+
+	"github.com/sluicehq/sluice/sim/scenario"
+)
 
 // TestTenantWeightReachesTheGate: two tenants each sending twice the
 // capacity; with sluice.tenants giving a weight 3, it gets three times the
@@ -20,7 +24,7 @@ traffic:
 `
 	ratio := func(yaml string) float64 {
 		t.Helper()
-		sc, err := ParseScenario([]byte(yaml))
+		sc, err := scenario.Parse([]byte(yaml))
 		if err != nil {
 			t.Fatal(err)
 		}

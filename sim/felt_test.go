@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"testing"
 	"time"
+
+	"github.com/sluicehq/sluice/sim/scenario"
 )
 
 // TestUnansweredCountsCallersWhoseTimeoutPassed: four callers willing to
@@ -40,7 +42,7 @@ func TestUnansweredCountsCallersWhoseTimeoutPassed(t *testing.T) {
 // a bucket 2 ms wide).
 func TestRefusalTimesAreTheVirtualTimes(t *testing.T) {
 	sc := exact(1500 * time.Millisecond)
-	sc.Baselines = Baselines{SmallQueue: 1, QueueTimeout: 437 * time.Millisecond}
+	sc.Baselines = scenario.Baselines{SmallQueue: 1, QueueTimeout: 437 * time.Millisecond}
 	for _, tc := range []struct {
 		policy   string
 		arrivals []int
@@ -155,7 +157,7 @@ func TestMsHist(t *testing.T) {
 // timeout long after the caller left — and the classes' and sources'
 // shares sum to the run's.
 func TestFeltIsDeterministicAndAddsUp(t *testing.T) {
-	sc, err := LoadScenario("../scenarios/mixed-deadlines.yaml")
+	sc, err := scenario.Load("../scenarios/mixed-deadlines.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -45,12 +45,11 @@ func newGateServer(e *engine) (*gateServer, error) {
 	cfg := chain.Config{Admission: s.coreConfig(), Retries: chain.RetryConfig{Disabled: true}}
 	if s.policy.gate.retryBudget {
 		rb := s.sc.Sluice.RetryBudget
-		cfg.Retries = chain.RetryConfig{Global: rb, PerTenant: rb}
-		cfg.Recognise = s.sc.Sluice.Recognise
+		cfg.Retries = chain.RetryConfig{Budget: rb, PerTenant: rb, Recognise: s.sc.Sluice.Recognise}
 	} else {
 		// The rungs before retry budgets predate recognition too: they
 		// take a caller's word for its attempt, as the gateway once did.
-		cfg.Recognise.Disabled = true
+		cfg.Retries.Recognise.Disabled = true
 	}
 	g := &gateServer{e: e, probe: s.sources[0].req}
 	g.probe.Tenant = tenantName(g.probe.Tenant)

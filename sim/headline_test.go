@@ -3,6 +3,8 @@ package sim
 import (
 	"testing"
 	"time"
+
+	"github.com/sluicehq/sluice/sim/scenario"
 )
 
 // The headline results of docs/results.md, held so that a regression in
@@ -29,7 +31,7 @@ func runHeadline(t *testing.T, file, policy string, load float64) *Result {
 
 func runHeadlineN(t *testing.T, file, policy string, load float64, requests int) *Result {
 	t.Helper()
-	sc, err := LoadScenario("../scenarios/" + file + ".yaml")
+	sc, err := scenario.Load("../scenarios/" + file + ".yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -142,7 +144,7 @@ func TestMillionRequestsInTenSeconds(t *testing.T) {
 	if raceEnabled || testing.Short() {
 		t.Skip("timing test: not under -race or -short")
 	}
-	sc, err := LoadScenario("../scenarios/retry-storm.yaml")
+	sc, err := scenario.Load("../scenarios/retry-storm.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -178,7 +180,7 @@ func TestHeadlineRunawayTenant(t *testing.T) {
 	}
 	r := runHeadlineN(t, "runaway-tenant", "spend", headlineLoad, requests)
 	without := runHeadlineN(t, "runaway-tenant", "sluice", headlineLoad, requests)
-	sc, err := LoadScenario("../scenarios/runaway-tenant.yaml")
+	sc, err := scenario.Load("../scenarios/runaway-tenant.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -240,7 +242,7 @@ func TestHeadlineRunawayTenant(t *testing.T) {
 func TestHeadlineTenantFlood(t *testing.T) {
 	const flood = "flood"
 	r := runHeadline(t, "tenant-flood", "sluice", 1.4)
-	sc, err := LoadScenario("../scenarios/tenant-flood.yaml")
+	sc, err := scenario.Load("../scenarios/tenant-flood.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,11 +6,13 @@ import (
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/sluicehq/sluice/sim/scenario"
 )
 
-func storm(t *testing.T) *Scenario {
+func storm(t *testing.T) *scenario.Scenario {
 	t.Helper()
-	sc, err := LoadScenario("../scenarios/retry-storm.yaml")
+	sc, err := scenario.Load("../scenarios/retry-storm.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -76,8 +78,8 @@ func TestSweepIsDeterministicWhateverTheWorkers(t *testing.T) {
 // number of arrivals on average, and bursts and steps shape the rate.
 func TestArrivalsArePoissonAtTheOfferedRate(t *testing.T) {
 	sc := storm(t)
-	sc.Traffic[0].Bursts = []Burst{{At: TimePoint{F: 0.5, Fraction: true}, For: TimePoint{F: 0.1, Fraction: true}, Factor: 3}}
-	sc.Traffic[0].Steps = []Step{{At: TimePoint{F: 0.8, Fraction: true}, Factor: 0.5}}
+	sc.Traffic[0].Bursts = []scenario.Burst{{At: scenario.TimePoint{F: 0.5, Fraction: true}, For: scenario.TimePoint{F: 0.1, Fraction: true}, Factor: 3}}
+	sc.Traffic[0].Steps = []scenario.Step{{At: scenario.TimePoint{F: 0.8, Fraction: true}, Factor: 0.5}}
 	const n = 200_000
 	s, err := newSetup(sc, "fifo", 2, Options{Requests: n})
 	if err != nil {
@@ -124,7 +126,7 @@ func TestArrivalsArePoissonAtTheOfferedRate(t *testing.T) {
 // TestServiceTimes: the lognormal sampler has the configured median and
 // mean, steps apply by start time, and empirical draws come from the list.
 func TestServiceTimes(t *testing.T) {
-	sm := newSampler(Service{Lognormal: &Lognormal{Median: time.Second, Sigma: 0.5}}, []resolvedStep{{at: time.Minute, factor: 4}})
+	sm := newSampler(scenario.Service{Lognormal: &scenario.Lognormal{Median: time.Second, Sigma: 0.5}}, []resolvedStep{{at: time.Minute, factor: 4}})
 	if d := sm.draw(0.5, 0, 1); d != time.Second {
 		t.Errorf("draw at u=0.5 is %v, want the median", d)
 	}
@@ -139,12 +141,12 @@ func TestServiceTimes(t *testing.T) {
 	for i := range n {
 		sum += float64(sm.draw(uniform(1, saltService, uint64(i), 0), 0, 1))
 	}
-	want := float64(Service{Lognormal: &Lognormal{Median: time.Second, Sigma: 0.5}}.Mean())
+	want := float64(scenario.Service{Lognormal: &scenario.Lognormal{Median: time.Second, Sigma: 0.5}}.Mean())
 	if got := sum / n; math.Abs(got-want) > 0.01*want {
 		t.Errorf("mean draw %v, want %v", time.Duration(got), time.Duration(want))
 	}
 	emp := []time.Duration{time.Second, 3 * time.Second}
-	es := newSampler(Service{Empirical: emp}, nil)
+	es := newSampler(scenario.Service{Empirical: emp}, nil)
 	seen := map[time.Duration]int{}
 	for i := range 1000 {
 		seen[es.draw(uniform(2, saltService, uint64(i), 0), 0, 1)]++
@@ -152,7 +154,7 @@ func TestServiceTimes(t *testing.T) {
 	if len(seen) != 2 || seen[time.Second] < 400 || seen[3*time.Second] < 400 {
 		t.Errorf("empirical draws %v, want the two samples about equally", seen)
 	}
-	if m := (Service{Empirical: emp}).Mean(); m != 2*time.Second {
+	if m := (scenario.Service{Empirical: emp}).Mean(); m != 2*time.Second {
 		t.Errorf("empirical mean %v", m)
 	}
 }
@@ -196,7 +198,7 @@ func TestHistogramQuantiles(t *testing.T) {
 // for 3s after the step, then the capacity. A later collapse moves the
 // recovery after it; one that lasts to the end means no recovery.
 func TestRecoveryDefinition(t *testing.T) {
-	sc, err := LoadScenario("../scenarios/service-step.yaml")
+	sc, err := scenario.Load("../scenarios/service-step.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}

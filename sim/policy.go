@@ -4,6 +4,7 @@ import (
 	"slices"
 
 	"github.com/sluicehq/sluice/admission"
+	"github.com/sluicehq/sluice/sim/scenario"
 )
 
 // Policy is one of the admission policies the simulator compares. The
@@ -16,7 +17,7 @@ import (
 // spend.Limiter.
 type Policy struct {
 	// Name is the stable identifier used in scenario files and on the
-	// command line.
+	// command line: one of scenario.PolicyNames.
 	Name string
 	// Label is the human name used in tables and plots.
 	Label string
@@ -56,62 +57,40 @@ func (p Policy) SpendLimiter() bool { return p.gate.spend }
 // policies is the ladder, in table order: each sluice rung adds one feature
 // to the one above it.
 var policies = []Policy{
-	{Name: "fifo", Label: "unbounded FIFO", queue: queueUnbounded},
-	{Name: "depth-threshold", Label: "FIFO, depth threshold", queue: queueDepth},
-	{Name: "queue-timeout", Label: "FIFO, queue timeout", queue: queueTimeout},
-	{Name: "small-queue", Label: "small bounded queue", queue: queueSmall},
-	{Name: "wait-p50", Label: "wait-based, p50", Sluice: true,
+	{Name: scenario.PolicyFIFO, Label: "unbounded FIFO", queue: queueUnbounded},
+	{Name: scenario.PolicyDepthThreshold, Label: "FIFO, depth threshold", queue: queueDepth},
+	{Name: scenario.PolicyQueueTimeout, Label: "FIFO, queue timeout", queue: queueTimeout},
+	{Name: scenario.PolicySmallQueue, Label: "small bounded queue", queue: queueSmall},
+	{Name: scenario.PolicyWaitP50, Label: "wait-based, p50", Sluice: true,
 		gate: gateOptions{estimator: admission.ByMedian}},
-	{Name: "wait-mean", Label: "wait-based, mean", Sluice: true,
+	{Name: scenario.PolicyWaitMean, Label: "wait-based, mean", Sluice: true,
 		gate: gateOptions{estimator: admission.ByMean}},
-	{Name: "expiry", Label: "+ expiry at dequeue", Sluice: true,
+	{Name: scenario.PolicyExpiry, Label: "+ expiry at dequeue", Sluice: true,
 		gate: gateOptions{estimator: admission.ByMean, expiry: true}},
-	{Name: "lifo", Label: "+ adaptive LIFO", Sluice: true,
+	{Name: scenario.PolicyLIFO, Label: "+ adaptive LIFO", Sluice: true,
 		gate: gateOptions{estimator: admission.ByMean, expiry: true, lifo: true}},
-	{Name: "early", Label: "+ refusing early", Sluice: true,
+	{Name: scenario.PolicyEarly, Label: "+ refusing early", Sluice: true,
 		gate: gateOptions{estimator: admission.ByMean, expiry: true, lifo: true, early: true}},
-	{Name: "priority", Label: "+ priority shedding", Sluice: true,
+	{Name: scenario.PolicyPriority, Label: "+ priority shedding", Sluice: true,
 		gate: gateOptions{estimator: admission.ByMean, expiry: true, lifo: true, early: true, priority: true}},
-	{Name: "sluice", Label: "sluice (+ retry budget)", Sluice: true,
+	{Name: scenario.PolicySluice, Label: "sluice (+ retry budget)", Sluice: true,
 		gate: gateOptions{estimator: admission.ByMean, expiry: true, lifo: true, early: true, priority: true, retryBudget: true}},
 	// Full sluice with a spend section, as the gateway runs with one. It
 	// needs prices, so only scenarios with a spend section run it.
-	{Name: "spend", Label: "+ spend limiter", Sluice: true,
+	{Name: scenario.PolicySpend, Label: "+ spend limiter", Sluice: true,
 		gate: gateOptions{estimator: admission.ByMean, expiry: true, lifo: true, early: true, priority: true, retryBudget: true, spend: true}},
 	// Full sluice with the route stage: a pool per model of the upstream,
 	// each with its own gate of the model's concurrency, paced on its rpm
 	// and tpm, degrading under load when sluice.degrade says. It needs a
 	// concurrency on every model (upstream.models), so only scenarios with
 	// one run it.
-	{Name: "pools", Label: "+ pools per model", Sluice: true,
+	{Name: scenario.PolicyPools, Label: "+ pools per model", Sluice: true,
 		gate: gateOptions{estimator: admission.ByMean, expiry: true, lifo: true, early: true, priority: true, retryBudget: true, pools: true}},
 }
 
-// PolicyNames lists every policy, in ladder order; a scenario without a
-// spend section runs all but the last ([Scenario.PolicyNames]).
-func PolicyNames() []string {
-	out := make([]string, len(policies))
-	for i, p := range policies {
-		out[i] = p.Name
-	}
-	return out
-}
-
-// Policies returns every policy, in ladder order.
+// Policies returns every policy, in ladder order: one per name of
+// scenario.PolicyNames, in its order.
 func Policies() []Policy { return slices.Clone(policies) }
-
-// PolicyNames lists the policies a scenario runs when it names none: every
-// policy, but the spend limiter's only with a spend section, and pools only
-// with a concurrency on every model and no replicas.
-func (s *Scenario) PolicyNames() []string {
-	var out []string
-	for _, p := range policies {
-		if (!p.gate.spend || s.Spend != nil) && (!p.gate.pools || (s.Upstream.HasPools() && s.Replicas == nil)) {
-			out = append(out, p.Name)
-		}
-	}
-	return out
-}
 
 func policyByName(name string) (Policy, bool) {
 	for _, p := range policies {
@@ -131,16 +110,13 @@ const (
 	clientSluice
 )
 
-var clientNames = map[string]clientKind{"naive": clientNaive, "polite": clientPolite, "client": clientSluice}
-
-// ClientNames lists the caller behaviours a traffic source can have:
-// naive and polite as in package loadgen, client as in package client.
-func ClientNames() []string { return []string{"client", "naive", "polite"} }
+// clientKinds are the caller behaviours by their names in a scenario.
+var clientKinds = map[string]clientKind{scenario.ClientNaive: clientNaive, scenario.ClientPolite: clientPolite, scenario.ClientSluice: clientSluice}
 
 func clientByName(name string) (clientKind, bool) {
 	if name == "" {
 		return clientNaive, true
 	}
-	k, ok := clientNames[name]
+	k, ok := clientKinds[name]
 	return k, ok
 }

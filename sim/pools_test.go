@@ -6,12 +6,15 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/sluicehq/sluice/chain"
+	"github.com/sluicehq/sluice/sim/scenario"
 )
 
 // twoModels loads scenarios/two-models.yaml, bounded to n requests.
-func twoModels(t *testing.T, n int) *Scenario {
+func twoModels(t *testing.T, n int) *scenario.Scenario {
 	t.Helper()
-	sc, err := LoadScenario("../scenarios/two-models.yaml")
+	sc, err := scenario.Load("../scenarios/two-models.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -43,7 +46,7 @@ func TestPoolsKeepTheFastModelWhenTheSlowOneSlows(t *testing.T) {
 	sc := twoModels(t, 20_000)
 	calm := *sc
 	calm.Upstream.Steps = nil
-	run := func(sc *Scenario, policy string) ClassResult {
+	run := func(sc *scenario.Scenario, policy string) ClassResult {
 		r, err := Run(context.Background(), sc, policy, load, Options{})
 		if err != nil {
 			t.Fatal(err)
@@ -71,15 +74,15 @@ func TestPoolsKeepTheFastModelWhenTheSlowOneSlows(t *testing.T) {
 // paced is one model whose provider allows fewer tokens per minute than
 // its slots could serve: 2000 tokens a call (input plus max_tokens), a tpm
 // of 300 calls a minute (5/s) against 16 slots of 1s calls offered 12/s.
-func paced() *Scenario {
-	return &Scenario{
+func paced() *scenario.Scenario {
+	return &scenario.Scenario{
 		Name:     "paced",
 		Seed:     3,
 		Requests: 3000,
-		Upstream: Upstream{Concurrency: 16, Service: Service{Lognormal: &Lognormal{Median: time.Second}},
-			Models: map[string]Model{"m": {ServiceFactor: 1, Concurrency: 16, TPM: 300 * 2000}}},
-		Classes: []Class{{Name: "interactive", Deadline: 10 * time.Second}},
-		Traffic: []Source{{Class: "interactive", Client: "polite", MaxAttempts: 1, Model: "m",
+		Upstream: scenario.Upstream{Concurrency: 16, Service: scenario.Service{Lognormal: &scenario.Lognormal{Median: time.Second}},
+			Models: map[string]scenario.Model{"m": {ServiceFactor: 1, Concurrency: 16, TPM: 300 * 2000}}},
+		Classes: []scenario.Class{{Name: "interactive", Deadline: 10 * time.Second}},
+		Traffic: []scenario.Source{{Class: "interactive", Client: "polite", MaxAttempts: 1, Model: "m",
 			InputTokens: 1000, OutputTokens: 500, MaxTokens: 1000}},
 	}
 }
@@ -142,15 +145,15 @@ func TestPoolsPaceOnTokensPerMinuteAndLoseNothing(t *testing.T) {
 // and take the rung's service time at the rung's provider slots; many more
 // are served than without the ladder.
 func TestPoolsDegradeUnderLoad(t *testing.T) {
-	sc := &Scenario{
+	sc := &scenario.Scenario{
 		Name:     "degrade",
 		Seed:     5,
 		Requests: 3000,
-		Upstream: Upstream{Concurrency: 16, Service: Service{Lognormal: &Lognormal{Median: time.Second, Sigma: 0.3}},
-			Models: map[string]Model{"big": {ServiceFactor: 2, Concurrency: 8}, "small": {ServiceFactor: 0.5, Concurrency: 8}}},
-		Classes: []Class{{Name: "batch", Deadline: 20 * time.Second}},
-		Traffic: []Source{{Class: "batch", Client: "polite", MaxAttempts: 1, Model: "big"}},
-		Sluice:  SluiceConfig{Degrade: &DegradeConfig{Ladder: map[string]string{"big": "small"}, Classes: []string{"batch"}}},
+		Upstream: scenario.Upstream{Concurrency: 16, Service: scenario.Service{Lognormal: &scenario.Lognormal{Median: time.Second, Sigma: 0.3}},
+			Models: map[string]scenario.Model{"big": {ServiceFactor: 2, Concurrency: 8}, "small": {ServiceFactor: 0.5, Concurrency: 8}}},
+		Classes: []scenario.Class{{Name: "batch", Deadline: 20 * time.Second}},
+		Traffic: []scenario.Source{{Class: "batch", Client: "polite", MaxAttempts: 1, Model: "big"}},
+		Sluice:  scenario.SluiceConfig{Degrade: &chain.DegradeConfig{Ladder: map[string]string{"big": "small"}, Classes: []string{"batch"}}},
 	}
 	// 3× the big model's capacity.
 	r, err := Run(context.Background(), sc, "pools", 0.75, Options{})
@@ -201,7 +204,7 @@ func TestModelStepSlowsOnlyItsModel(t *testing.T) {
 func TestProviderSlotsPerModelQueueAtTheProvider(t *testing.T) {
 	sc := exact(10 * time.Second)
 	sc.Upstream.Concurrency = 4
-	sc.Upstream.Models = map[string]Model{"m": {ServiceFactor: 1, Concurrency: 2}}
+	sc.Upstream.Models = map[string]scenario.Model{"m": {ServiceFactor: 1, Concurrency: 2}}
 	sc.Traffic[0].Model = "m"
 	var answered []time.Duration
 	s, err := newSetup(sc, "fifo", 1, Options{})
@@ -247,19 +250,19 @@ traffic: [{class: interactive, model: a}]
 		{"upstream:\n  models:\n    a: {service_factor: 1, rpm: -5}", "upstream.models.a.rpm"},
 		{"upstream:\n  steps: [{at: 50%, factor: 4, model: c}]", "upstream.steps[0].model"},
 		{"sluice:\n  degrade: {ladder: {a: c}, classes: [interactive]}", "sluice.degrade.ladder.a"},
-		{"sluice:\n  degrade: {ladder: {a: b, b: a}, classes: [interactive]}", "sluice.degrade.ladder.a"},
+		{"sluice:\n  degrade: {ladder: {a: b, b: a}, classes: [interactive]}", "sluice.degrade.ladder.b"}, // the entry that closes the loop, as the gateway names it
 		{"sluice:\n  degrade: {ladder: {a: b}, classes: [batch]}", "sluice.degrade.classes[0]"},
 		{"sluice:\n  degrade: {ladder: {a: b}}", "sluice.degrade.classes"},
 		{"policies: [pools]\nupstream:\n  models:\n    a: {service_factor: 1}", "policies[0]"},
 	} {
 		doc := merge(base, tc.extra)
-		_, err := ParseScenario([]byte(doc))
-		var fe *FieldError
+		_, err := scenario.Parse([]byte(doc))
+		var fe *scenario.FieldError
 		if !errors.As(err, &fe) || fe.Field != tc.field {
 			t.Errorf("%s: got %v, want an error naming %s", tc.extra, err, tc.field)
 		}
 	}
-	sc, err := ParseScenario([]byte(merge(base, "upstream:\n  steps: [{at: 50%, factor: 4, model: b}]\nsluice:\n  degrade: {ladder: {a: b}, classes: [interactive]}")))
+	sc, err := scenario.Parse([]byte(merge(base, "upstream:\n  steps: [{at: 50%, factor: 4, model: b}]\nsluice:\n  degrade: {ladder: {a: b}, classes: [interactive]}")))
 	if err != nil {
 		t.Fatal(err)
 	}

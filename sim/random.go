@@ -3,6 +3,8 @@ package sim
 import (
 	"math"
 	"time"
+
+	"github.com/sluicehq/sluice/sim/scenario"
 )
 
 // Draws that are a pure function of (seed, what, which) rather than of the
@@ -46,7 +48,7 @@ type resolvedStep struct {
 	factor float64
 }
 
-func newSampler(s Service, steps []resolvedStep) *sampler {
+func newSampler(s scenario.Service, steps []resolvedStep) *sampler {
 	sm := &sampler{empirical: s.Empirical, steps: steps}
 	if s.Lognormal != nil {
 		sm.median = float64(s.Lognormal.Median)
@@ -100,5 +102,5 @@ func (s *sampler) draw(u float64, start time.Duration, factor float64) time.Dura
 	}
 	// Validation bounds the median to an hour, sigma to 3 and factors to
 	// 1000; a draw past a day is a far tail, clamped so it cannot overflow.
-	return time.Duration(min(max(d, 1), float64(maxDuration)))
+	return time.Duration(min(max(d, 1), float64(scenario.MaxDuration)))
 }

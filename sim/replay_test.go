@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"time"
+
+	"github.com/sluicehq/sluice/sim/scenario"
 )
 
 // arrival is one scripted attempt: sent At from the start of the run by a
@@ -37,7 +39,7 @@ const verdictServed = "served"
 // never retried, through the simulator's own shell around the policy (the
 // engine and, for a sluice policy, gateServer). It returns what the caller
 // of each attempt heard, in script order.
-func replay(ctx context.Context, sc *Scenario, policy string, script []arrival) ([]heard, error) {
+func replay(ctx context.Context, sc *scenario.Scenario, policy string, script []arrival) ([]heard, error) {
 	// Polite callers give each attempt the time left to their call's
 	// deadline, which replay sets from the attempt's timeout.
 	s, err := newSetup(sc, policy, 1, Options{Client: "polite"})

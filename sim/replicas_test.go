@@ -3,6 +3,8 @@ package sim
 import (
 	"strings"
 	"testing"
+
+	"github.com/sluicehq/sluice/sim/scenario"
 )
 
 // TestReplicasShareTheUpstream runs scenarios/replicas.yaml: three
@@ -13,7 +15,7 @@ import (
 // only, and the interactive callers on the other replicas are served
 // (≥ 99%): the leases divide the slots by rank across replicas.
 func TestReplicasShareTheUpstream(t *testing.T) {
-	sc, err := LoadScenario("../scenarios/replicas.yaml")
+	sc, err := scenario.Load("../scenarios/replicas.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -52,7 +54,7 @@ func TestReplicasErrorsNameTheField(t *testing.T) {
 		{strings.Replace(with, "{class: interactive}", "{class: interactive, replica: 3}", 1), "traffic[0].replica"},
 		{strings.Replace(minimalYAML, "{class: interactive}", "{class: interactive, replica: 0}", 1), "traffic[0].replica"},
 	} {
-		_, err := ParseScenario([]byte(c.yaml))
+		_, err := scenario.Parse([]byte(c.yaml))
 		if err == nil || !strings.Contains(err.Error(), c.field) {
 			t.Errorf("%s: %v, want an error naming %s", c.yaml, err, c.field)
 		}

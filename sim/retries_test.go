@@ -2,6 +2,8 @@ package sim
 
 import (
 	"testing"
+
+	"github.com/sluicehq/sluice/sim/scenario"
 )
 
 // TestHeadlessRetriesAreRecognised: in a 5× retry storm by callers that
@@ -16,7 +18,7 @@ import (
 // stage (sluice.recognise.disabled), where none is recognised and every
 // retry reaches the provider as a first attempt; goodput holds either way.
 func TestHeaderlessRetriesAreRecognised(t *testing.T) {
-	sc, err := LoadScenario("../scenarios/headerless-retries.yaml")
+	sc, err := scenario.Load("../scenarios/headerless-retries.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}

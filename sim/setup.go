@@ -11,13 +11,14 @@ import (
 	"github.com/sluicehq/sluice/admission"
 	"github.com/sluicehq/sluice/chain"
 	"github.com/sluicehq/sluice/contract"
+	"github.com/sluicehq/sluice/sim/scenario"
 	"github.com/sluicehq/sluice/spend"
 )
 
 // setup is a scenario resolved for one run: the arrival window, every time
 // point in it, the rates and the policy's configuration.
 type setup struct {
-	sc       *Scenario
+	sc       *scenario.Scenario
 	policy   Policy
 	load     float64
 	seed     uint64
@@ -27,7 +28,7 @@ type setup struct {
 	mean     time.Duration // nominal mean service time
 	sampler  *sampler
 	sources  []*source
-	classes  []Class
+	classes  []scenario.Class
 	tenants  []string
 	bucket   time.Duration
 	trace    bool
@@ -67,8 +68,8 @@ type source struct {
 	costs          map[string]float64 // of one call to each model, for calls the route stage degrades
 	usage          contract.Usage
 	maxTokens      int64
-	undeclared     bool              // its callers send no retry header (Source.Headers none)
-	samePrompt     bool              // every request the same (Source.SamePrompt)
+	undeclared     bool              // its callers send no retry header (headers: none)
+	samePrompt     bool              // every request the same (same_prompt)
 	req            admission.Request // Class, Tenant, Tier, Key; the rest per attempt
 	base           float64           // first attempts per second before steps and bursts
 	segs           []segment
@@ -90,7 +91,7 @@ type segment struct {
 
 // Options tune a run beyond the scenario.
 type Options struct {
-	// Requests overrides Scenario.Requests. Zero keeps it.
+	// Requests overrides scenario.Scenario.Requests. Zero keeps it.
 	Requests int
 	// Client, when set, makes every source use this client (naive, polite
 	// or client). Empty keeps each source's own.
@@ -103,10 +104,10 @@ type Options struct {
 	Bucket time.Duration
 }
 
-func newSetup(sc *Scenario, policy string, load float64, opt Options) (*setup, error) {
+func newSetup(sc *scenario.Scenario, policy string, load float64, opt Options) (*setup, error) {
 	p, ok := policyByName(policy)
 	if !ok {
-		return nil, fmt.Errorf("unknown policy %q (known: %v)", policy, PolicyNames())
+		return nil, fmt.Errorf("unknown policy %q (known: %v)", policy, scenario.PolicyNames())
 	}
 	if p.gate.spend && sc.Spend == nil {
 		return nil, fmt.Errorf("policy %s runs the spend limiter: scenario %s has no spend section", policy, sc.Name)
@@ -117,17 +118,17 @@ func newSetup(sc *Scenario, policy string, load float64, opt Options) (*setup, e
 	if p.gate.pools && sc.Replicas != nil {
 		return nil, fmt.Errorf("policy %s is not run with replicas (scenario %s has a replicas section)", policy, sc.Name)
 	}
-	if !(load > 0) || load > maxLoad || math.IsInf(load, 0) {
-		return nil, fmt.Errorf("load: want a factor in (0, %g], got %v", maxLoad, load)
+	if !(load > 0) || load > scenario.MaxLoad || math.IsInf(load, 0) {
+		return nil, fmt.Errorf("load: want a factor in (0, %g], got %v", scenario.MaxLoad, load)
 	}
-	if opt.Requests < 0 || opt.Requests > maxRequests {
-		return nil, fmt.Errorf("requests: want 1 to %d, got %d", maxRequests, opt.Requests)
+	if opt.Requests < 0 || opt.Requests > scenario.MaxRequests {
+		return nil, fmt.Errorf("requests: want 1 to %d, got %d", scenario.MaxRequests, opt.Requests)
 	}
 	override := clientNaive
 	if opt.Client != "" {
 		k, ok := clientByName(opt.Client)
 		if !ok {
-			return nil, fmt.Errorf("client: unknown client %q (known: %v)", opt.Client, ClientNames())
+			return nil, fmt.Errorf("client: unknown client %q (known: %v)", opt.Client, scenario.ClientNames())
 		}
 		override = k
 	}
@@ -150,7 +151,7 @@ func newSetup(sc *Scenario, policy string, load float64, opt Options) (*setup, e
 
 	var pricer *spend.Limiter
 	if sc.Spend != nil {
-		cfg, err := sc.spendConfig()
+		cfg, err := sc.SpendConfig()
 		if err != nil {
 			return nil, err
 		}
@@ -188,7 +189,7 @@ func newSetup(sc *Scenario, policy string, load float64, opt Options) (*setup, e
 		requests = opt.Requests
 	}
 	if requests == 0 {
-		requests = DefaultRequests
+		requests = scenario.DefaultRequests
 	}
 
 	shares := 0.0
@@ -209,7 +210,7 @@ func newSetup(sc *Scenario, policy string, load float64, opt Options) (*setup, e
 				r.name = src.Tenant + "/" + src.Class
 			}
 		}
-		r.class = slices.IndexFunc(sc.Classes, func(c Class) bool { return c.Name == src.Class })
+		r.class = slices.IndexFunc(sc.Classes, func(c scenario.Class) bool { return c.Name == src.Class })
 		r.deadline = sc.Classes[r.class].Deadline
 		r.client, _ = clientByName(src.Client)
 		if opt.Client != "" {
@@ -310,7 +311,7 @@ func newSetup(sc *Scenario, policy string, load float64, opt Options) (*setup, e
 	return s, nil
 }
 
-func shareOf(src Source) float64 {
+func shareOf(src scenario.Source) float64 {
 	if src.Share == 0 {
 		return 1
 	}
@@ -385,10 +386,10 @@ func (s *setup) expected(window time.Duration) float64 {
 func (s *setup) solveWindow(n float64) (time.Duration, error) {
 	hi := time.Second
 	for s.expected(hi) < n {
-		if hi >= maxDuration {
-			return 0, fmt.Errorf("requests: %v requests would need an arrival window beyond %v at these rates", n, maxDuration)
+		if hi >= scenario.MaxDuration {
+			return 0, fmt.Errorf("requests: %v requests would need an arrival window beyond %v at these rates", n, scenario.MaxDuration)
 		}
-		hi = min(2*hi, maxDuration)
+		hi = min(2*hi, scenario.MaxDuration)
 	}
 	lo := time.Duration(0)
 	for hi-lo > time.Millisecond {
@@ -459,29 +460,7 @@ func (s *setup) capacityOver(from, to time.Duration) float64 {
 // ranks returns the admission ranks of the scenario's classes: the
 // scenario's (or the default) ranks with priority shedding, every request at
 // rank 0 without it.
-func (s *setup) ranks(priority bool) *admission.Ranks { return ranksOf(s.classes, priority) }
-
-func ranksOf(classes []Class, priority bool) *admission.Ranks {
-	def := admission.DefaultRanks()
-	r := &admission.Ranks{Classes: map[string]int{}, Default: classes[0].Name}
-	for _, c := range classes {
-		if c.Name == admission.ClassInteractive {
-			r.Default = c.Name
-		}
-		switch {
-		case !priority:
-			r.Classes[c.Name] = 0
-		case c.Rank != nil:
-			r.Classes[c.Name] = *c.Rank
-		default:
-			r.Classes[c.Name] = def.Classes[c.Name]
-		}
-	}
-	if priority {
-		r.Retry, r.LowTier, r.HighTierBoost, r.HighTierMin = def.Retry, def.LowTier, def.HighTierBoost, def.HighTierMin
-	}
-	return r
-}
+func (s *setup) ranks(priority bool) *admission.Ranks { return s.sc.Ranks(priority) }
 
 // coreConfig is the admission configuration of a sluice policy.
 func (s *setup) coreConfig() admission.Config {

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/sim/scenario"
 	"github.com/sluicehq/sluice/spend"
 )
 
@@ -39,9 +40,9 @@ spend:
 #LIMIT
 `
 
-func parse(t *testing.T, yaml string) *Scenario {
+func parse(t *testing.T, yaml string) *scenario.Scenario {
 	t.Helper()
-	sc, err := ParseScenario([]byte(yaml))
+	sc, err := scenario.Parse([]byte(yaml))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -189,7 +190,7 @@ func TestSpendPolicyNeedsASpendSection(t *testing.T) {
 		t.Errorf("RunSweep: %v", err)
 	}
 	// Every policy but pools, which needs a concurrency on every model.
-	if got := parse(t, pricedYAML).PolicyNames(); got[len(got)-1] != "spend" || len(got) != len(PolicyNames())-1 || slices.Contains(got, "pools") {
+	if got := parse(t, pricedYAML).PolicyNames(); got[len(got)-1] != "spend" || len(got) != len(scenario.PolicyNames())-1 || slices.Contains(got, "pools") {
 		t.Errorf("with a spend section: %v", got)
 	}
 }
@@ -258,22 +259,22 @@ func TestSpendScenarioErrorsNameTheField(t *testing.T) {
 			if in == pricedYAML {
 				t.Fatalf("%q is not in the scenario", c.from)
 			}
-			_, err := ParseScenario([]byte(in))
-			var fe *FieldError
+			_, err := scenario.Parse([]byte(in))
+			var fe *scenario.FieldError
 			if !errors.As(err, &fe) || fe.Field != c.field {
 				t.Fatalf("error %v, want a *FieldError naming %s", err, c.field)
 			}
 		})
 	}
 	// The spend package's own checks name the field under spend. as well.
-	_, err := ParseScenario([]byte(strings.Replace(pricedYAML, "ladder: {big: small}", "ladder: {small: big}", 1)))
+	_, err := scenario.Parse([]byte(strings.Replace(pricedYAML, "ladder: {big: small}", "ladder: {small: big}", 1)))
 	if err == nil || !strings.Contains(err.Error(), "spend.ladder.small") {
 		t.Errorf("a dearer rung: %v", err)
 	}
 	// A rung that is priced but has no service time.
 	in := strings.Replace(pricedYAML, "small: {service_factor: 0.5}", "medium: {service_factor: 0.7}", 1)
-	var fe *FieldError
-	if _, err := ParseScenario([]byte(in)); !errors.As(err, &fe) || fe.Field != "spend.ladder.big" {
+	var fe *scenario.FieldError
+	if _, err := scenario.Parse([]byte(in)); !errors.As(err, &fe) || fe.Field != "spend.ladder.big" {
 		t.Errorf("a rung not in upstream.models: %v", err)
 	}
 }

@@ -7,6 +7,8 @@ import (
 	"slices"
 
 	"golang.org/x/sync/errgroup"
+
+	"github.com/sluicehq/sluice/sim/scenario"
 )
 
 // SweepOptions choose what a sweep runs.
@@ -26,7 +28,7 @@ type SweepOptions struct {
 
 // Sweep is the results of a scenario over loads and policies.
 type Sweep struct {
-	Scenario *Scenario
+	Scenario *scenario.Scenario
 	Loads    []float64
 	Policies []Policy
 	// Results[i][j] is load i, policy j.
@@ -44,7 +46,7 @@ func (sw *Sweep) Result(load float64, policy string) *Result {
 }
 
 // RunSweep runs every policy at every load of the scenario.
-func RunSweep(ctx context.Context, sc *Scenario, opt SweepOptions) (*Sweep, error) {
+func RunSweep(ctx context.Context, sc *scenario.Scenario, opt SweepOptions) (*Sweep, error) {
 	if err := sc.Validate(); err != nil {
 		return nil, err
 	}
@@ -53,7 +55,7 @@ func RunSweep(ctx context.Context, sc *Scenario, opt SweepOptions) (*Sweep, erro
 		sw.Loads = sc.Loads
 	}
 	if len(sw.Loads) == 0 {
-		sw.Loads = DefaultLoads
+		sw.Loads = scenario.DefaultLoads
 	}
 	names := opt.Policies
 	if len(names) == 0 {
@@ -65,7 +67,7 @@ func RunSweep(ctx context.Context, sc *Scenario, opt SweepOptions) (*Sweep, erro
 	for _, n := range names {
 		p, ok := policyByName(n)
 		if !ok {
-			return nil, fmt.Errorf("policy: unknown policy %q (known: %v)", n, PolicyNames())
+			return nil, fmt.Errorf("policy: unknown policy %q (known: %v)", n, scenario.PolicyNames())
 		}
 		if p.gate.spend && sc.Spend == nil {
 			return nil, fmt.Errorf("policy: %q runs the spend limiter, and scenario %s has no spend section", n, sc.Name)

@@ -1,3 +1,9 @@
+// One file, over 600 lines, on purpose: batch.JobStore on Redis is one
+// protocol — the keys, the streams and consumer groups, and the Lua scripts
+// that keep a result written once — and each method reads the keys and
+// invariants the others write, so they are kept in one place to be checked
+// against each other.
+
 package store
 
 import (

@@ -20,7 +20,9 @@ import (
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
 
+	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/gateway"
+	"github.com/sluicehq/sluice/gateway/batchapi"
 	"github.com/sluicehq/sluice/mockllm"
 )
 
@@ -201,7 +203,7 @@ func TestBatchSurvivesKill(t *testing.T) {
 func TestServeBatchDefaults(t *testing.T) {
 	state := t.TempDir()
 	t.Setenv("XDG_STATE_HOME", state)
-	load := func(args ...string) (gateway.Config, *serveFlags) {
+	load := func(args ...string) (config.Config, *serveFlags) {
 		t.Helper()
 		fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 		var f serveFlags
@@ -272,8 +274,8 @@ func TestBatchCommand(t *testing.T) {
 	}
 	up := httptest.NewServer(mock)
 	defer func() { mock.Close(); up.Close() }()
-	cfg := gateway.Config{Listen: "127.0.0.1:0", Admin: "127.0.0.1:0", Upstream: gateway.UpstreamConfig{URL: up.URL},
-		Admission: gateway.AdmissionConfig{Concurrency: 4}, Batch: gateway.BatchConfig{Path: filepath.Join(t.TempDir(), "b.db")}}
+	cfg := config.Config{Listen: "127.0.0.1:0", Admin: "127.0.0.1:0", Upstream: config.UpstreamConfig{URL: up.URL},
+		Admission: config.AdmissionConfig{Concurrency: 4}, Batch: batchapi.Config{Path: filepath.Join(t.TempDir(), "b.db")}}
 	g, err := gateway.New(cfg, gateway.Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		t.Fatal(err)

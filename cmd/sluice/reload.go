@@ -8,18 +8,18 @@ import (
 	"sync"
 	"syscall"
 
-	"github.com/sluicehq/sluice/gateway"
+	"github.com/sluicehq/sluice/config"
 )
 
 // configSource is how serve re-reads its config for a reload: the file it
 // was started with, and the flags it was started with over it again (a
 // flag given at start keeps overriding the file, as it did then). Nil
 // without --config: there is nothing to re-read.
-func (f *serveFlags) configSource(fs *flag.FlagSet) func() (gateway.Config, error) {
+func (f *serveFlags) configSource(fs *flag.FlagSet) func() (config.Config, error) {
 	if f.config == "" {
 		return nil
 	}
-	return func() (gateway.Config, error) { return f.load(fs) }
+	return func() (config.Config, error) { return f.load(fs) }
 }
 
 // reloadOnSignal reloads the gateway's config on each value sig delivers

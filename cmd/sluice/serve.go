@@ -16,7 +16,9 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/chain"
+	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/gateway"
+	"github.com/sluicehq/sluice/gateway/observe"
 )
 
 func init() {
@@ -60,11 +62,11 @@ func (f *serveFlags) register(fs *flag.FlagSet) {
 }
 
 // load reads the config file, if any, and applies the flags that were set.
-func (f *serveFlags) load(fs *flag.FlagSet) (gateway.Config, error) {
-	var cfg gateway.Config
+func (f *serveFlags) load(fs *flag.FlagSet) (config.Config, error) {
+	var cfg config.Config
 	if f.config != "" {
 		var err error
-		if cfg, err = gateway.LoadConfig(f.config); err != nil {
+		if cfg, err = config.Load(f.config); err != nil {
 			return cfg, err
 		}
 	}
@@ -102,11 +104,11 @@ func (f *serveFlags) load(fs *flag.FlagSet) (gateway.Config, error) {
 			if f.initial < 0 {
 				bad = fmt.Errorf("--initial-service-time: %v, want ≥ 0", f.initial)
 			}
-			cfg.Admission.InitialServiceTime = gateway.Duration(f.initial)
+			cfg.Admission.InitialServiceTime = config.Duration(f.initial)
 		case "admin-pprof":
 			cfg.AdminPprof = f.pprof
 		case "log-format":
-			if f.logFormat != gateway.LogFormatText && f.logFormat != gateway.LogFormatJSON {
+			if f.logFormat != observe.LogFormatText && f.logFormat != observe.LogFormatJSON {
 				bad = fmt.Errorf("--log-format: %q, want text or json", f.logFormat)
 			}
 			cfg.Log.Format = f.logFormat
@@ -217,7 +219,7 @@ func runCheckConfig(ctx context.Context, args []string, stdout, stderr io.Writer
 	if fs.NArg() != 1 {
 		return errors.New("usage: sluice check-config FILE")
 	}
-	cfg, err := gateway.LoadConfig(fs.Arg(0))
+	cfg, err := config.Load(fs.Arg(0))
 	if err != nil {
 		return err
 	}

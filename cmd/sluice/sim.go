@@ -17,6 +17,7 @@ import (
 	"github.com/sluicehq/sluice/cmd/sluice/internal/calibrate"
 	"github.com/sluicehq/sluice/cmd/sluice/internal/simreport"
 	"github.com/sluicehq/sluice/sim"
+	"github.com/sluicehq/sluice/sim/scenario"
 )
 
 func init() {
@@ -59,8 +60,8 @@ func parseSimFlags(args []string, stderr io.Writer) (*simFlags, error) {
 		fmt.Fprintln(stderr, "--scenarios, and, unless --calibrate=false, runs the calibration against the")
 		fmt.Fprintln(stderr, "real gateway and mock on loopback (about a minute and a half of real time).")
 		fmt.Fprintln(stderr)
-		fmt.Fprintf(stderr, "policies: %s\n", strings.Join(sim.PolicyNames(), ", "))
-		fmt.Fprintf(stderr, "clients:  %s\n\n", strings.Join(sim.ClientNames(), ", "))
+		fmt.Fprintf(stderr, "policies: %s\n", strings.Join(scenario.PolicyNames(), ", "))
+		fmt.Fprintf(stderr, "clients:  %s\n\n", strings.Join(scenario.ClientNames(), ", "))
 		fs.PrintDefaults()
 	}
 	fs.StringVar(&f.scenario, "scenario", "", "scenario `file` (YAML)")
@@ -132,12 +133,12 @@ func parseSimFlags(args []string, stderr io.Writer) (*simFlags, error) {
 		return nil, fmt.Errorf("--speed: want ≥ 0, got %d", f.speed)
 	}
 	for _, p := range f.policies {
-		if !slices.Contains(sim.PolicyNames(), p) {
-			return nil, fmt.Errorf("--policy: unknown policy %q (known: %s)", p, strings.Join(sim.PolicyNames(), ", "))
+		if !slices.Contains(scenario.PolicyNames(), p) {
+			return nil, fmt.Errorf("--policy: unknown policy %q (known: %s)", p, strings.Join(scenario.PolicyNames(), ", "))
 		}
 	}
-	if f.client != "" && !slices.Contains(sim.ClientNames(), f.client) {
-		return nil, fmt.Errorf("--client: unknown client %q (known: %s)", f.client, strings.Join(sim.ClientNames(), ", "))
+	if f.client != "" && !slices.Contains(scenario.ClientNames(), f.client) {
+		return nil, fmt.Errorf("--client: unknown client %q (known: %s)", f.client, strings.Join(scenario.ClientNames(), ", "))
 	}
 	return f, nil
 }
@@ -151,8 +152,8 @@ func (f *simFlags) sweepOptions() sim.SweepOptions {
 	}
 }
 
-func (f *simFlags) load(path string) (*sim.Scenario, error) {
-	sc, err := sim.LoadScenario(path)
+func (f *simFlags) load(path string) (*scenario.Scenario, error) {
+	sc, err := scenario.Load(path)
 	if err != nil {
 		return nil, err
 	}
@@ -199,7 +200,7 @@ func runSimAll(ctx context.Context, f *simFlags, stderr io.Writer) error {
 		return fmt.Errorf("--scenarios: no *.yaml files in %s", f.dir)
 	}
 	sort.Slice(files, func(i, j int) bool { return scenarioOrder(files[i]) < scenarioOrder(files[j]) })
-	var scenarios []*sim.Scenario
+	var scenarios []*scenario.Scenario
 	for _, file := range files {
 		sc, err := f.load(file)
 		if err != nil {

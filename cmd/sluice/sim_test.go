@@ -4,12 +4,13 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"github.com/sluicehq/sluice/sim"
 	"io"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/sluicehq/sluice/sim/scenario"
 )
 
 const testScenario = "../../scenarios/retry-storm.yaml"
@@ -77,7 +78,7 @@ func TestSimPrintsOneTable(t *testing.T) {
 			t.Errorf("table lacks %q:\n%s", want, out)
 		}
 	}
-	sc, err := sim.LoadScenario(testScenario)
+	sc, err := scenario.Load(testScenario)
 	if err != nil {
 		t.Fatal(err)
 	}

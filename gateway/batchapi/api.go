@@ -9,11 +9,9 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
-	"unicode/utf8"
 
 	"github.com/sluicehq/sluice/admission"
 	"github.com/sluicehq/sluice/batch"
@@ -235,7 +233,7 @@ func (a *API) invalid(w http.ResponseWriter, status int, code, param, msg string
 }
 
 func (a *API) notFound(w http.ResponseWriter, what, id string) {
-	a.invalid(w, http.StatusNotFound, "not_found", "", fmt.Sprintf("no %s with id %q", what, echo(id)))
+	a.invalid(w, http.StatusNotFound, "not_found", "", fmt.Sprintf("no %s with id %q", what, contract.Echo(id)))
 }
 
 func (a *API) failed(w http.ResponseWriter, err error) {
@@ -270,22 +268,4 @@ func newID(prefix string) string {
 // validID bounds an id from a path before it reaches the store.
 func validID(id string) bool {
 	return id != "" && len(id) <= 128 && !strings.ContainsAny(id, "\x00/")
-}
-
-// maxEcho bounds how much of a caller's id an error repeats, as the
-// gateway's own errors do: enough to recognise it, not enough to turn a
-// refusal into an amplifier or a log flood.
-const maxEcho = 64
-
-// echo quotes v for an error message, cut at maxEcho bytes (on a rune
-// boundary) with an ellipsis and its full length when longer.
-func echo(v string) string {
-	if len(v) <= maxEcho {
-		return strconv.Quote(v)
-	}
-	cut := maxEcho
-	for cut > 0 && !utf8.RuneStart(v[cut]) {
-		cut--
-	}
-	return fmt.Sprintf("%s… (%d bytes)", strconv.Quote(v[:cut]), len(v))
 }

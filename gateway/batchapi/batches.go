@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math"
 	"net/http"
 	"slices"
 	"strconv"
@@ -62,11 +61,11 @@ func (a *API) createBatch(w http.ResponseWriter, r *http.Request, tenant string)
 		a.invalid(w, http.StatusBadRequest, "missing_required_parameter", "input_file_id", "input_file_id is required")
 		return
 	case !slices.Contains(batch.Endpoints, req.Endpoint):
-		a.invalid(w, http.StatusBadRequest, "invalid_value", "endpoint", fmt.Sprintf("endpoint: %q, want one of %s", echo(req.Endpoint), strings.Join(batch.Endpoints, ", ")))
+		a.invalid(w, http.StatusBadRequest, "invalid_value", "endpoint", fmt.Sprintf("endpoint: %q, want one of %s", contract.Echo(req.Endpoint), strings.Join(batch.Endpoints, ", ")))
 		return
 	case !ok || window > a.cfg.MaxWindow.D():
 		a.invalid(w, http.StatusBadRequest, "invalid_value", "completion_window",
-			fmt.Sprintf("completion_window: %q, want a duration such as 24h, up to batch.max_window (%v)", echo(req.CompletionWindow), a.cfg.MaxWindow.D()))
+			fmt.Sprintf("completion_window: %q, want a duration such as 24h, up to batch.max_window (%v)", contract.Echo(req.CompletionWindow), a.cfg.MaxWindow.D()))
 		return
 	case len(req.Metadata) > 16:
 		a.invalid(w, http.StatusBadRequest, "invalid_value", "metadata", "metadata: at most 16 pairs")
@@ -170,9 +169,9 @@ func (a *API) backlogFull(w http.ResponseWriter, field string, have, add, bound 
 		excess := float64(have+add-bound) / float64(have) * float64(backlog)
 		retry = max(time.Second, time.Duration(excess/rate*float64(time.Second)))
 	}
-	retryMs := ceilMs(retry)
+	retryMs := contract.RetryAfterMs(retry)
 	a.deps.BadInput("batch_backlog_full")
-	w.Header().Set(contract.HeaderRetryAfter, strconv.FormatInt(ceilSeconds(retry), 10))
+	w.Header().Set(contract.HeaderRetryAfter, strconv.FormatInt(contract.RetryAfterSeconds(retry), 10))
 	w.Header().Set(contract.HeaderRetryAfterMs, strconv.FormatInt(retryMs, 10))
 	a.deps.WriteError(w, http.StatusTooManyRequests, contract.ErrorBody{Error: contract.ErrorDetail{
 		Message: fmt.Sprintf("%d waiting to run and this batch's %d would pass %s (%d); retry after %d ms", have, add, field, bound, retryMs),
@@ -207,10 +206,10 @@ func (a *API) cannotFinish(w http.ResponseWriter, backlog, n int, rate float64, 
 		retry = time.Duration(float64(backlog) / rate * float64(time.Second))
 	}
 	retry = max(retry, time.Second)
-	estMs, retryMs := ceilMs(est), ceilMs(retry)
+	estMs, retryMs := contract.RetryAfterMs(est), contract.RetryAfterMs(retry)
 	a.deps.BadInput("batch_cannot_finish")
 	h := w.Header()
-	h.Set(contract.HeaderRetryAfter, strconv.FormatInt(ceilSeconds(retry), 10))
+	h.Set(contract.HeaderRetryAfter, strconv.FormatInt(contract.RetryAfterSeconds(retry), 10))
 	h.Set(contract.HeaderRetryAfterMs, strconv.FormatInt(retryMs, 10))
 	h.Set(contract.HeaderEstimatedWaitMs, strconv.FormatInt(estMs, 10))
 	msg := fmt.Sprintf("the batch cannot finish inside its completion_window (%v): %d items ahead and its %d at %.1f items/s would take until about %s (%d ms); retry after %d ms",
@@ -347,16 +346,4 @@ func (a *API) cancel(w http.ResponseWriter, r *http.Request, tenant, id string) 
 	default:
 		writeJSON(w, batchOf(got))
 	}
-}
-
-// ceilMs is d in whole milliseconds, rounded up, at least 1.
-func ceilMs(d time.Duration) int64 {
-	return max(1, int64(math.Ceil(float64(d)/float64(time.Millisecond))))
-}
-
-// ceilSeconds is d in whole seconds, rounded up, at least 1: Retry-After
-// has no fractions, and a zero would invite the immediate retry it exists
-// to prevent.
-func ceilSeconds(d time.Duration) int64 {
-	return max(1, int64(math.Ceil(d.Seconds())))
 }

@@ -17,6 +17,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/sluicehq/sluice/chain"
+	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/gateway"
 	"github.com/sluicehq/sluice/mockllm"
 )
@@ -46,9 +47,9 @@ type served struct {
 // serve mounts a gateway built from cfg as a program would: its handler
 // on a server of the test's, and RunBatch until the end of the test, when
 // it drains and the running items get shutdown_grace to finish.
-func serve(t *testing.T, cfg gateway.Config) *served {
+func serve(t *testing.T, cfg config.Config) *served {
 	t.Helper()
-	cfg.ShutdownGrace = gateway.Duration(5 * time.Second)
+	cfg.ShutdownGrace = config.Duration(5 * time.Second)
 	g, err := gateway.New(cfg, gateway.Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Getenv: func(k string) string {
 		if k == "TEST_PROVIDER_KEY" {
 			return "sk-provider-secret"
@@ -75,10 +76,10 @@ func serve(t *testing.T, cfg gateway.Config) *served {
 
 // batchConfig is a gateway with the Batch API on, a store in the test's
 // directory, and two tenants, acme and rival.
-func batchConfig(t *testing.T, upstream string) gateway.Config {
-	cfg := gateway.Config{
-		Upstream:  gateway.UpstreamConfig{URL: upstream, APIKeyEnv: "TEST_PROVIDER_KEY"},
-		Admission: gateway.AdmissionConfig{Concurrency: 4, MaxQueue: new(16)},
+func batchConfig(t *testing.T, upstream string) config.Config {
+	cfg := config.Config{
+		Upstream:  config.UpstreamConfig{URL: upstream, APIKeyEnv: "TEST_PROVIDER_KEY"},
+		Admission: config.AdmissionConfig{Concurrency: 4, MaxQueue: new(16)},
 	}
 	cfg.Tenants = []chain.TenantConfig{
 		{Name: "acme", APIKeysSHA256: []string{chain.HashKey("sk-acme")}},

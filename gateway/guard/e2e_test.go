@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/chain"
+	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/contract"
 	"github.com/sluicehq/sluice/gateway"
 	"github.com/sluicehq/sluice/gateway/guard"
@@ -44,10 +45,10 @@ func startMock(t *testing.T, cfg mockllm.Config) *httptest.Server {
 
 // startServer runs a gateway.Server (both listeners, the connection
 // policy) on loopback until the test ends and returns the API address.
-func startServer(t *testing.T, cfg gateway.Config) string {
+func startServer(t *testing.T, cfg config.Config) string {
 	t.Helper()
 	cfg.Listen, cfg.Admin = "127.0.0.1:0", "127.0.0.1:0"
-	cfg.ShutdownGrace = gateway.Duration(5 * time.Second)
+	cfg.ShutdownGrace = config.Duration(5 * time.Second)
 	g, err := gateway.New(cfg, gateway.Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Getenv: func(k string) string {
 		if k == "TEST_PROVIDER_KEY" {
 			return "sk-provider-secret"
@@ -73,10 +74,10 @@ func startServer(t *testing.T, cfg gateway.Config) string {
 	return srv.API.Addr().String()
 }
 
-func baseConfig(upstream string) gateway.Config {
-	return gateway.Config{
-		Upstream:  gateway.UpstreamConfig{URL: upstream},
-		Admission: gateway.AdmissionConfig{Concurrency: 4, MaxQueue: new(16)},
+func baseConfig(upstream string) config.Config {
+	return config.Config{
+		Upstream:  config.UpstreamConfig{URL: upstream},
+		Admission: config.AdmissionConfig{Concurrency: 4, MaxQueue: new(16)},
 	}
 }
 
@@ -112,7 +113,7 @@ func readToEOF(t *testing.T, c net.Conn, limit time.Duration) ([]byte, time.Dura
 }
 
 // connServer is a config whose timeouts are short enough for tests.
-func connServer(upstream string, s guard.Config) gateway.Config {
+func connServer(upstream string, s guard.Config) config.Config {
 	cfg := baseConfig(upstream)
 	cfg.Server = s
 	return cfg
@@ -124,7 +125,7 @@ const (
 	chatStream = `{"model":"gpt-4o-mini","messages":[{"role":"user","content":"hi"}],"max_tokens":64,"stream":true}`
 )
 
-func withTenant(cfg gateway.Config) gateway.Config {
+func withTenant(cfg config.Config) config.Config {
 	cfg.Upstream.APIKeyEnv = "TEST_PROVIDER_KEY"
 	cfg.Tenants = []chain.TenantConfig{{Name: "acme", APIKeysSHA256: []string{gateway.HashKey(acmeKey)}}}
 	return cfg
@@ -379,7 +380,7 @@ func TestConfigErrorsNameTheField(t *testing.T) {
 			t.Errorf("%+v: %v, want an error naming %s", tc.s, err, tc.want)
 		}
 	}
-	if _, err := gateway.ParseConfig([]byte("upstream: {url: \"http://x\"}\nadmission: {concurrency: 1}\nserver: {idle_timeout: 5}\n")); err == nil {
+	if _, err := config.Parse([]byte("upstream: {url: \"http://x\"}\nadmission: {concurrency: 1}\nserver: {idle_timeout: 5}\n")); err == nil {
 		t.Error("a bare number for idle_timeout was accepted")
 	}
 }

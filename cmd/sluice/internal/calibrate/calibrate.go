@@ -24,11 +24,13 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/gateway"
 	"github.com/sluicehq/sluice/internal/loopback"
 	"github.com/sluicehq/sluice/loadgen"
 	"github.com/sluicehq/sluice/mockllm"
 	"github.com/sluicehq/sluice/sim"
+	"github.com/sluicehq/sluice/sim/scenario"
 )
 
 // Config shapes the calibration. The zero value is the default, which takes
@@ -125,18 +127,18 @@ type Report struct {
 }
 
 // Scenario is the simulator's version of the calibration workload.
-func (c Config) Scenario() *sim.Scenario {
+func (c Config) Scenario() *scenario.Scenario {
 	dl := c.Deadline
-	return &sim.Scenario{
+	return &scenario.Scenario{
 		Name: "calibration",
 		Seed: c.Seed,
-		Upstream: sim.Upstream{
+		Upstream: scenario.Upstream{
 			Concurrency: c.Slots,
-			Service:     sim.Service{Lognormal: &sim.Lognormal{Median: c.Median, Sigma: c.Sigma}},
+			Service:     scenario.Service{Lognormal: &scenario.Lognormal{Median: c.Median, Sigma: c.Sigma}},
 		},
-		Classes: []sim.Class{{Name: "interactive", Deadline: dl}},
-		Traffic: []sim.Source{{Class: "interactive", Client: "naive", MaxAttempts: 3}},
-		Sluice:  sim.SluiceConfig{MaxQueue: 8 * c.Slots},
+		Classes: []scenario.Class{{Name: "interactive", Deadline: dl}},
+		Traffic: []scenario.Source{{Class: "interactive", Client: "naive", MaxAttempts: 3}},
+		Sluice:  scenario.SluiceConfig{MaxQueue: 8 * c.Slots},
 	}
 }
 
@@ -216,12 +218,12 @@ func real(ctx context.Context, cfg Config, rate float64, mean time.Duration) (Fi
 	}
 	defer stopMock()
 
-	gw, err := gateway.New(gateway.Config{
-		Upstream: gateway.UpstreamConfig{URL: mockURL},
-		Admission: gateway.AdmissionConfig{
+	gw, err := gateway.New(config.Config{
+		Upstream: config.UpstreamConfig{URL: mockURL},
+		Admission: config.AdmissionConfig{
 			Concurrency:        cfg.Slots,
 			MaxQueue:           new(8 * cfg.Slots),
-			InitialServiceTime: gateway.Duration(mean),
+			InitialServiceTime: config.Duration(mean),
 		},
 	}, gateway.Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {

@@ -18,6 +18,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/contract"
 	"github.com/sluicehq/sluice/gateway"
 	"github.com/sluicehq/sluice/internal/loopback"
@@ -200,16 +201,16 @@ func runThrough(ctx context.Context, cfg Config, mockCfg mockllm.Config, load lo
 	}
 	defer stop()
 	defer mock.Close()
-	g, err := gateway.New(gateway.Config{
+	g, err := gateway.New(config.Config{
 		Listen:   "127.0.0.1:0",
 		Admin:    "127.0.0.1:0",
-		Upstream: gateway.UpstreamConfig{URL: upURL},
-		Admission: gateway.AdmissionConfig{
+		Upstream: config.UpstreamConfig{URL: upURL},
+		Admission: config.AdmissionConfig{
 			Concurrency:        cfg.Slots,
 			MaxQueue:           new(8 * cfg.Slots),
-			InitialServiceTime: gateway.Duration(factor * float64(cfg.Median)),
+			InitialServiceTime: config.Duration(factor * float64(cfg.Median)),
 		},
-		ShutdownGrace: gateway.Duration(5 * time.Second),
+		ShutdownGrace: config.Duration(5 * time.Second),
 		Spend:         mockPrices(),
 	}, gateway.Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {

@@ -22,6 +22,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/gateway"
 	"github.com/sluicehq/sluice/internal/loopback"
 	"github.com/sluicehq/sluice/mockllm"
@@ -127,7 +128,7 @@ type Replica struct {
 
 // StartReplica builds a gateway from cfg and serves it on free loopback
 // ports until Stop. A nil log discards the gateway's logs.
-func StartReplica(cfg gateway.Config, log *slog.Logger) (*Replica, error) {
+func StartReplica(cfg config.Config, log *slog.Logger) (*Replica, error) {
 	cfg.Listen, cfg.Admin = "127.0.0.1:0", "127.0.0.1:0"
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)

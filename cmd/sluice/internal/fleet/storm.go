@@ -9,7 +9,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/sluicehq/sluice/gateway"
+	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/gateway/guard"
 	"github.com/sluicehq/sluice/loadgen"
 	"github.com/sluicehq/sluice/mockllm"
@@ -20,16 +20,16 @@ import (
 // 100ms, Redis calls bounded by 250ms (the shared test machine's pauses
 // must not open the breaker), and connection caps that let a balancer's
 // many connections from one address through.
-func ReplicaConfig(upstream string, concurrency int, redisURL, cluster string) gateway.Config {
-	cfg := gateway.Config{
-		Upstream:  gateway.UpstreamConfig{URL: upstream},
-		Admission: gateway.AdmissionConfig{Concurrency: concurrency},
+func ReplicaConfig(upstream string, concurrency int, redisURL, cluster string) config.Config {
+	cfg := config.Config{
+		Upstream:  config.UpstreamConfig{URL: upstream},
+		Admission: config.AdmissionConfig{Concurrency: concurrency},
 		Server:    guard.Config{MaxConnections: 8192, MaxUnauthenticatedPerIP: 8192},
 	}
 	if redisURL != "" {
-		cfg.Store = &gateway.StoreConfig{Redis: &gateway.RedisStoreConfig{URL: redisURL, Cluster: cluster,
-			Timeout: gateway.Duration(250 * time.Millisecond),
-			Lease:   &gateway.LeaseConfig{Interval: gateway.Duration(100 * time.Millisecond)}}}
+		cfg.Store = &config.StoreConfig{Redis: &config.RedisStoreConfig{URL: redisURL, Cluster: cluster,
+			Timeout: config.Duration(250 * time.Millisecond),
+			Lease:   &config.LeaseConfig{Interval: config.Duration(100 * time.Millisecond)}}}
 	}
 	return cfg
 }

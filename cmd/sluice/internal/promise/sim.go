@@ -6,8 +6,9 @@ import (
 	"math"
 	"time"
 
-	"github.com/sluicehq/sluice/gateway"
+	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/sim"
+	"github.com/sluicehq/sluice/sim/scenario"
 )
 
 // SimOptions configure RunSim.
@@ -54,14 +55,14 @@ func RunSim(ctx context.Context, sc Scenario, v Variant, opt SimOptions) (*Resul
 
 // gatewayDefaults is what `sluice serve --upstream U --concurrency N`
 // runs with: the simulator's gate is given the same waiting room.
-func gatewayDefaults(concurrency int) (gateway.Config, error) {
-	return gateway.ParseConfig(fmt.Appendf(nil, "upstream: {url: \"http://127.0.0.1:1\"}\nadmission: {concurrency: %d}\n", concurrency))
+func gatewayDefaults(concurrency int) (config.Config, error) {
+	return config.Parse(fmt.Appendf(nil, "upstream: {url: \"http://127.0.0.1:1\"}\nadmission: {concurrency: %d}\n", concurrency))
 }
 
 // simScenario is sc as a simulator scenario: the provider, the classes,
 // naive callers retrying twice at once with their deadline as their
 // timeout, and the gateway's default waiting room.
-func simScenario(sc Scenario, v Variant, opt SimOptions) (*sim.Scenario, error) {
+func simScenario(sc Scenario, v Variant, opt SimOptions) (*scenario.Scenario, error) {
 	def, err := gatewayDefaults(Slots)
 	if err != nil {
 		return nil, err
@@ -71,23 +72,23 @@ func simScenario(sc Scenario, v Variant, opt SimOptions) (*sim.Scenario, error) 
 	if seconds == 0 {
 		seconds = 60
 	}
-	s := &sim.Scenario{
+	s := &scenario.Scenario{
 		Name:     sc.Name,
 		Seed:     opt.Seed,
 		Requests: int(math.Ceil(sc.Load * NominalCapacity() * seconds)),
-		Upstream: sim.Upstream{
+		Upstream: scenario.Upstream{
 			Concurrency: Slots,
-			Service:     sim.Service{Lognormal: &sim.Lognormal{Median: Median, Sigma: Sigma}},
+			Service:     scenario.Service{Lognormal: &scenario.Lognormal{Median: Median, Sigma: Sigma}},
 		},
 		// The gateway starts without a service time; the simulator's
 		// gate, without one, starts from the upstream's mean.
-		Sluice: sim.SluiceConfig{MaxQueue: maxQueue},
+		Sluice: scenario.SluiceConfig{MaxQueue: maxQueue},
 	}
 	if sc.Slowdown > 1 {
-		s.Upstream.Steps = []sim.Step{{At: sim.TimePoint{F: 0.5, Fraction: true}, Factor: sc.Slowdown}}
+		s.Upstream.Steps = []scenario.Step{{At: scenario.TimePoint{F: 0.5, Fraction: true}, Factor: sc.Slowdown}}
 	}
 	if sc.Replicas > 1 {
-		s.Replicas = &sim.Replicas{Count: sc.Replicas}
+		s.Replicas = &scenario.Replicas{Count: sc.Replicas}
 	}
 	classes := map[string]time.Duration{}
 	for _, src := range sc.Sources {
@@ -95,14 +96,14 @@ func simScenario(sc Scenario, v Variant, opt SimOptions) (*sim.Scenario, error) 
 			return nil, fmt.Errorf("%s: class %s has two deadlines", sc.Name, src.Class)
 		}
 		if _, ok := classes[src.Class]; !ok {
-			s.Classes = append(s.Classes, sim.Class{Name: src.Class, Deadline: src.Deadline})
+			s.Classes = append(s.Classes, scenario.Class{Name: src.Class, Deadline: src.Deadline})
 		}
 		classes[src.Class] = src.Deadline
 		headers := "attempt"
 		if v.Undeclared {
 			headers = "none"
 		}
-		s.Traffic = append(s.Traffic, sim.Source{
+		s.Traffic = append(s.Traffic, scenario.Source{
 			Name:           src.Name(),
 			Class:          src.Class,
 			Tenant:         src.Tenant,

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/sim"
+	"github.com/sluicehq/sluice/sim/scenario"
 )
 
 // The figures behind the README's proposed section, the headlines and the
@@ -123,7 +124,7 @@ func newHeadlines(sweeps []*sweep) headlines {
 }
 
 // depthThreshold is the depth-threshold baseline's bound.
-func depthThreshold(sc *sim.Scenario) int {
+func depthThreshold(sc *scenario.Scenario) int {
 	if d := sc.Baselines.DepthThreshold; d > 0 {
 		return d
 	}
@@ -133,7 +134,7 @@ func depthThreshold(sc *sim.Scenario) int {
 // smallQueueWork is the small bounded queue's places as work: how long a
 // full queue takes to drain at the upstream's mean service time, times
 // factor.
-func smallQueueWork(sc *sim.Scenario, factor float64) time.Duration {
+func smallQueueWork(sc *scenario.Scenario, factor float64) time.Duration {
 	size := sc.Baselines.SmallQueue
 	if size == 0 {
 		size = sc.Upstream.Concurrency

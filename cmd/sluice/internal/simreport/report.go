@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/sim"
+	"github.com/sluicehq/sluice/sim/scenario"
 )
 
 // Options configure Write.
@@ -19,7 +20,7 @@ type Options struct {
 	// Dir receives results.md and plots/. Required.
 	Dir string
 	// Scenarios are tabled in this order. At least one.
-	Scenarios []*sim.Scenario
+	Scenarios []*scenario.Scenario
 	// Sweep tunes every sweep (Requests, Workers, ...).
 	Sweep sim.SweepOptions
 	// Command is the command line that regenerates the file, quoted at its
@@ -177,7 +178,7 @@ func writeFile(path string, write func(io.Writer) error) error {
 	return os.WriteFile(path, b.Bytes(), 0o644)
 }
 
-func writeTimeseries(ctx context.Context, sc *sim.Scenario, o sim.Options, dir string) error {
+func writeTimeseries(ctx context.Context, sc *scenario.Scenario, o sim.Options, dir string) error {
 	ts := sc.Timeseries
 	load := ts.Load
 	if load == 0 {

@@ -10,11 +10,12 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/sim"
+	"github.com/sluicehq/sluice/sim/scenario"
 )
 
-func loadScenario(t *testing.T, file string) *sim.Scenario {
+func loadScenario(t *testing.T, file string) *scenario.Scenario {
 	t.Helper()
-	sc, err := sim.LoadScenario("../../../../scenarios/" + file + ".yaml")
+	sc, err := scenario.Load("../../../../scenarios/" + file + ".yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -110,7 +111,7 @@ func TestPlotsArePNGs(t *testing.T) {
 }
 
 func TestWrite(t *testing.T) {
-	var scenarios []*sim.Scenario
+	var scenarios []*scenario.Scenario
 	for _, f := range []string{"retry-storm", "service-step"} {
 		scenarios = append(scenarios, loadScenario(t, f))
 	}
@@ -149,7 +150,7 @@ func TestWrite(t *testing.T) {
 func TestWriteRunawayTenant(t *testing.T) {
 	sc := loadScenario(t, "runaway-tenant")
 	dir := t.TempDir()
-	err := Write(t.Context(), Options{Dir: dir, Scenarios: []*sim.Scenario{sc},
+	err := Write(t.Context(), Options{Dir: dir, Scenarios: []*scenario.Scenario{sc},
 		Sweep: sim.SweepOptions{Options: sim.Options{Requests: 30_000}, Loads: []float64{1, 5}}})
 	if err != nil {
 		t.Fatal(err)

@@ -5,13 +5,14 @@ import (
 	"strings"
 
 	"github.com/sluicehq/sluice/sim"
+	"github.com/sluicehq/sluice/sim/scenario"
 )
 
 // scenarioSection is a scenario's section of results.md
 // (templates/scenario.md.tmpl): its table, what the table shows, and the
 // spend limiter's tables when its traffic runs away.
 type scenarioSection struct {
-	Scenario *sim.Scenario
+	Scenario *scenario.Scenario
 	// Description is the scenario's, trimmed.
 	Description string
 	// First is the first run, for the capacity and the request count.

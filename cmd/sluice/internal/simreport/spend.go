@@ -8,6 +8,7 @@ import (
 
 	"github.com/sluicehq/sluice/contract"
 	"github.com/sluicehq/sluice/sim"
+	"github.com/sluicehq/sluice/sim/scenario"
 )
 
 // The spend limiter's part of results.md: for a scenario with a spend
@@ -21,7 +22,7 @@ import (
 // policy in the sweep.
 func (sw *sweep) runSteady(ctx context.Context, opt sim.SweepOptions) error {
 	sc := sw.Scenario
-	if sc.Spend == nil || !slices.ContainsFunc(sc.Traffic, func(s sim.Source) bool { return s.Changes() }) ||
+	if sc.Spend == nil || !slices.ContainsFunc(sc.Traffic, func(s scenario.Source) bool { return s.Changes() }) ||
 		!slices.ContainsFunc(sw.Policies, func(p sim.Policy) bool { return p.SpendLimiter() }) {
 		return nil
 	}
@@ -141,7 +142,7 @@ func (ra *runaway) Tenant() sim.TenantSpend {
 
 // change is how many times its starting rate a runaway tenant's source
 // sends at the end of the arrival window ("100×").
-func change(sc *sim.Scenario, r *sim.Result) string {
+func change(sc *scenario.Scenario, r *sim.Result) string {
 	window := time.Duration(r.WindowSeconds * float64(time.Second))
 	for _, src := range sc.Traffic {
 		if !src.Changes() {

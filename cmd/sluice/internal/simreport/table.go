@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/sim"
+	"github.com/sluicehq/sluice/sim/scenario"
 )
 
 // The table columns: goodput as a percentage of
@@ -67,7 +68,7 @@ func perSource(sw *sim.Sweep) bool {
 // header: the table then shows how many of their retries the chain
 // recognised, and what share of upstream calls retries were.
 func headerless(sw *sim.Sweep) bool {
-	return slices.ContainsFunc(sw.Scenario.Traffic, func(s sim.Source) bool { return s.Headers == "none" })
+	return slices.ContainsFunc(sw.Scenario.Traffic, func(s scenario.Source) bool { return s.Headers == "none" })
 }
 
 func sourceNames(sw *sim.Sweep) []string {

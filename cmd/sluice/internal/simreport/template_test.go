@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/sluicehq/sluice/sim"
+	"github.com/sluicehq/sluice/sim/scenario"
 )
 
 func render(t *testing.T, name string, data any) string {
@@ -119,7 +120,7 @@ func TestStepHeadline(t *testing.T) {
 func TestWriteCalibration(t *testing.T) {
 	opt := Options{
 		Dir:       t.TempDir(),
-		Scenarios: []*sim.Scenario{loadScenario(t, "mixed-deadlines")},
+		Scenarios: []*scenario.Scenario{loadScenario(t, "mixed-deadlines")},
 		Sweep:     sim.SweepOptions{Options: sim.Options{Requests: 500}, Loads: []float64{1}},
 		Calibration: func(w io.Writer) error {
 			_, err := io.WriteString(w, "| load | run |\n|---:|---|\n| 1× | real |\n")

@@ -1,0 +1,208 @@
+package chain
+
+import (
+	"context"
+	"math"
+	"sync/atomic"
+
+	"github.com/sluicehq/sluice/admission"
+)
+
+// The shells' side of routing: moving an admitted call to another pool
+// after its deployment failed it, the provider's rate-limit headers, and
+// the pools' state and settings the gateway reads and sets.
+
+// Failover moves an admitted call to the next pool of its route after its
+// deployment failed it — o is the failed attempt's outcome: a connection
+// failure, a 5xx or a 429, received before any byte reached the caller —
+// and reports whether it did. The next pool is the first of the route not
+// tried yet, and not down (unless the call can be its probe), whose
+// estimate meets the call's deadline; moving there takes a
+// token of the global retry budget (when there are retry budgets, and
+// unless the failed deployment could not be reached at all, which never
+// had the call), waits
+// for its requests and tokens per minute and for its gate (within ctx),
+// and only then gives back the failed pool's slot, booking the failure
+// with the pool's health. When it cannot, the call keeps its pool and
+// slot (what it took for the move, retry token included, is given back),
+// and the shell answers with the failure. Without routing it never
+// moves a call. Not to be called concurrently with Done or Drop.
+func (p *Permit) Failover(ctx context.Context, o Outcome) bool {
+	rt := p.c.stages.route
+	i := p.routeHold()
+	if rt == nil || i < 0 {
+		return false
+	}
+	old := p.holds.h[i].(*routeHold)
+	now := p.c.now()
+	tried := old.tried
+	if old.p.idx < 64 {
+		tried |= 1 << old.p.idx
+	}
+	skip := func(q *pool) bool { return q.idx < 64 && tried&(1<<q.idx) != 0 }
+	r := p.req
+	c, err := rt.pick(now, &r, r.Model, skip)
+	if err != nil || !c.fits || (!c.probe && c.p.health.isDown()) {
+		// A pool found down takes a failover only as its probe: pick
+		// falls back on one when every pool left is down.
+		return false
+	}
+	// A deployment that could not be reached never had the call: moving
+	// it is its first attempt, not a retry, and costs no token.
+	rb := p.c.stages.retries
+	if o.Unreachable {
+		rb = nil
+	}
+	if rb != nil && !rb.global.TryWithdraw(now) {
+		return false
+	}
+	nh := rt.reserve(now, &r, c)
+	nh.tried = tried
+	r.Pool, r.Upstream, r.UpstreamModel = c.p.idx, c.p.cfg.Deployment, c.p.modelAt(r.Model)
+	var gp *admission.Permit
+	if pace(ctx, r.NotBefore, p.c.now) {
+		gp, err = p.c.gates[c.p.idx].Acquire(ctx, r.admission())
+	}
+	if gp == nil || err != nil {
+		// Not moved: the retry was not made after all.
+		now = p.c.now()
+		nh.Cancel(now, err)
+		if rb != nil {
+			rb.global.Refund(now)
+		}
+		return false
+	}
+	now = p.c.now()
+	_ = old.Settle(now, o) // a route hold's Settle cannot fail
+	// A refusal or an unreachable deployment is no service time: its
+	// sample would tell the pool's estimates that calls are quick.
+	res := o.Result
+	if o.Unreachable || o.RateLimited {
+		res = admission.Unused
+	}
+	p.gp.Done(admission.Outcome{Result: res, ServiceTime: now.Sub(p.gp.Start())})
+	p.holds.h[i], p.gp, p.req = nh, gp, r
+	return true
+}
+
+// routeHold is the index of the call's route hold among its holds, -1
+// without one.
+func (p *Permit) routeHold() int {
+	for i := p.holds.n - 1; i >= 0; i-- {
+		if _, ok := p.holds.h[i].(*routeHold); ok {
+			return i
+		}
+	}
+	return -1
+}
+
+// Limits are a provider's counts of a rate limit, as its headers give them
+// on an answer: the limit per minute and what remains of it. Zero Limit
+// means not sent; Remaining is meaningful only with Known.
+type Limits struct {
+	Limit, Remaining int64
+	Known            bool
+}
+
+// ObserveLimits aligns the call's pool on what its provider says remains of
+// its requests and tokens per minute: the pool's buckets never hold more
+// than the provider would accept. A pool without a configured limit learns
+// one from the first answer that gives it, when its PoolConfig.Learn says
+// so, so that it paces the calls it sends before the provider refuses
+// them.
+func (p *Permit) ObserveLimits(requests, tokens Limits) {
+	i := p.routeHold()
+	if i < 0 {
+		return
+	}
+	pl := p.holds.h[i].(*routeHold).p
+	now := p.c.now()
+	for _, x := range [...]struct {
+		b *atomic.Pointer[bucket]
+		l Limits
+	}{{&pl.rpm, requests}, {&pl.tpm, tokens}} {
+		if !x.l.Known {
+			continue
+		}
+		b := x.b.Load()
+		if b == nil {
+			if x.l.Limit <= 0 || !pl.cfg.Learn {
+				continue
+			}
+			nb := newBucket(x.l.Limit, now)
+			nb.learned = true
+			if sh := math.Float64frombits(pl.share.Load()); sh > 0 && sh < 1 {
+				nb.setShare(now, sh)
+			}
+			if !x.b.CompareAndSwap(nil, nb) {
+				b = x.b.Load()
+			} else {
+				b = nb
+			}
+		}
+		b.observe(now, x.l.Limit, x.l.Remaining)
+	}
+}
+
+// Rank is the rank req would get: the same in every pool, which share the
+// chain's classes.
+func (c *Chain) Rank(req admission.Request) (int, error) { return c.gates[0].Rank(req) }
+
+// PoolInfo describes one pool of a routing chain.
+type PoolInfo struct {
+	Name, Deployment, Model, Flavour string
+	// Gate is the pool's gate, for its statistics.
+	Gate *admission.Gate
+}
+
+// Pools lists the pools, in RoutingConfig.Pools order: one, DefaultPool,
+// without routing.
+func (c *Chain) Pools() []PoolInfo {
+	rt := c.stages.route
+	out := make([]PoolInfo, len(rt.pools))
+	for i, p := range rt.pools {
+		out[i] = PoolInfo{Name: p.cfg.Name, Deployment: p.cfg.Deployment, Model: p.cfg.Model, Flavour: p.cfg.Flavour, Gate: c.gates[i]}
+	}
+	return out
+}
+
+// PoolState is a pool's state at now: the tokens and requests its buckets
+// hold (false without a bucket) and whether it is down.
+type PoolState struct {
+	Tokens, Requests           float64
+	TokensKnown, RequestsKnown bool
+	Down                       bool
+}
+
+// PoolState returns pool i's state (see Pools).
+func (c *Chain) PoolState(i int) PoolState {
+	p := c.stages.route.pools[i]
+	now := c.now()
+	var s PoolState
+	if b := p.tpm.Load(); b != nil {
+		s.Tokens, s.TokensKnown = b.available(now), true
+	}
+	if b := p.rpm.Load(); b != nil {
+		s.Requests, s.RequestsKnown = b.available(now), true
+	}
+	s.Down = p.health.isDown()
+	return s
+}
+
+// SetPoolShare makes pool i's request and token buckets this replica's
+// share of its deployment's limits (in (0, 1]: 1/n with n replicas), the
+// buckets learned later included.
+func (c *Chain) SetPoolShare(i int, share float64) {
+	p := c.stages.route.pools[i]
+	now := c.now()
+	p.share.Store(math.Float64bits(share))
+	for _, b := range [...]*bucket{p.rpm.Load(), p.tpm.Load()} {
+		if b != nil {
+			b.setShare(now, share)
+		}
+	}
+}
+
+// SetPoolConcurrency sets pool i's concurrency: the gateway's adaptive
+// limit acts on each pool's gate.
+func (c *Chain) SetPoolConcurrency(i, n int) error { return c.gates[i].SetConcurrency(n) }
