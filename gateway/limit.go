@@ -105,7 +105,7 @@ func (g *Gateway) observe(now time.Time, resp *http.Response, c *call) {
 		return
 	}
 	if c != nil {
-		c.permit.ObserveLimits(providerLimits(resp.Header))
+		c.permit.ObserveLimits(wire.ProviderLimits(resp.Header))
 	}
 	p := g.poolOf(c)
 	a, set := p.limit, p.set

@@ -4,7 +4,6 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"net/url"
-	"strconv"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -106,35 +105,6 @@ func (g *Gateway) refreshLimits(now time.Time) {
 	for _, p := range g.pools {
 		p.limit.refresh(now, p.set)
 	}
-}
-
-// providerLimits reads a provider's rate-limit headers: OpenAI's
-// x-ratelimit-{limit,remaining}-{requests,tokens} and Anthropic's
-// anthropic-ratelimit-{requests,tokens}-{limit,remaining} (its input- and
-// output-token limits apart are not one bucket, and are left to the
-// adaptive limit).
-func providerLimits(h http.Header) (requests, tokens chain.Limits) {
-	read := func(limit, remaining string) chain.Limits {
-		var l chain.Limits
-		r, err := strconv.ParseInt(h.Get(remaining), 10, 64)
-		if err != nil || r < 0 {
-			return l
-		}
-		l.Remaining, l.Known = r, true
-		if n, err := strconv.ParseInt(h.Get(limit), 10, 64); err == nil && n > 0 {
-			l.Limit = n
-		}
-		return l
-	}
-	requests = read("x-ratelimit-limit-requests", "x-ratelimit-remaining-requests")
-	if !requests.Known {
-		requests = read("anthropic-ratelimit-requests-limit", "anthropic-ratelimit-requests-remaining")
-	}
-	tokens = read("x-ratelimit-limit-tokens", "x-ratelimit-remaining-tokens")
-	if !tokens.Known {
-		tokens = read("anthropic-ratelimit-tokens-limit", "anthropic-ratelimit-tokens-remaining")
-	}
-	return requests, tokens
 }
 
 // stampUpstream names the deployment that answered.

@@ -1,3 +1,9 @@
+// One file, over 600 lines, on purpose: the simulator's results — the
+// exported Result types, whose fields are the JSON of `sluice sim --json`,
+// and the counting that fills them during a run — kept together so that
+// every figure's definition and the event that moves it are read side by
+// side.
+
 package sim
 
 import (

@@ -4,6 +4,8 @@ import (
 	"net/http"
 	"testing"
 	"time"
+
+	"github.com/sluicehq/sluice/chain"
 )
 
 func TestExhausted(t *testing.T) {
@@ -39,5 +41,35 @@ func TestRetryAfter(t *testing.T) {
 	}
 	if got := RetryAfter(http.Header{"Retry-After": {"-3"}}, time.Second); got != time.Second {
 		t.Fatalf("negative Retry-After read as %v", got)
+	}
+}
+
+// TestProviderLimits: OpenAI's headers, else Anthropic's; an absent or
+// malformed count is not known; and reading them allocates nothing (they
+// are read on every answer).
+func TestProviderLimits(t *testing.T) {
+	h := http.Header{}
+	h.Set("x-ratelimit-limit-requests", "500")
+	h.Set("x-ratelimit-remaining-requests", "499")
+	h.Set("anthropic-ratelimit-tokens-limit", "80000")
+	h.Set("anthropic-ratelimit-tokens-remaining", "79000")
+	req, tok := ProviderLimits(h)
+	if req != (chain.Limits{Limit: 500, Remaining: 499, Known: true}) || tok != (chain.Limits{Limit: 80000, Remaining: 79000, Known: true}) {
+		t.Fatalf("requests %+v, tokens %+v", req, tok)
+	}
+	h.Set("x-ratelimit-remaining-requests", "-1")
+	h.Set("anthropic-ratelimit-tokens-remaining", "lots")
+	if req, tok := ProviderLimits(h); req.Known || tok.Known {
+		t.Fatalf("malformed counts read as %+v, %+v", req, tok)
+	}
+	if req, tok := ProviderLimits(http.Header{}); req.Known || tok.Known {
+		t.Fatalf("no headers read as %+v, %+v", req, tok)
+	}
+	h = http.Header{"Content-Type": {"application/json"}}
+	if n := testing.AllocsPerRun(100, func() {
+		ProviderLimits(h)
+		Exhausted(h, nil)
+	}); n != 0 {
+		t.Fatalf("%v allocations to read an answer without rate-limit headers", n)
 	}
 }

@@ -1,3 +1,10 @@
+// One file, over 600 lines, on purpose: it is the scenario file's schema —
+// each type with its keys' documentation — and its validation, which
+// checks keys against each other across the types (a source's class among
+// the classes, a step's model among the models, the policies against the
+// sections they need); kept together so that a key, its doc and its check
+// are read in one place.
+
 package scenario
 
 import (
