@@ -26,7 +26,7 @@ type Config struct {
 	MaxQueue int
 
 	// MaxQueuePerTenant caps how many of the queued requests one tenant may
-	// hold, unless its TenantConfig.MaxQueue says otherwise. Zero means no
+	// hold, unless its TenantShare.MaxQueue says otherwise. Zero means no
 	// fixed cap; the bound is still shared fairly, because
 	// at the bound a tenant holding fewer queued requests of a rank than
 	// another may evict the other's last-served request of that rank.
@@ -37,7 +37,7 @@ type Config struct {
 	// not listed (and the anonymous tenant "", unless listed) has weight 1,
 	// no concurrency cap and MaxQueuePerTenant. Nil means every tenant is
 	// unlisted.
-	Tenants map[string]TenantConfig
+	Tenants map[string]TenantShare
 
 	// Ranks decides the shed order. Nil means [DefaultRanks].
 	Ranks *Ranks
@@ -99,11 +99,11 @@ type Config struct {
 	LIFOInterval time.Duration
 }
 
-// TenantConfig is one tenant's part of a [Config]; see the package's
+// TenantShare is one tenant's part of a [Config]; see the package's
 // fairness model. It is also the YAML of a tenant's share in sluice's
 // configurations (weight, max_concurrency, queue_share: the gateway's
 // tenants[], a scenario's sluice.tenants.<name>); see Validate.
-type TenantConfig struct {
+type TenantShare struct {
 	// Weight is the tenant's weight in the fair share: within a rank,
 	// tenants are served estimated cost in proportion to their weights,
 	// and across ranks a tenant's fair share of the slots is weighted the
@@ -137,13 +137,13 @@ const MaxWeight = 1e6
 const MaxConcurrency = 100_000
 
 // IsZero reports whether tc leaves everything to the defaults.
-func (tc TenantConfig) IsZero() bool { return tc == TenantConfig{} }
+func (tc TenantShare) IsZero() bool { return tc == TenantShare{} }
 
 // Validate checks tc as written in a configuration file, naming the first
 // bad key by its YAML name (a *yamlpath.FieldError relative to the
 // tenant): weight 0 to MaxWeight, max_concurrency 0 to MaxConcurrency,
 // queue_share 0 to 1.
-func (tc TenantConfig) Validate() error {
+func (tc TenantShare) Validate() error {
 	switch {
 	case !(tc.Weight >= 0 && tc.Weight <= MaxWeight):
 		return yamlpath.Errorf("weight", "%v is out of range, want 0 (for 1) to %g", tc.Weight, float64(MaxWeight))
@@ -155,7 +155,7 @@ func (tc TenantConfig) Validate() error {
 	return nil
 }
 
-func (tc TenantConfig) validate(name string) error {
+func (tc TenantShare) validate(name string) error {
 	switch {
 	case math.IsNaN(tc.Weight) || tc.Weight < 0 || tc.Weight > MaxWeight:
 		return fmt.Errorf("admission: Config.Tenants[%q].Weight = %v, want 0..%g", name, tc.Weight, MaxWeight)
@@ -374,7 +374,7 @@ func (cfg Config) normalize() (Config, error) {
 	if cfg.Tenants != nil {
 		// Copied, like Ranks, so that the caller's map cannot change a
 		// running gate.
-		tenants := make(map[string]TenantConfig, len(cfg.Tenants))
+		tenants := make(map[string]TenantShare, len(cfg.Tenants))
 		for name, tc := range cfg.Tenants {
 			if err := tc.validate(name); err != nil {
 				return cfg, err

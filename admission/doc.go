@@ -62,7 +62,7 @@
 //
 // What tenants share is the estimated cost of their work ([Request.Cost],
 // for example its tokens), not the count of their requests, in proportion
-// to their weights ([TenantConfig.Weight], default 1).
+// to their weights ([TenantShare.Weight], default 1).
 //
 // Within a rank, tenants are served by start-time fair queuing: each has a
 // virtual finish time, the tenant whose next request starts earliest in
@@ -96,9 +96,9 @@
 // takes the turns the others leave), unless work within its share waits at
 // a lower rank above LowTier.
 //
-// A tenant may also be capped: at [TenantConfig.MaxInFlight] its requests
+// A tenant may also be capped: at [TenantShare.MaxInFlight] its requests
 // queue even while slots are free for others, and past
-// [TenantConfig.MaxQueue] queued requests it is refused with queue_full.
+// [TenantShare.MaxQueue] queued requests it is refused with queue_full.
 //
 // # Shape
 //

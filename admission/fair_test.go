@@ -46,7 +46,7 @@ func TestFairShareByCost(t *testing.T) {
 	tests := []struct {
 		name  string
 		reqs  map[string]Request
-		tcfg  map[string]TenantConfig
+		tcfg  map[string]TenantShare
 		share map[string]float64 // expected fraction of the served cost
 	}{
 		{
@@ -57,13 +57,13 @@ func TestFairShareByCost(t *testing.T) {
 		{
 			name:  "equal cost, weights 1:3",
 			reqs:  map[string]Request{"a": {}, "b": {}},
-			tcfg:  map[string]TenantConfig{"b": {Weight: 3}},
+			tcfg:  map[string]TenantShare{"b": {Weight: 3}},
 			share: map[string]float64{"a": 0.25, "b": 0.75},
 		},
 		{
 			name:  "4x cost at weight 2 beside weight 1",
 			reqs:  map[string]Request{"a": {Cost: 4}, "b": {Cost: 1}},
-			tcfg:  map[string]TenantConfig{"a": {Weight: 2}},
+			tcfg:  map[string]TenantShare{"a": {Weight: 2}},
 			share: map[string]float64{"a": 2.0 / 3, "b": 1.0 / 3},
 		},
 		{
@@ -154,7 +154,7 @@ func TestFloodAcrossRanks(t *testing.T) {
 // for others, and past its MaxQueue it is refused with queue_full while
 // others still queue.
 func TestTenantCaps(t *testing.T) {
-	c := newCore(t, Config{Concurrency: 4, MaxQueue: 10, Tenants: map[string]TenantConfig{
+	c := newCore(t, Config{Concurrency: 4, MaxQueue: 10, Tenants: map[string]TenantShare{
 		"a": {MaxInFlight: 1, MaxQueue: 1},
 	}})
 	arrive := func(ms int, tenant string, tk *Ticket) Decision {
@@ -214,7 +214,7 @@ func TestTenantQueueShare(t *testing.T) {
 			}
 		}
 	}
-	share := map[string]TenantConfig{"a": {QueueShare: 0.25}}
+	share := map[string]TenantShare{"a": {QueueShare: 0.25}}
 	c := newCore(t, Config{Concurrency: 1, MaxQueue: 8, Tenants: share})
 	if n := queued(c, 0); n != 2 {
 		t.Fatalf("a quarter of 8 places: a queued %d, want 2", n)
@@ -225,47 +225,47 @@ func TestTenantQueueShare(t *testing.T) {
 	if n := queued(c, 2); n != 8 {
 		t.Fatalf("a quarter of 40 places, 2 already queued: a queued %d more, want 8", n)
 	}
-	tiny := newCore(t, Config{Concurrency: 1, MaxQueue: 2, Tenants: map[string]TenantConfig{"a": {QueueShare: 0.01}}})
+	tiny := newCore(t, Config{Concurrency: 1, MaxQueue: 2, Tenants: map[string]TenantShare{"a": {QueueShare: 0.01}}})
 	if n := queued(tiny, 0); n != 1 {
 		t.Fatalf("a share rounding to nothing: a queued %d, want 1 place", n)
 	}
 }
 
-func TestTenantConfigValidateNamesTheKey(t *testing.T) {
+func TestTenantShareValidateNamesTheKey(t *testing.T) {
 	for _, tt := range []struct {
-		tc  TenantConfig
+		tc  TenantShare
 		key string
 	}{
-		{TenantConfig{Weight: -1}, "weight"},
-		{TenantConfig{Weight: math.NaN()}, "weight"},
-		{TenantConfig{MaxInFlight: MaxConcurrency + 1}, "max_concurrency"},
-		{TenantConfig{QueueShare: 2}, "queue_share"},
+		{TenantShare{Weight: -1}, "weight"},
+		{TenantShare{Weight: math.NaN()}, "weight"},
+		{TenantShare{MaxInFlight: MaxConcurrency + 1}, "max_concurrency"},
+		{TenantShare{QueueShare: 2}, "queue_share"},
 	} {
 		if err := tt.tc.Validate(); err == nil || !strings.HasPrefix(err.Error(), tt.key+":") {
 			t.Errorf("%+v: %v, want an error naming %s", tt.tc, err, tt.key)
 		}
 	}
-	if err := (TenantConfig{Weight: 3, MaxInFlight: 2, QueueShare: 1}).Validate(); err != nil {
+	if err := (TenantShare{Weight: 3, MaxInFlight: 2, QueueShare: 1}).Validate(); err != nil {
 		t.Error(err)
 	}
 }
 
-func TestTenantConfigErrors(t *testing.T) {
+func TestTenantShareErrors(t *testing.T) {
 	for _, tt := range []struct {
-		tc   TenantConfig
+		tc   TenantShare
 		want string
 	}{
-		{TenantConfig{Weight: -1}, "Weight"},
-		{TenantConfig{Weight: math.NaN()}, "Weight"},
-		{TenantConfig{Weight: math.Inf(1)}, "Weight"},
-		{TenantConfig{Weight: 2e6}, "Weight"},
-		{TenantConfig{MaxInFlight: -1}, "MaxInFlight"},
-		{TenantConfig{MaxQueue: -1}, "MaxQueue"},
-		{TenantConfig{QueueShare: 1.5}, "QueueShare"},
-		{TenantConfig{QueueShare: math.NaN()}, "QueueShare"},
-		{TenantConfig{QueueShare: 0.5, MaxQueue: 2}, "both MaxQueue and QueueShare"},
+		{TenantShare{Weight: -1}, "Weight"},
+		{TenantShare{Weight: math.NaN()}, "Weight"},
+		{TenantShare{Weight: math.Inf(1)}, "Weight"},
+		{TenantShare{Weight: 2e6}, "Weight"},
+		{TenantShare{MaxInFlight: -1}, "MaxInFlight"},
+		{TenantShare{MaxQueue: -1}, "MaxQueue"},
+		{TenantShare{QueueShare: 1.5}, "QueueShare"},
+		{TenantShare{QueueShare: math.NaN()}, "QueueShare"},
+		{TenantShare{QueueShare: 0.5, MaxQueue: 2}, "both MaxQueue and QueueShare"},
 	} {
-		_, err := NewCore(Config{Concurrency: 1, Tenants: map[string]TenantConfig{"x": tt.tc}})
+		_, err := NewCore(Config{Concurrency: 1, Tenants: map[string]TenantShare{"x": tt.tc}})
 		if err == nil || !strings.Contains(err.Error(), tt.want) || !strings.Contains(err.Error(), `"x"`) {
 			t.Errorf("%+v: error %v, want one naming %s of tenant x", tt.tc, err, tt.want)
 		}

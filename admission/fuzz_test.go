@@ -13,7 +13,7 @@ func FuzzCore(f *testing.F) {
 	f.Add([]byte{3, 3, 3, 3, 3, 3, 3, 3, 130, 130, 130, 64, 65, 66, 67})
 	f.Fuzz(func(t *testing.T, ops []byte) {
 		c, err := NewCore(Config{Concurrency: 2, MaxQueue: 5, MaxQueuePerTenant: 3, LIFOInterval: 10 * time.Millisecond, LIFOTarget: 5 * time.Millisecond,
-			Tenants: map[string]TenantConfig{"a": {Weight: 3, MaxInFlight: 1}, "b": {MaxQueue: 2}}})
+			Tenants: map[string]TenantShare{"a": {Weight: 3, MaxInFlight: 1}, "b": {MaxQueue: 2}}})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -105,7 +105,7 @@ func TestReconfigureConcurrency(t *testing.T) {
 // raised, and a lowered queue share refuses its next newcomer while what
 // it has queued stays.
 func TestReconfigureTenants(t *testing.T) {
-	cfg := Config{Concurrency: 4, MaxQueue: 16, Tenants: map[string]TenantConfig{"a": {MaxInFlight: 1}}}
+	cfg := Config{Concurrency: 4, MaxQueue: 16, Tenants: map[string]TenantShare{"a": {MaxInFlight: 1}}}
 	c := newCore(t, cfg)
 	warm(c, 100*time.Millisecond, 20)
 	var ts [3]Ticket
@@ -115,7 +115,7 @@ func TestReconfigureTenants(t *testing.T) {
 	if c.InFlight() != 1 || c.Queued() != 2 {
 		t.Fatalf("capped tenant: in flight %d queued %d, want 1 and 2", c.InFlight(), c.Queued())
 	}
-	cfg.Tenants = map[string]TenantConfig{"a": {MaxInFlight: 3, Weight: 2, MaxQueue: 1}}
+	cfg.Tenants = map[string]TenantShare{"a": {MaxInFlight: 3, Weight: 2, MaxQueue: 1}}
 	if err := c.Reconfigure(at(1), cfg); err != nil {
 		t.Fatal(err)
 	}
@@ -157,7 +157,7 @@ func TestReconfigureRefusesWithoutChange(t *testing.T) {
 	}{
 		{func(c *Config) { c.Concurrency = -1 }, "Concurrency"},
 		{func(c *Config) { c.MaxQueue = -1 }, "MaxQueue"},
-		{func(c *Config) { c.Tenants = map[string]TenantConfig{"a": {Weight: -1}} }, "Weight"},
+		{func(c *Config) { c.Tenants = map[string]TenantShare{"a": {Weight: -1}} }, "Weight"},
 		{func(c *Config) { c.Ranks = ranks }, "Ranks"},
 		{func(c *Config) { c.WaitEstimator = ByMedian }, "WaitEstimator"},
 		{func(c *Config) { c.ServiceWindow = 512 }, "ServiceWindow"},

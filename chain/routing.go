@@ -99,7 +99,7 @@ func (cfg Config) routing() *RoutingConfig {
 	shared.Pools = slices.Clone(rt.Pools)
 	for i := range shared.Pools {
 		a := &shared.Pools[i].Admission
-		tenants := make(map[string]admission.TenantConfig, len(a.Tenants)+len(cfg.Tenants))
+		tenants := make(map[string]admission.TenantShare, len(a.Tenants)+len(cfg.Tenants))
 		maps.Copy(tenants, a.Tenants)
 		for _, t := range cfg.Tenants {
 			if !t.Share.IsZero() {

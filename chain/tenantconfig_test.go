@@ -12,7 +12,7 @@ import (
 // changing the caller's routing, and a chain of tenants without shares
 // leaves the gates' own tenants as they are.
 func TestTenantSharesReachEveryPool(t *testing.T) {
-	own := map[string]admission.TenantConfig{"x": {Weight: 5}}
+	own := map[string]admission.TenantShare{"x": {Weight: 5}}
 	rt := &RoutingConfig{
 		Pools: []PoolConfig{
 			{Name: "d/a", Deployment: "d", Model: "a", Admission: admission.Config{Concurrency: 1, MaxQueue: 4, Tenants: own}},
@@ -20,7 +20,7 @@ func TestTenantSharesReachEveryPool(t *testing.T) {
 		},
 		Routes: map[string][]string{"a": {"d/a"}, "b": {"d/b"}},
 	}
-	share := admission.TenantConfig{Weight: 2, QueueShare: 0.5}
+	share := admission.TenantShare{Weight: 2, QueueShare: 0.5}
 	cfg := Config{Routing: rt, Tenants: []TenantConfig{{Name: "acme", Share: share}, {Name: "plain"}}}
 	got := cfg.routing()
 	for i, p := range got.Pools {
@@ -54,7 +54,7 @@ func TestTenantConfigValidateNamesTheKey(t *testing.T) {
 		{TenantConfig{Name: "a", Tier: "gold"}, "tier:"},
 		{TenantConfig{Name: "a", APIKeysSHA256: []string{HashKey("k"), "sk-live-123"}}, "api_keys_sha256[1]: not a hex SHA-256 digest"},
 		{TenantConfig{Name: "a", DisallowedClass: "drop"}, "disallowed_class:"},
-		{TenantConfig{Name: "a", Share: admission.TenantConfig{QueueShare: 3}}, "queue_share:"},
+		{TenantConfig{Name: "a", Share: admission.TenantShare{QueueShare: 3}}, "queue_share:"},
 	} {
 		err := tc.t.Validate()
 		if err == nil || !strings.HasPrefix(err.Error(), tc.err) {

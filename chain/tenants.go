@@ -52,9 +52,9 @@ type TenantConfig struct {
 	DisallowedClass string `yaml:"disallowed_class"`
 	// Share is the tenant's part of each pool's gate: its weight in the
 	// fair share, its cap on slots, its part of the waiting room (see
-	// admission.TenantConfig). Written inline: weight, max_concurrency,
+	// admission.TenantShare). Written inline: weight, max_concurrency,
 	// queue_share.
-	Share admission.TenantConfig `yaml:",inline"`
+	Share admission.TenantShare `yaml:",inline"`
 }
 
 // Validate checks t on its own, naming the first bad field by its YAML key

@@ -62,7 +62,7 @@ func TestTenantSharesReachTheGate(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(cc.Tenants) != 2 || cc.Tenants[0].Share != (admission.TenantConfig{Weight: 2.5, MaxInFlight: 3, QueueShare: 0.25}) || !cc.Tenants[1].Share.IsZero() {
+	if len(cc.Tenants) != 2 || cc.Tenants[0].Share != (admission.TenantShare{Weight: 2.5, MaxInFlight: 3, QueueShare: 0.25}) || !cc.Tenants[1].Share.IsZero() {
 		t.Fatalf("chain tenants %+v, want a: weight 2.5, 3 in flight, a quarter of the queue; b left at the defaults", cc.Tenants)
 	}
 	if cc.Admission.Tenants != nil {

@@ -31,7 +31,7 @@ func TestTenantCapEndToEnd(t *testing.T) {
 	cfg := baseConfig(up.URL) // 4 slots, max_queue 16
 	cfg.Upstream.APIKeyEnv = "TEST_PROVIDER_KEY"
 	cfg.Tenants = []chain.TenantConfig{
-		{Name: "a", APIKeysSHA256: []string{HashKey("sk-a")}, Share: admission.TenantConfig{MaxInFlight: 1, QueueShare: 1.0 / 16}},
+		{Name: "a", APIKeysSHA256: []string{HashKey("sk-a")}, Share: admission.TenantShare{MaxInFlight: 1, QueueShare: 1.0 / 16}},
 		{Name: "b", APIKeysSHA256: []string{HashKey("sk-b")}},
 	}
 	g, gw := startGateway(t, cfg)

@@ -390,7 +390,7 @@ type SluiceConfig struct {
 	// (tenants, a mapping of tenant names): weight, max_concurrency and
 	// queue_share, as in the gateway's tenants. A tenant not listed has
 	// weight 1, no cap and MaxQueuePerTenant.
-	Tenants map[string]admission.TenantConfig `yaml:"tenants"`
+	Tenants map[string]admission.TenantShare `yaml:"tenants"`
 	// InitialServiceTime is admission.Config.InitialServiceTime
 	// (initial_service_time). Zero means the upstream's mean service time:
 	// an operator's starting guess.
