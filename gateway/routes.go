@@ -38,23 +38,25 @@ type route struct {
 }
 
 // gatedRoutes are the built-in APIs.
-var gatedRoutes = []route{
-	{path: "/v1/chat/completions", methods: []string{http.MethodPost}, billed: true, gated: true},
-	{path: "/v1/completions", methods: []string{http.MethodPost}, billed: true, gated: true},
-	{path: "/v1/embeddings", methods: []string{http.MethodPost}, billed: true, gated: true},
-	{path: "/v1/responses", methods: []string{http.MethodPost}, billed: true, gated: true},
-	{path: "/v1/messages", methods: []string{http.MethodPost}, billed: true, gated: true},
-}
+var gatedRoutes = func() []route {
+	var rs []route
+	for _, path := range config.GatedPaths {
+		rs = append(rs, route{path: path, methods: []string{http.MethodPost}, billed: true, gated: true})
+	}
+	return rs
+}()
 
 // batchRoutes are the Batch API's paths, served by the gateway itself
 // (package batchapi) unless passthrough forwards them (allowed only without
 // tenants, and with the Batch API off).
-var batchRoutes = []route{
-	{path: "/v1/files", methods: batchMethods, batchAPI: true},
-	{path: "/v1/files/", prefix: true, methods: batchMethods, batchAPI: true},
-	{path: "/v1/batches", methods: batchMethods, batchAPI: true},
-	{path: "/v1/batches/", prefix: true, methods: batchMethods, batchAPI: true},
-}
+var batchRoutes = func() []route {
+	var rs []route
+	for _, path := range config.BatchPaths {
+		rs = append(rs, route{path: path, methods: batchMethods, batchAPI: true},
+			route{path: path + "/", prefix: true, methods: batchMethods, batchAPI: true})
+	}
+	return rs
+}()
 
 // batchMethods reach the Batch API's handler, which answers a method it
 // does not take on another tenant's id with 404, like any other.

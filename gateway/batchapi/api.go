@@ -16,6 +16,7 @@ import (
 	"github.com/sluicehq/sluice/admission"
 	"github.com/sluicehq/sluice/batch"
 	"github.com/sluicehq/sluice/contract"
+	"github.com/sluicehq/sluice/gateway/wire"
 )
 
 // Deps is what the API takes from the gateway that serves it. Handler,
@@ -113,7 +114,7 @@ func New(cfg Config, deps Deps) (*API, error) {
 		deps.Draining = func() bool { return false }
 	}
 	if deps.WriteError == nil {
-		deps.WriteError = writeJSONError
+		deps.WriteError = wire.WriteJSONError
 	}
 	if deps.BadInput == nil {
 		deps.BadInput = func(string) {}
@@ -243,15 +244,6 @@ func (a *API) failed(w http.ResponseWriter, err error) {
 
 func (a *API) writeError(w http.ResponseWriter, status int, typ, code, msg string) {
 	a.deps.WriteError(w, status, contract.ErrorBody{Error: contract.ErrorDetail{Message: msg, Type: typ, Code: code}})
-}
-
-// writeJSONError is Deps.WriteError's default: the body as JSON.
-func writeJSONError(w http.ResponseWriter, status int, body contract.ErrorBody) {
-	h := w.Header()
-	h.Set("Content-Type", "application/json")
-	h.Set("X-Content-Type-Options", "nosniff")
-	w.WriteHeader(status)
-	_ = json.NewEncoder(w).Encode(body)
 }
 
 func writeJSON(w http.ResponseWriter, v any) {

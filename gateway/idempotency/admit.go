@@ -3,20 +3,19 @@ package idempotency
 import (
 	"context"
 	"crypto/sha256"
-	"encoding/json"
-	"fmt"
 	"net/http"
 	"strconv"
 	"time"
 
 	"github.com/sluicehq/sluice/contract"
+	"github.com/sluicehq/sluice/gateway/wire"
 )
 
 // Deps are what the store takes of the gateway to answer a request with an
 // error of its own.
 type Deps struct {
 	// WriteError writes an error answer in the caller's API shape (OpenAI's
-	// or Anthropic's). Nil means OpenAI's JSON body as it is.
+	// or Anthropic's). Nil means wire.WriteJSONError.
 	WriteError func(w http.ResponseWriter, status int, body contract.ErrorBody)
 	// BadInput counts a request refused as malformed or misused, by the
 	// error's code (the gateway's bad-input metric). Nil means not counted.
@@ -25,11 +24,7 @@ type Deps struct {
 
 func (d Deps) withDefaults() Deps {
 	if d.WriteError == nil {
-		d.WriteError = func(w http.ResponseWriter, status int, body contract.ErrorBody) {
-			w.Header().Set("Content-Type", "application/json")
-			w.WriteHeader(status)
-			_ = json.NewEncoder(w).Encode(body)
-		}
+		d.WriteError = wire.WriteJSONError
 	}
 	if d.BadInput == nil {
 		d.BadInput = func(string) {}
@@ -88,45 +83,33 @@ func (s *Store) Admit(ctx context.Context, w http.ResponseWriter, r *http.Reques
 			writeReplay(w, e.answer)
 			return nil, true
 		case stateMismatch:
-			s.refuse(w, &refusal{status: http.StatusUnprocessableEntity, code: "idempotency_key_reused",
-				msg: contract.HeaderIdempotencyKey + ": the key was used for a different request (method, path or body) within the idempotency window; use a new key for a new request"})
+			s.refuse(w, &wire.BadRequest{Status: http.StatusUnprocessableEntity, Code: "idempotency_key_reused",
+				Msg: contract.HeaderIdempotencyKey + ": the key was used for a different request (method, path or body) within the idempotency window; use a new key for a new request"})
 			return nil, true
 		case stateStreaming:
 			w.Header().Set(contract.HeaderRetryAfter, strconv.FormatInt(contract.RetryAfterSeconds(e.deadline.Sub(now)), 10))
-			s.refuse(w, &refusal{status: http.StatusConflict, code: "idempotency_key_in_flight",
-				msg: contract.HeaderIdempotencyKey + ": a streamed request with this key is still in flight; its answer is replayed once the stream has ended (see Retry-After)"})
+			s.refuse(w, &wire.BadRequest{Status: http.StatusConflict, Code: "idempotency_key_in_flight",
+				Msg: contract.HeaderIdempotencyKey + ": a streamed request with this key is still in flight; its answer is replayed once the stream has ended (see Retry-After)"})
 			return nil, true
 		case stateNotKept:
 			w.Header().Set(contract.HeaderRetryAfter, strconv.FormatInt(contract.RetryAfterSeconds(e.expires.Sub(now)), 10))
-			s.refuse(w, &refusal{status: http.StatusConflict, code: "idempotency_answer_not_kept",
-				msg: contract.HeaderIdempotencyKey + ": a request with this key was answered, but its answer was larger than idempotency.max_entry_bytes and was not kept; the key may be used again after Retry-After"})
+			s.refuse(w, &wire.BadRequest{Status: http.StatusConflict, Code: "idempotency_answer_not_kept",
+				Msg: contract.HeaderIdempotencyKey + ": a request with this key was answered, but its answer was larger than idempotency.max_entry_bytes and was not kept; the key may be used again after Retry-After"})
 			return nil, true
 		}
 	}
 }
 
-// refusal is a request refused as invalid: its status, the error's code
-// and its message.
-type refusal struct {
-	status    int
-	code, msg string
-}
-
 // refuse counts r as bad input and writes it as an invalid request.
-func (s *Store) refuse(w http.ResponseWriter, r *refusal) {
-	s.deps.BadInput(r.code)
-	s.deps.WriteError(w, r.status, contract.ErrorBody{Error: contract.ErrorDetail{
-		Message: r.msg, Type: contract.ErrorTypeInvalidRequest, Code: r.code}})
-}
-
-// badHeader is a 400 invalid_header naming the header.
-func badHeader(name, format string, args ...any) *refusal {
-	return &refusal{status: http.StatusBadRequest, code: "invalid_header", msg: name + ": " + fmt.Sprintf(format, args...)}
+func (s *Store) refuse(w http.ResponseWriter, r *wire.BadRequest) {
+	s.deps.BadInput(r.Code)
+	s.deps.WriteError(w, r.Status, contract.ErrorBody{Error: contract.ErrorDetail{
+		Message: r.Msg, Type: contract.ErrorTypeInvalidRequest, Code: r.Code}})
 }
 
 // parseKey reads the request's Idempotency-Key: "" when it has none, a
 // refusal naming the header when it is malformed.
-func parseKey(h http.Header) (string, *refusal) {
+func parseKey(h http.Header) (string, *wire.BadRequest) {
 	vs, ok := h[contract.HeaderIdempotencyKey]
 	if !ok {
 		return "", nil
@@ -134,15 +117,15 @@ func parseKey(h http.Header) (string, *refusal) {
 	name := contract.HeaderIdempotencyKey
 	switch {
 	case len(vs) != 1:
-		return "", badHeader(name, "sent %d times: a request has one key", len(vs))
+		return "", wire.BadHeader(name, "sent %d times: a request has one key", len(vs))
 	case vs[0] == "":
-		return "", badHeader(name, "empty: a key is 1 to %d printable ASCII characters", maxKey)
+		return "", wire.BadHeader(name, "empty: a key is 1 to %d printable ASCII characters", maxKey)
 	case len(vs[0]) > maxKey:
-		return "", badHeader(name, "%d bytes, above the limit of %d", len(vs[0]), maxKey)
+		return "", wire.BadHeader(name, "%d bytes, above the limit of %d", len(vs[0]), maxKey)
 	}
 	for i := 0; i < len(vs[0]); i++ {
 		if c := vs[0][i]; c < 0x20 || c > 0x7e {
-			return "", badHeader(name, "byte %d is not printable ASCII (0x20-0x7e): a key is 1 to %d of them", i, maxKey)
+			return "", wire.BadHeader(name, "byte %d is not printable ASCII (0x20-0x7e): a key is 1 to %d of them", i, maxKey)
 		}
 	}
 	return vs[0], nil

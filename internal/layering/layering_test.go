@@ -41,14 +41,16 @@ var layers = [][]string{
 	// retry discipline; sim/scenario, the simulator's scenario file,
 	// whose sections are the chain's and the policies' configurations.
 	{"client", "sim/scenario"},
+	// gateway/wire, the providers' and callers' wire formats (error
+	// bodies in both API shapes, refusals, usage, rate-limit headers):
+	// below the rooms, so that each answers an error as the gateway does.
+	{"gateway/wire"},
 	// The gateway's rooms, which it assembles, none of which imports
 	// another: gateway/batchapi, the Batch API and the Doer of its items;
 	// gateway/dashboard, the admin dashboard's page, history and events;
 	// gateway/idempotency, the Idempotency-Key's store of answers;
-	// gateway/observe, the access log and the spans; gateway/wire, the
-	// providers' and callers' wire formats (error bodies, refusals, usage,
-	// rate-limit headers).
-	{"gateway/batchapi", "gateway/idempotency", "gateway/dashboard", "gateway/observe", "gateway/wire"},
+	// gateway/observe, the access log and the spans.
+	{"gateway/batchapi", "gateway/idempotency", "gateway/dashboard", "gateway/observe"},
 	// The configuration file: its schema, defaults and validation, and
 	// the chain's configuration it describes, one loader for the gateway
 	// and `sluice check-config`. Each section's type is its package's own
