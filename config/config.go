@@ -172,7 +172,9 @@ type ClassConfig struct {
 	// default ranks are 4, 3 and 0.
 	Rank *int `yaml:"rank"`
 	// DefaultTimeout is the deadline of a request of this class that sends
-	// no X-Sluice-Timeout-Ms. Zero means limits.max_timeout.
+	// no X-Sluice-Timeout-Ms (nor X-Stainless-Timeout): it decides whether
+	// the call starts and how long it waits, not when a started answer
+	// ends (LimitsConfig.MaxCallDuration). Zero means limits.max_timeout.
 	DefaultTimeout Duration `yaml:"default_timeout"`
 }
 
@@ -201,6 +203,13 @@ type LimitsConfig struct {
 	// MaxTimeout is the largest X-Sluice-Timeout-Ms accepted; larger → 400.
 	// Zero means 10m; at most 24h (a slot held longer is a leak).
 	MaxTimeout Duration `yaml:"max_timeout"`
+	// MaxCallDuration bounds how long a started call may run — an answer
+	// streaming, or a provider still thinking — whatever its caller said:
+	// a call whose caller stated no deadline is not cut by its class's
+	// default_timeout (which decides only whether it starts and how long
+	// it waits), so this is what ends a stream that never ends. Zero
+	// means 30m; at most 24h.
+	MaxCallDuration Duration `yaml:"max_call_duration"`
 }
 
 // Duration is a time.Duration written in YAML as a Go duration string
@@ -258,6 +267,9 @@ func (c Config) WithDefaults() Config {
 	}
 	if c.Limits.MaxHeaderBytes == 0 {
 		c.Limits.MaxHeaderBytes = DefaultMaxHeaderBytes
+	}
+	if c.Limits.MaxCallDuration == 0 {
+		c.Limits.MaxCallDuration = Duration(30 * time.Minute)
 	}
 	if c.ShutdownGrace == 0 {
 		c.ShutdownGrace = Duration(30 * time.Second)
@@ -371,6 +383,9 @@ func (c Config) Validate() error {
 		return err
 	}
 	if err := durationIn("limits.max_timeout", c.Limits.MaxTimeout, 0, maxTimeout); err != nil {
+		return err
+	}
+	if err := durationIn("limits.max_call_duration", c.Limits.MaxCallDuration, 0, maxTimeout); err != nil {
 		return err
 	}
 	if err := yamlpath.At("retries", c.Retries.Validate()); err != nil {

@@ -102,6 +102,7 @@ func TestConfigNumbersHaveLimits(t *testing.T) {
 		{"admission.refusal_spread", "upstream: {url: http://x}\nadmission: {concurrency: 1, refusal_spread: %s}\n", "0s", "1m", "61s", "-1s", "0s..1m0s"},
 		{"limits.max_body_bytes", base + "limits: {max_body_bytes: %s}\n", "0", "1073741824", "9223372036854775807", "-1", "0..1073741824"},
 		{"limits.max_timeout", base + "limits: {max_timeout: %s}\n", "0s", "24h", "25h", "-1s", "0s..24h0m0s"},
+		{"limits.max_call_duration", base + "limits: {max_call_duration: %s}\n", "0s", "24h", "25h", "-1s", "0s..24h0m0s"},
 		{"shutdown_grace", base + "shutdown_grace: %s\n", "0s", "1h", "2h", "-1s", "0s..1h0m0s"},
 		{"retries.upstream_attempts", base + "retries: {upstream_attempts: %s}\n", "0", "10", "11", "-1", "0..10"},
 		{"retries.upstream_backoff", base + "retries: {upstream_backoff: %s}\n", "0s", "1m", "61s", "-1s", "0s..1m0s"},

@@ -157,7 +157,7 @@ func (g *Gateway) record(x *exchange) observe.Record {
 		rec.UsageKnown, rec.TokensIn, rec.TokensOut = true, c.outcome.Usage.Input, c.outcome.Usage.Output
 	}
 	rec.Cost, rec.Priced = g.cost(c)
-	rec.Outcome, rec.UpstreamAttempts = c.outcome.Result.String(), c.attempts
+	rec.Outcome, rec.UpstreamAttempts = c.ended.String(), c.attempts
 	rec.Deployment, rec.UpstreamID = g.deploymentOf(c).name, c.upstreamID
 	rec.DegradedBy = c.permit.Request().DegradedBy
 	return rec

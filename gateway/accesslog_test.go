@@ -157,7 +157,7 @@ func TestAccessLog(t *testing.T) {
 		contract.HeaderAttempt: "1", contract.HeaderRequestID: "caller-id-2"})
 	l := check("call", resp, want{200, map[string]any{"request_id": "caller-id-2", "tenant": "acme", "reason": "",
 		"class": "batch", "class_asked": "batch", "attempt": float64(1), "model": "gpt-4o", "model_asked": "gpt-4o",
-		"outcome": "success", "upstream_attempts": float64(1)}})
+		"outcome": "completed", "upstream_attempts": float64(1)}})
 	for _, k := range []string{"tokens_in", "tokens_out", "cost_usd", "upstream_ms", "ms"} {
 		if v, ok := l[k].(float64); !ok || v <= 0 {
 			t.Errorf("call: %s = %v, want > 0", k, l[k])
@@ -192,7 +192,7 @@ func TestAccessLog(t *testing.T) {
 		t.Fatal(err)
 	}
 	l = check("pass-through", resp, want{200, map[string]any{"tenant": "acme", "method": "GET", "path": "/v1/models",
-		"class": "batch", "class_asked": "interactive", "outcome": "success", "reason": ""}})
+		"class": "batch", "class_asked": "interactive", "outcome": "completed", "reason": ""}})
 	if _, priced := l["cost_usd"]; priced {
 		t.Errorf("pass-through: an unbilled call has a cost: %v", l)
 	}
@@ -285,7 +285,7 @@ func TestAccessLogOfAStream(t *testing.T) {
 		t.Fatalf("stream: %d %s", resp.StatusCode, b)
 	}
 	l := logs.line(t, resp.Header.Get(contract.HeaderRequestID))
-	if l["tokens_out"] == nil || l["cost_usd"] == nil || l["outcome"] != "success" {
+	if l["tokens_out"] == nil || l["cost_usd"] == nil || l["outcome"] != "completed" {
 		t.Errorf("stream line %v: want its usage, cost and outcome", l)
 	}
 }
@@ -322,7 +322,7 @@ func TestAccessLogOfAnUnreachableProvider(t *testing.T) {
 	readAll(t, resp)
 	id := resp.Header.Get(contract.HeaderRequestID)
 	line := logs.line(t, id)
-	if resp.StatusCode != http.StatusBadGateway || line["error"] != "upstream_unreachable" || line["outcome"] != "failure" || line["status"] != float64(502) {
+	if resp.StatusCode != http.StatusBadGateway || line["error"] != "upstream_unreachable" || line["outcome"] != "provider_error" || line["status"] != float64(502) {
 		t.Errorf("status %d, line %v", resp.StatusCode, line)
 	}
 	warned := false

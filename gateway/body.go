@@ -27,11 +27,11 @@ func (b *releasingBody) Read(p []byte) (int, error) {
 	case err == nil:
 	case errors.Is(err, io.EOF):
 		b.c.idem.Complete(time.Now()) // the whole answer: kept for duplicates
-		b.c.finish(b.result)
+		b.c.finish(b.result, answered(b.result))
 	default:
-		// The stream broke off: the caller left, the deadline cut it, or
+		// The stream broke off: the caller left, a deadline cut it, or
 		// the provider dropped the connection.
-		b.c.finish(admission.Canceled)
+		b.c.cutShort(err)
 	}
 	return n, err
 }
@@ -51,6 +51,6 @@ func (b *releasingBody) Close() error {
 		copyBuffers.Put(buf)
 	}
 	err := b.ReadCloser.Close()
-	b.c.finish(admission.Canceled)
+	b.c.finish(admission.Canceled, b.c.cutBy(false))
 	return err
 }

@@ -43,8 +43,7 @@ type Gateway struct {
 	deps     []*deployment  // where calls go (pools.go)
 	pools    []*gatewayPool // the route stage's pools: one with upstream:
 	routes   *routes
-	upstream *upstream   // the provider's transport and the gateway's own retries (retry.go)
-	proxyLog *log.Logger // the reverse proxy's own errors, at Warn
+	upstream *upstream // the provider's transport and the gateway's own retries (retry.go)
 	metrics  *metrics
 	log      *slog.Logger
 	draining atomic.Bool
@@ -132,7 +131,6 @@ func New(cfg config.Config, opts Options) (*Gateway, error) {
 		transport = newTransport(cfg.Upstream.MaxIdleConns)
 	}
 	g.upstream = &upstream{g: g, base: transport, maxAttempts: cfg.Retries.UpstreamAttempts, backoff: cfg.Retries.UpstreamBackoff}
-	g.proxyLog = slog.NewLogLogger(g.log.Handler(), slog.LevelWarn)
 	g.metrics = newMetrics(g)
 	g.idem = idempotency.New(cfg.Idempotency, g.metrics.reg, idempotency.Deps{ // Idempotency-Key
 		WriteError: wire.WriteJSONError,
@@ -200,6 +198,8 @@ type call struct {
 	// provider's own request id.
 	x          *exchange
 	outcome    chain.Outcome
+	ended      ending          // who ended the call (ending.go)
+	upCtx      context.Context // the provider's call's context: its cause names the deadline that cut it
 	attempts   int
 	upstreamID string
 	// headersWritten counts the upstream attempts whose request headers
@@ -219,11 +219,14 @@ type call struct {
 	rateLimited, unreachable bool
 }
 
-// finish releases the slot exactly once, with the call's outcome.
-func (c *call) finish(result admission.Result) {
+// finish releases the slot exactly once, with the call's outcome and who
+// ended it.
+func (c *call) finish(result admission.Result, end ending) {
 	if !c.finished.CompareAndSwap(false, true) {
 		return
 	}
+	c.ended = end
+	c.g.metrics.ended[end].Inc()
 	d := time.Since(c.start)
 	o := chain.Outcome{Result: result, ServiceTime: d, RateLimited: c.rateLimited, Unreachable: c.unreachable}
 	if c.unbilled {
@@ -418,15 +421,15 @@ func (g *Gateway) serveCall(w http.ResponseWriter, r *http.Request, rt *route, t
 	c.trace.WroteHeaders = c.wroteHeaders
 	// A shallow copy: ReverseProxy clones the request again for upstream,
 	// and r is not used after this.
-	upCtx := ctx
-	if idem != nil {
-		// Idempotency-Key: a keyed caller that leaves is expected to retry
-		// with the key, so its call runs on to its deadline and is kept for
-		// that retry instead of being thrown away (package idempotency).
-		var cancelUp context.CancelFunc
-		upCtx, cancelUp = context.WithDeadline(context.WithoutCancel(r.Context()), deadline)
-		defer cancelUp()
-	}
+	//
+	// The provider is called in a context of its own (ending.go): the
+	// admission deadline, a class's default when the caller stated none,
+	// decided whether the call starts; it does not cut an answer that
+	// has. An Idempotency-Key's caller that leaves is expected to retry
+	// with the key, so its call runs on and is kept for that retry
+	// instead of being thrown away (package idempotency).
+	upCtx, cancelUp := c.upstreamContext(r.Context(), hdr.stated, idem != nil)
+	defer cancelUp()
 	out := r.WithContext(httptrace.WithClientTrace(upCtx, &c.trace))
 	out.Body = io.NopCloser(bytes.NewReader(body.raw))
 	out.ContentLength = int64(len(body.raw))
@@ -434,8 +437,10 @@ func (g *Gateway) serveCall(w http.ResponseWriter, r *http.Request, rt *route, t
 	c.forward(w, out)
 	// The body wrapper released the slot when the body ended; this covers
 	// the paths where no body was ever handed over.
-	c.finish(admission.Canceled)
+	c.finish(admission.Canceled, c.cutBy(false))
 }
+
+var discardLog = log.New(io.Discard, "", 0)
 
 // bufferPool recycles ReverseProxy's copy buffers: without one it allocates
 // 32 KiB per response.
@@ -466,7 +471,10 @@ func (c *call) forward(w http.ResponseWriter, out *http.Request) {
 		Transport:      c,
 		ModifyResponse: c.modifyResponse,
 		ErrorHandler:   c.proxyError,
-		ErrorLog:       c.g.proxyLog,
+		// Its one message left, a read error in the body's copy, is the
+		// provider's cut, which the body logs itself with the request id
+		// (call.cutShort); every other error reaches ErrorHandler.
+		ErrorLog: discardLog,
 		// Zero: ReverseProxy flushes streaming responses (text/event-stream,
 		// or no Content-Length) after every write by itself, and buffers
 		// the rest into as few writes as possible.
@@ -524,21 +532,24 @@ func (c *call) modifyResponse(resp *http.Response) error {
 // text, which name internal hosts and ports; the log has it all.
 func (c *call) proxyError(w http.ResponseWriter, r *http.Request, err error) {
 	g := c.g
-	switch {
-	case c.caller.Err() != nil:
-		c.finish(admission.Canceled)
+	// A deadline that cut the call is named first: the caller may have
+	// left after it did.
+	if end := c.cutBy(false); end != endCallerLeft || c.caller.Err() != nil {
+		c.finish(admission.Canceled, end)
 		g.metrics.responses.WithLabelValues(c.class, "0").Inc()
-		return // nobody to answer
-	case errors.Is(err, context.DeadlineExceeded):
-		c.finish(admission.Canceled)
-		g.metrics.responses.WithLabelValues(c.class, "0").Inc()
-		wire.WriteError(w, http.StatusGatewayTimeout, "timeout_error", "deadline_exceeded",
-			"the request's deadline (X-Sluice-Timeout-Ms) passed before the provider answered; the upstream call was cancelled")
-		return
+		switch end {
+		case endCallerDeadline:
+			wire.WriteError(w, http.StatusGatewayTimeout, "timeout_error", "deadline_exceeded",
+				"the request's deadline (X-Sluice-Timeout-Ms) passed before the provider answered; the upstream call was cancelled")
+		case endMaxDuration:
+			wire.WriteError(w, http.StatusGatewayTimeout, "timeout_error", "max_call_duration",
+				"the provider did not answer within limits.max_call_duration; the upstream call was cancelled")
+		}
+		return // else the caller left: nobody to answer
 	}
 	kind := upstreamFailure(err)
 	c.unreachable = kind == failUnreachable
-	c.finish(admission.Failure)
+	c.finish(admission.Failure, endProviderError)
 	g.metrics.responses.WithLabelValues(c.class, "0").Inc()
 	g.metrics.upstreamFailures.WithLabelValues(kind.code).Inc()
 	g.log.Warn("upstream call failed", "path", r.URL.Path, "kind", kind.code, "request_id", c.x.requestID(), "err", err)

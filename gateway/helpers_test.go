@@ -159,6 +159,12 @@ func counter(t *testing.T, g *Gateway, name string, labels ...string) float64 {
 		return testutil.ToFloat64(g.metrics.failovers.WithLabelValues(labels...))
 	case "degraded":
 		return testutil.ToFloat64(g.metrics.degraded.WithLabelValues(labels...))
+	case "sluice_calls_ended_total":
+		for e := endCompleted; e < numEndings; e++ {
+			if e.String() == labels[0] {
+				return testutil.ToFloat64(g.metrics.ended[e])
+			}
+		}
 	}
 	t.Fatalf("unknown counter %s", name)
 	return 0

@@ -31,8 +31,11 @@ type metrics struct {
 	tokens           *prometheus.CounterVec // model, kind
 	degraded         *prometheus.CounterVec // cause: spend, load
 	failovers        *prometheus.CounterVec // pool: the pool a call left
-	recognised       *recognisedRetries     // how: header, stainless, fingerprint (seen.go)
-	models           *labelLimiter
+	// ended counts admitted calls by who ended them (ending.go), its
+	// children made once, every ending's series present from the start.
+	ended      [numEndings]prometheus.Counter
+	recognised *recognisedRetries // how: header, stainless, fingerprint (seen.go)
+	models     *labelLimiter
 	// dash is the admin dashboard (package dashboard): it reads these
 	// metrics and the gate once a second while RunDashboard runs.
 	dash *dashboard.Board
@@ -177,6 +180,14 @@ func newMetrics(g *Gateway) *metrics {
 	}
 	for _, p := range g.pools {
 		m.failovers.WithLabelValues(p.info.Name)
+	}
+	ended := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "sluice_calls_ended_total",
+		Help: "Admitted calls by who ended them: completed (the answer reached the caller whole), provider_error (an error answer, or the provider never reached), provider_cut (the provider broke off its answer), caller_left, caller_deadline (X-Sluice-Timeout-Ms), max_duration (limits.max_call_duration).",
+	}, []string{"outcome"})
+	m.reg.MustRegister(ended)
+	for e := endCompleted; e < numEndings; e++ {
+		m.ended[e] = ended.WithLabelValues(e.String())
 	}
 	m.dash = newDashboard(g)
 	return m

@@ -22,6 +22,11 @@ import (
 type callHeaders struct {
 	class   string
 	timeout time.Duration
+	// stated says the timeout is X-Sluice-Timeout-Ms: the caller's own
+	// deadline for the whole call, which ends an answer still running at
+	// it. The SDKs' X-Stainless-Timeout and the class's default decide
+	// only whether the call starts and how long it waits (ending.go).
+	stated  bool
 	attempt int
 	// declared says an attempt header was sent, 0 included: the chain
 	// believes it and leaves the call out of retry recognition.
@@ -65,7 +70,7 @@ func (g *Gateway) parseHeaders(h http.Header) (callHeaders, error) {
 		case ms < 0 || ms > limit: // < 0: too many digits for an int64
 			return c, wire.BadHeader(contract.HeaderTimeoutMs, "%s ms is above the limit of %d ms (limits.max_timeout)", contract.Echo(v), limit)
 		}
-		c.timeout = time.Duration(ms) * time.Millisecond
+		c.timeout, c.stated = time.Duration(ms)*time.Millisecond, true
 	} else if d, ok := sdkTimeout(h.Get(contract.HeaderStainlessTimeout)); ok {
 		// The official SDKs' own per-attempt timeout, sent unasked: the
 		// caller gives up then, so waiting longer would serve nobody.

@@ -158,7 +158,7 @@ func TestTraceOfACall(t *testing.T) {
 		attrClassAsked: attribute.StringValue("batch"),
 		attrModelAsked: attribute.StringValue("gpt-4o"),
 		attrModel:      attribute.StringValue("gpt-4o"),
-		attrOutcome:    attribute.StringValue("success"),
+		attrOutcome:    attribute.StringValue("completed"),
 	} {
 		if got := attrOf(server, k); got != v {
 			t.Errorf("server span %s = %v, want %v", k, got.Emit(), v.Emit())

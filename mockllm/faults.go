@@ -11,8 +11,10 @@ import (
 // without configuring a whole server for it.
 const (
 	// HeaderFault forces a fault on this request, or none: "none",
-	// "error" (500), "hang", "reset" or "429" (with Retry-After). It
-	// replaces the random draw for this request.
+	// "error" (500), "hang", "reset", "429" (with Retry-After), or "cut":
+	// the answer starts, and the connection is dropped halfway through it
+	// (a provider that breaks off a stream). It replaces the random draw
+	// for this request.
 	HeaderFault = "X-Mock-Fault"
 	// HeaderLatencyMs sets this request's service time to exactly that many
 	// milliseconds (a non-negative integer, at most MaxServiceTime),
@@ -29,6 +31,9 @@ const (
 	faultHang
 	faultReset
 	fault429
+	// faultCut is not injected at arrival: the request is served, and
+	// its answer broken off halfway (serveStream, serveBody).
+	faultCut
 )
 
 var faultNames = map[string]fault{
@@ -37,6 +42,7 @@ var faultNames = map[string]fault{
 	"hang":  faultHang,
 	"reset": faultReset,
 	"429":   fault429,
+	"cut":   faultCut,
 }
 
 // overrides are what a request's X-Mock-* headers ask for.
@@ -52,7 +58,7 @@ func (s *Server) overrides(r *http.Request) (overrides, error) {
 	if v := r.Header.Get(HeaderFault); v != "" {
 		f, ok := faultNames[v]
 		if !ok {
-			return o, badRequest(HeaderFault, "must be one of none, error, hang, reset, 429; got %q", v)
+			return o, badRequest(HeaderFault, "must be one of none, error, hang, reset, 429, cut; got %q", v)
 		}
 		o.fault, o.faultSet = f, true
 	}

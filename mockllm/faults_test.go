@@ -155,3 +155,25 @@ func TestServiceTimeDistribution(t *testing.T) {
 		t.Errorf("%.3f of draws above 2× the median, want about 0.083", frac)
 	}
 }
+
+// TestCutFaultBreaksTheAnswerOffHalfway: X-Mock-Fault: cut serves the
+// answer and drops the connection after half of it — a stream's first
+// pieces arrive, then the read fails — and bills what was generated.
+func TestCutFaultBreaksTheAnswerOffHalfway(t *testing.T) {
+	for _, stream := range []bool{true, false} {
+		s, ts := newHTTP(t, Config{})
+		resp := post(t, ts.Client(), ts.URL+PathChatCompletions, chatBody("m", "x", 32, stream), HeaderFault, "cut")
+		b, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 || err == nil {
+			t.Fatalf("stream %v: status %d, read error %v: want a 200 whose body breaks off", stream, resp.StatusCode, err)
+		}
+		if len(b) == 0 || strings.Contains(string(b), "[DONE]") {
+			t.Errorf("stream %v: body %q: want half an answer", stream, b)
+		}
+		st := s.Stats()
+		if st.Cut != 1 || st.Aborted != 1 || st.Started != 1 || st.Faults.Total() != 0 || st.InService != 0 {
+			t.Errorf("stream %v: stats %+v, want one started call cut and aborted, its slot free", stream, st)
+		}
+	}
+}

@@ -59,6 +59,7 @@ type call struct {
 	created int64         // Unix seconds at service start
 	service time.Duration // the service time drawn (or set by X-Mock-Latency-Ms)
 	seq     int           // Responses API stream sequence number
+	cut     bool          // X-Mock-Fault: cut: break the answer off halfway
 }
 
 // parse reads and checks the body of a generation request.

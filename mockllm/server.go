@@ -190,10 +190,11 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, a api) {
 	if o.fault == faultNone && !o.faultSet {
 		o.fault = s.drawFault()
 	}
-	if o.fault != faultNone {
+	if o.fault != faultNone && o.fault != faultCut {
 		s.injectFault(w, r, a, o.fault)
 		return
 	}
+	c.cut = o.fault == faultCut
 
 	now := time.Now()
 	v := s.checkRateLimit(c, now)

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"slices"
+	"strconv"
 	"time"
 )
 
@@ -79,6 +80,16 @@ func (s *Server) serveBody(w http.ResponseWriter, r *http.Request, a api, c *cal
 		s.settle(c, wasted, d)
 		return
 	}
+	if c.cut {
+		b, _ := json.Marshal(a.body(c, tokenText(0, c.tokensOut)))
+		h := w.Header()
+		h.Set("Content-Type", "application/json")
+		h.Set("Content-Length", strconv.Itoa(len(b)))
+		w.WriteHeader(http.StatusOK)
+		_, _ = w.Write(b[:len(b)/2])
+		_ = http.NewResponseController(w).Flush()
+		s.breakOff(c, start)
+	}
 	s.settle(c, delivered, d)
 	err := writeJSON(w, http.StatusOK, a.body(c, tokenText(0, c.tokensOut)))
 	if err == nil {
@@ -130,6 +141,12 @@ func (s *Server) serveStream(w http.ResponseWriter, r *http.Request, a api, c *c
 			evs = append(evs, a.tail(c)...)
 			s.settle(c, delivered, d)
 		}
+		if c.cut && k > 1 && i+1 == k/2 {
+			// Half the answer out, then the connection drops.
+			_ = writeEvents(w, evs)
+			_ = rc.Flush()
+			s.breakOff(c, start)
+		}
 		if writeEvents(w, evs) != nil || rc.Flush() != nil {
 			if last {
 				// The service time is over: nothing left to wait for.
@@ -153,6 +170,17 @@ func (s *Server) serveStream(w http.ResponseWriter, r *http.Request, a api, c *c
 		return
 	}
 	s.settle(c, wasted, d)
+}
+
+// breakOff drops the connection of a call whose answer is cut (X-Mock-Fault:
+// cut) after what was written: the call settles as aborted, billed for
+// what it generated, and the handler aborts, which closes the connection
+// without ending the response.
+func (s *Server) breakOff(c *call, start time.Time) {
+	s.count(func(st *Stats) { st.Cut++ })
+	s.settle(c, aborted, time.Since(start))
+	panic(http.ErrAbortHandler) // generate's deferred release frees the slot
+
 }
 
 // event is one server-sent event: an optional event name and a JSON data

@@ -61,6 +61,10 @@ type Stats struct {
 	// called. They were billed for the prompt and for the share of the
 	// completion generated so far.
 	Aborted int64 `json:"aborted"`
+	// Cut counts answers the mock broke off halfway (X-Mock-Fault: cut),
+	// the connection dropped after half the pieces (a stream) or half the
+	// body. Each is also counted in Aborted, billed for what it generated.
+	Cut int64 `json:"cut"`
 	// ServiceSeconds is the slot time of settled requests, in seconds: the
 	// whole service time of each completed request (as drawn, or as set by
 	// X-Mock-Latency-Ms), and for each aborted one the time it was in

@@ -154,7 +154,7 @@ func parseMockFlags(args []string, stderr io.Writer) (mockllm.Config, string, st
 		fmt.Fprintln(stderr, "behaves like a real one under overload: finite slots, lognormal service times,")
 		fmt.Fprintln(stderr, "a mid-run slowdown, faults, and billing that goes on after clients leave.")
 		fmt.Fprintln(stderr, "GET /mock/v1/stats reports what was billed and what was wasted. Per request,")
-		fmt.Fprintln(stderr, "X-Mock-Fault: none|error|hang|reset|429 and X-Mock-Latency-Ms: N override the draw.")
+		fmt.Fprintln(stderr, "X-Mock-Fault: none|error|hang|reset|429|cut and X-Mock-Latency-Ms: N override the draw.")
 		fmt.Fprintln(stderr, "POST /mock/v1/outage {\"mode\":\"refuse|500|hang|off\"} starts or ends an outage.")
 		fmt.Fprintln(stderr)
 		fs.PrintDefaults()

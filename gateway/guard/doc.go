@@ -22,6 +22,9 @@
 //     sent a request the caller identifies (a valid tenant key) and that
 //     request's whole body.
 //
+// Every refusal is logged, summed per reason and client address each
+// second (refusals.go), since no request line will ever name it.
+//
 // The refusals are in the contract's shape (Retry-After, retry-after-ms,
 // X-Sluice-Reason, an OpenAI-style error body), so a client handles them
 // as it handles the gateway's own 429 and 503.

@@ -45,6 +45,7 @@ type listener struct {
 	writeStall               time.Duration
 	log                      *slog.Logger
 	metrics                  *metrics
+	refusals                 *refusalLog // the refusals' log lines (refusals.go)
 	closed                   chan struct{}
 	closeOnce                sync.Once
 
@@ -69,7 +70,7 @@ func NewListener(ln net.Listener, l Limits, log *slog.Logger, reg prometheus.Reg
 
 func newListener(ln net.Listener, l Limits, log *slog.Logger, m *metrics) *listener {
 	cl := &listener{Listener: ln, maxConns: l.MaxConns, maxUnauthPerIP: l.MaxUnauthPerIP, writeStall: l.Write,
-		log: log, metrics: m, closed: make(chan struct{})}
+		log: log, metrics: m, refusals: newRefusalLog(log, refusalWindow), closed: make(chan struct{})}
 	cl.mu.unauth = map[netip.Addr]int{}
 	return cl
 }
@@ -88,6 +89,7 @@ func (l *listener) Accept() (net.Conn, error) {
 				return nil, err
 			}
 			l.metrics.refused.WithLabelValues("out_of_descriptors").Inc()
+			l.refusals.add("out_of_descriptors", netip.Addr{})
 			if backoff == 0 {
 				backoff = 5 * time.Millisecond
 				l.log.Warn("accept: out of file descriptors; backing off (lower server.max_connections or raise ulimit -n)", "err", err)
@@ -128,6 +130,7 @@ func (l *listener) admit(c net.Conn) *trackedConn {
 	l.mu.Unlock()
 	if refusal != nil {
 		l.metrics.refused.WithLabelValues(reason).Inc()
+		l.refusals.add(reason, ip)
 		// A short deadline in case the send buffer is somehow full: the
 		// accept loop must not wait on one client.
 		_ = c.SetWriteDeadline(time.Now().Add(10 * time.Millisecond))
@@ -139,10 +142,13 @@ func (l *listener) admit(c net.Conn) *trackedConn {
 	return &trackedConn{Conn: c, l: l, ip: ip}
 }
 
-// Close stops Accept, including one backing off.
+// Close stops Accept, including one backing off, and writes the log lines
+// of the refusals not yet written.
 func (l *listener) Close() error {
 	l.closeOnce.Do(func() { close(l.closed) })
-	return l.Listener.Close()
+	err := l.Listener.Close()
+	l.refusals.close()
+	return err
 }
 
 func addrOf(a net.Addr) netip.Addr {

@@ -48,9 +48,11 @@ type Record struct {
 	UsageKnown          bool
 	TokensIn, TokensOut int64
 	// Priced says Cost, in USD at the configured prices, is known.
-	Priced           bool
-	Cost             float64
-	Outcome          string // the call's admission.Result
+	Priced bool
+	Cost   float64
+	// Outcome says who ended the call: completed, provider_error,
+	// provider_cut, caller_left, caller_deadline or max_duration.
+	Outcome          string
 	UpstreamAttempts int
 	Deployment       string // the deployment called
 	DegradedBy       string // the stage that degraded the call; "" when none
