@@ -19,6 +19,8 @@
 # storage driver for a plain build; --check uses vfs, which works anywhere.
 #
 # Needs buildah (Debian: apt-get install buildah) and, for --check, curl.
+# SLUICE_BIN names a binary already built with CGO_ENABLED=0 -trimpath to
+# use instead of building one.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -62,9 +64,13 @@ fi
 ctx=$work/context
 mkdir -p "$ctx/state"
 t0=$SECONDS
-CGO_ENABLED=0 go build -trimpath -ldflags='-s -w' -o "$ctx/sluice" ./cmd/sluice
+if [ -n "${SLUICE_BIN:-}" ]; then # built by the caller, the same way (scripts/ship-check.sh)
+	cp "$SLUICE_BIN" "$ctx/sluice"
+else
+	CGO_ENABLED=0 go build -trimpath -ldflags='-s -w' -o "$ctx/sluice" ./cmd/sluice
+	echo "image.sh: binary built in $((SECONDS - t0))s ($(du -h "$ctx/sluice" | cut -f1))"
+fi
 cp "$certs" "$ctx/ca-certificates.crt"
-echo "image.sh: binary built in $((SECONDS - t0))s ($(du -h "$ctx/sluice" | cut -f1))"
 
 t0=$SECONDS
 "${buildah[@]}" build --quiet --isolation chroot --format oci \

@@ -16,7 +16,11 @@ fi
 unit=examples/systemd/sluice.service
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-go build -o "$work/sluice" ./cmd/sluice
+if [ -n "${SLUICE_BIN:-}" ]; then # built by the caller (scripts/ship-check.sh)
+	cp "$SLUICE_BIN" "$work/sluice"
+else
+	go build -o "$work/sluice" ./cmd/sluice
+fi
 sed "s|/usr/local/bin/sluice|$work/sluice|g" "$unit" >"$work/sluice.service"
 
 out=$(systemd-analyze verify "$work/sluice.service" 2>&1) || {
