@@ -79,7 +79,7 @@ t0=$SECONDS
 	--label org.opencontainers.image.revision="$(git rev-parse HEAD 2>/dev/null || echo unknown)" \
 	--label org.opencontainers.image.source=https://github.com/sluicehq/sluice \
 	-f deploy/Containerfile -t "$tag" "$ctx" >/dev/null
-echo "image.sh: $tag built in $((SECONDS - t0))s"
+echo "image.sh: $tag built in $((SECONDS - t0))s ($("${buildah[@]}" images --format '{{.Size}}' "$tag"))"
 
 if ! $check; then
 	"${buildah[@]}" images "$tag"
@@ -114,9 +114,27 @@ files=$(cd "$root" && find . -type f | sort | tr '\n' ' ')
 [ "$files" = "./etc/ssl/certs/ca-certificates.crt ./usr/local/bin/sluice " ] || fail "unexpected files in the image: $files"
 echo "image.sh: metadata and files ok (user 65532:65532, entrypoint sluice serve, ports 8080 9090, no shell)"
 
-# The image's own binary, run from its filesystem as its user: the host may
-# not be able to start a container, but it can run a static binary. HOME is
-# unset and XDG_STATE_HOME points into the image, as in a container.
+# In a container of the image (chroot isolation: no container runtime and
+# no namespaces needed), as the image's user: --help, and check-config on
+# a file mounted in.
+cat >"$work/sluice.yaml" <<'EOF'
+upstream: {url: https://api.openai.com}
+admission: {concurrency: 4}
+EOF
+chmod 0644 "$work/sluice.yaml"
+"${buildah[@]}" run --isolation chroot "$ctr" -- /usr/local/bin/sluice --help 2>&1 | grep -q '^  serve ' ||
+	fail "sluice --help in a container of the image does not list serve"
+"${buildah[@]}" run --isolation chroot -v "$work/sluice.yaml:/etc/sluice/sluice.yaml:ro" "$ctr" -- \
+	/usr/local/bin/sluice check-config /etc/sluice/sluice.yaml | grep -q ': ok$' ||
+	fail "check-config in a container of the image failed"
+echo "image.sh: in a container of the image: sluice --help and check-config ok"
+
+# serve in front of mock, each the image's own binary run from the image's
+# filesystem as the image's user, not through buildah run: that holds a
+# container's output until it exits and ends it with SIGKILL, so neither
+# the addresses the two print nor a drain on SIGTERM could be seen through
+# it. HOME is unset and XDG_STATE_HOME points into the image, as in a
+# container; ports are the kernel's pick (each prints its address).
 bin=$root/usr/local/bin/sluice
 asuser=(setpriv --reuid 65532 --regid 65532 --clear-groups env -i "XDG_STATE_HOME=$root/var/lib/sluice")
 # The user must reach the mount point to run the binary and write its state.
@@ -126,16 +144,6 @@ while [ "$d" != "$work/root" ] && [ "$d" != / ]; do
 	chmod o+x "$d"
 	d=$(dirname "$d")
 done
-"${asuser[@]}" "$bin" --help 2>&1 | grep -q '^  serve ' || fail "sluice --help from the image does not list serve"
-cat >"$work/sluice.yaml" <<'EOF'
-upstream: {url: https://api.openai.com}
-admission: {concurrency: 4}
-EOF
-chmod 0644 "$work/sluice.yaml"
-"${asuser[@]}" "$bin" check-config "$work/sluice.yaml" | grep -q ': ok$' || fail "check-config from the image failed"
-
-# serve in front of mock, both the image's binary, on ports the kernel picks
-# (each prints its address), the admin listener's health endpoints asked.
 pids=()
 stop() {
 	for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
