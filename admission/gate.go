@@ -331,3 +331,11 @@ func (g *Gate) Keys() []string {
 	defer g.mu.Unlock()
 	return g.mu.core.Keys()
 }
+
+// Headroom is req's tenant's room for more requests like req (see
+// [Core.Headroom]).
+func (g *Gate) Headroom(req Request) (Headroom, error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.mu.core.Headroom(g.now(), req)
+}

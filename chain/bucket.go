@@ -126,3 +126,17 @@ func (b *bucket) available(now time.Time) float64 {
 	b.refillLocked(now)
 	return b.level
 }
+
+// headroom is the bucket in a provider's rate-limit terms at now: its limit
+// per minute, what is available (never below zero), and how long until it
+// is full again.
+func (b *bucket) headroom(now time.Time) (limit, remaining int64, reset time.Duration) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.refillLocked(now)
+	level := max(b.level, 0)
+	if b.limit > 0 && b.level < b.limit {
+		reset = time.Duration((b.limit - b.level) / b.rate() * float64(time.Second))
+	}
+	return int64(b.limit), int64(level), reset
+}

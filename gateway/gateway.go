@@ -185,8 +185,9 @@ type call struct {
 	body   []byte // replayed by the gateway's own upstream retries
 	// maxTokens is the body's max_tokens (or its spellings); 0 if none.
 	maxTokens int64
-	unbilled  bool      // a pass-through call that is not priced
-	deadline  time.Time // the caller's
+	unbilled  bool          // a pass-through call that is not priced
+	deadline  time.Time     // the caller's
+	budget    time.Duration // the caller's time budget, deadline less arrival: the headroom's calls are like it
 	start     time.Time
 	queue     time.Duration
 	caller    context.Context // the caller's own context: done when it leaves
@@ -372,6 +373,7 @@ func (g *Gateway) serveCall(w http.ResponseWriter, r *http.Request, rt *route, t
 			if r.Context().Err() != nil {
 				return // the caller left while waiting: nobody to answer
 			}
+			g.stampHeadroom(w.Header(), &req, hdr.timeout, false)
 			g.refuse(w, rej, hdr.class, tenant)
 		case r.Context().Err() != nil:
 			// The caller left while queued; nothing to write.
@@ -407,7 +409,7 @@ func (g *Gateway) serveCall(w http.ResponseWriter, r *http.Request, rt *route, t
 		g.metrics.degraded.WithLabelValues(admitted.DegradedBy).Inc()
 	}
 	c := &call{g: g, permit: permit, class: hdr.class, tenant: tenant, model: body.model, body: body.raw, maxTokens: body.maxTokens,
-		unbilled: !rt.billed, deadline: deadline, start: time.Now(), queue: permit.QueueTime(), caller: r.Context(),
+		unbilled: !rt.billed, deadline: deadline, budget: hdr.timeout, start: time.Now(), queue: permit.QueueTime(), caller: r.Context(),
 		idem: idem, x: x, in: r}
 	if x != nil {
 		x.call = c
@@ -515,6 +517,7 @@ func (c *call) modifyResponse(resp *http.Response) error {
 	resp.Header.Set(contract.HeaderClass, c.class)
 	c.stampUpstream(resp.Header)
 	c.stampUpstreamID(resp.Header) // the provider's X-Request-Id (accesslog.go)
+	g.stampHeadroom(resp.Header, c.permit.Request(), c.budget, true)
 	g.metrics.response(c.class, resp.StatusCode).Inc()
 	c.idem.Respond(resp.StatusCode, resp.Header) // Idempotency-Key: after the stamps, so replays carry them
 	result := admission.Success
