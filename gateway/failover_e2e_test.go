@@ -34,6 +34,20 @@ type answers struct {
 	mu     sync.Mutex
 	by     map[[2]string]int
 	at     []time.Time // when each answer's headers arrived, by its caller's deadline
+	values []string    // the header's value of each of at
+}
+
+// rateOf is rate, for the answers whose header had value.
+func (a *answers) rateOf(value string, from, to time.Time) float64 {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	n := 0
+	for i, at := range a.at {
+		if a.values[i] == value && !at.Before(from) && !at.After(to) {
+			n++
+		}
+	}
+	return float64(n) / to.Sub(from).Seconds()
 }
 
 // rate is the rate of the on-time answers that arrived between from and to.
@@ -61,7 +75,7 @@ func (a *answers) get(class, value string) int {
 
 func (a *answers) reset() {
 	a.mu.Lock()
-	a.by, a.at = map[[2]string]int{}, nil
+	a.by, a.at, a.values = map[[2]string]int{}, nil, nil
 	a.mu.Unlock()
 }
 
@@ -85,6 +99,7 @@ func (p answersPolicy) Transport(attempt http.RoundTripper) (http.RoundTripper, 
 			p.a.by[[2]string{r.Header.Get(contract.HeaderPriority), resp.Header.Get(p.a.header)}]++
 			if lr, ok := loadgen.RequestFromContext(r.Context()); ok && !now.After(lr.Deadline) {
 				p.a.at = append(p.a.at, now)
+				p.a.values = append(p.a.values, resp.Header.Get(p.a.header))
 			}
 			p.a.mu.Unlock()
 		}

@@ -536,6 +536,14 @@ func (c *call) proxyError(w http.ResponseWriter, r *http.Request, err error) {
 			"the request's deadline (X-Sluice-Timeout-Ms) passed before the provider answered; the upstream call was cancelled")
 		return
 	}
+	if rej, ok := errors.AsType[*admission.Rejection](err); ok {
+		// Refused after its deployment could not be reached (retry.go):
+		// it never reached a provider.
+		c.unreachable = true
+		c.finish(admission.Failure)
+		g.refuse(w, rej, c.class, c.tenant)
+		return
+	}
 	kind := upstreamFailure(err)
 	c.unreachable = kind == failUnreachable
 	c.finish(admission.Failure)
