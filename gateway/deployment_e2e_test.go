@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"net/http"
+	"sync/atomic"
 	"net/http/httptest"
 	"testing"
 	"time"
@@ -77,13 +78,18 @@ func TestEastKilledQueuedCallsMoveToWest(t *testing.T) {
 	load.Rate = eastWestLoad * ew.capacity
 	const killAt = 3 * time.Second
 	start := time.Now()
-	var inService int
+	// In flight at east when it died: the calls holding its pool's slots
+	// (sent, or being sent: they may have reached it), or more if the
+	// mock counts more.
+	var held atomic.Int64
 	killed := time.AfterFunc(killAt, func() {
-		inService = ew.east.Stats().InService
+		n := max(ew.g.pools[0].info.Gate.Stats().InFlight, ew.east.Stats().InService)
 		ew.kill()
+		held.Store(int64(n))
 	})
 	defer killed.Stop()
 	rep := runLoad(t, ew.url, load)
+	inService := int(held.Load())
 	after := by.rate(start.Add(killAt+500*time.Millisecond), start.Add(load.Duration))
 	bad := rep.StatusCodes[http.StatusBadGateway] + rep.StatusCodes[http.StatusGatewayTimeout]
 	t.Logf("capacity %.1f/s a deployment, load %.1f/s; east held %d calls when killed", ew.capacity, load.Rate, inService)

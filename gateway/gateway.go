@@ -541,6 +541,9 @@ func (c *call) proxyError(w http.ResponseWriter, r *http.Request, err error) {
 		// it never reached a provider.
 		c.unreachable = true
 		c.finish(admission.Failure)
+		g.metrics.upstreamFailures.WithLabelValues(failUnreachable.code).Inc()
+		g.log.Warn("upstream call failed", "path", r.URL.Path, "kind", failUnreachable.code, "request_id", c.x.requestID(),
+			"upstream", g.deploymentOf(c).name, "refused", rej.Reason.String())
 		g.refuse(w, rej, c.class, c.tenant)
 		return
 	}
