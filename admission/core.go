@@ -436,6 +436,24 @@ func (c *Core) SetConcurrency(now time.Time, n int) error {
 	return nil
 }
 
+// Shed refuses every queued ticket at now with reason, retry as its
+// RetryAfter, and reports how many: for an owner that knows none of them
+// can be served here — the dependency behind the gate went down — so
+// that each caller is told at once, and may be sent elsewhere, instead
+// of being granted a slot whose call cannot reach it. The decisions come
+// back from Events; slots in flight are left alone.
+func (c *Core) Shed(now time.Time, reason Reason, retry time.Duration) int {
+	n := 0
+	for r := range c.levels {
+		l := &c.levels[r]
+		for l.depth > 0 {
+			c.reject(now, l.lastServed(), reason, retry)
+			n++
+		}
+	}
+	return n
+}
+
 // holdRank counts a slot taken (+1) or given back (-1) at rank.
 func (c *Core) holdRank(rank, d int) {
 	if rank < 0 || rank >= len(c.levels) {

@@ -241,6 +241,17 @@ func (g *Gate) SetConcurrency(n int) error {
 	return err
 }
 
+// Shed refuses every queued request with reason and retry as its
+// RetryAfter, and reports how many (see [Core.Shed]).
+func (g *Gate) Shed(reason Reason, retry time.Duration) int {
+	g.mu.Lock()
+	n := g.mu.core.Shed(g.now(), reason, retry)
+	woken := g.eventsLocked(make([]*waiter, 0, n))
+	g.mu.Unlock()
+	wake(woken)
+	return n
+}
+
 // Estimate says what would happen to req if it arrived now, without queuing
 // it. A zero Deadline means none.
 func (g *Gate) Estimate(req Request) (Decision, error) {

@@ -85,7 +85,9 @@ func (c *Chain) Acquire(ctx context.Context, req Request) (*Permit, error) {
 		// waits for (retries.Admit).
 		gp, err = gate.TryAcquire(p.req.admission())
 	} else {
-		gp, err = gate.Acquire(ctx, p.req.admission())
+		// The gate's, or another pool's of the call's route (routeshell.go).
+		gp, err = c.wait(ctx, p)
+		gate = c.gateOf(&p.req)
 	}
 	if err != nil {
 		now := c.now()
@@ -139,6 +141,7 @@ type Permit struct {
 	gp    *admission.Permit
 	holds holds
 	done  atomic.Bool
+	moved time.Duration // waited at pools the call left (Chain.wait)
 }
 
 // Request returns the call as the stages left it: its tenant and tier, the
@@ -146,7 +149,7 @@ type Permit struct {
 func (p *Permit) Request() *Request { return &p.req }
 
 // QueueTime is how long the call waited for its slot.
-func (p *Permit) QueueTime() time.Duration { return p.gp.QueueTime() }
+func (p *Permit) QueueTime() time.Duration { return p.moved + p.gp.QueueTime() }
 
 // Done books the call's outcome with every stage, then releases its slot.
 // A zero ServiceTime is measured from the grant. An error is a stage's
@@ -160,8 +163,18 @@ func (p *Permit) Done(o Outcome) error {
 		o.ServiceTime = now.Sub(p.gp.Start())
 	}
 	err := p.holds.settle(now, o)
-	p.gp.Done(admission.Outcome{Result: o.Result, ServiceTime: o.ServiceTime})
+	p.gp.Done(admission.Outcome{Result: gateResult(o), ServiceTime: o.ServiceTime})
 	return err
+}
+
+// gateResult is the outcome's result as the gate books it: a call whose
+// deployment could not be reached has no service time — its sample would
+// tell the gate that calls are quick — and is booked unused.
+func gateResult(o Outcome) admission.Result {
+	if o.Result == admission.Failure && o.Unreachable {
+		return admission.Unused
+	}
+	return o.Result
 }
 
 // Drop gives back what the stages took and the slot, for a call that was

@@ -266,7 +266,7 @@ func (c *Core) Release(now time.Time, t *Ticket, o Outcome) error {
 	c.now = now
 	err := t.holds.settle(now, o)
 	t.granted = false
-	c.gateOf(&t.req).Release(now, t.req.admission(), admission.Outcome{Result: o.Result, ServiceTime: o.ServiceTime})
+	c.gateOf(&t.req).Release(now, t.req.admission(), admission.Outcome{Result: gateResult(o), ServiceTime: o.ServiceTime})
 	return err
 }
 

@@ -15,6 +15,8 @@ type poolGate interface {
 	GateView
 	calendarGate
 	estimate(now time.Time, r admission.Request) (admission.Decision, error)
+	// shed refuses every call queued at the gate (see admission.Core.Shed).
+	shed(now time.Time, retry time.Duration)
 }
 
 type coreGate struct{ *admission.Core }
@@ -23,12 +25,18 @@ func (g coreGate) estimate(now time.Time, r admission.Request) (admission.Decisi
 	return g.Estimate(now, r)
 }
 
+func (g coreGate) shed(now time.Time, retry time.Duration) {
+	g.Shed(now, admission.ReasonQueueWait, retry)
+}
+
 type realGate struct{ *admission.Gate }
 
 // estimate asks the gate at its own clock: the gate's times are its own.
 func (g realGate) estimate(_ time.Time, r admission.Request) (admission.Decision, error) {
 	return g.Estimate(r)
 }
+
+func (g realGate) shed(_ time.Time, retry time.Duration) { g.Shed(admission.ReasonQueueWait, retry) }
 
 // pool is one (deployment, model) pool: its gate, its buckets, its health,
 // the output it has seen.
@@ -102,6 +110,9 @@ type health struct {
 	probing  bool
 	next     time.Time // the next probe, while down
 	interval time.Duration
+	// unreachable: the last failure was a connection failure — the
+	// deployment is known dead, not failing calls it received.
+	unreachable bool
 }
 
 // downCount is how many failed calls in a row take a pool down (a
@@ -135,18 +146,21 @@ func (h *health) takeProbe(now time.Time) bool {
 
 // result books a call's outcome: ok, or a failure (unreachable: no
 // connection could be made). A call whose outcome says nothing of the
-// deployment (the caller left, a rate limit) is neither.
-func (h *health) result(now time.Time, ok, unreachable, probe bool, base, most time.Duration) {
+// deployment (the caller left, a rate limit) is neither. It reports
+// whether the outcome took the pool down: the calls queued for it are then
+// sent elsewhere or refused (routeHold.book).
+func (h *health) result(now time.Time, ok, unreachable, probe bool, base, most time.Duration) (wentDown bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if probe {
 		h.probing = false
 	}
 	if ok {
-		h.fails, h.down, h.interval = 0, false, 0
-		return
+		h.fails, h.down, h.interval, h.unreachable = 0, false, 0, false
+		return false
 	}
 	h.fails++
+	h.unreachable = unreachable
 	switch {
 	case h.down && probe:
 		h.interval = min(2*h.interval, most)
@@ -154,7 +168,29 @@ func (h *health) result(now time.Time, ok, unreachable, probe bool, base, most t
 	case !h.down && (unreachable || h.fails >= downCount):
 		h.down, h.interval = true, base
 		h.next = now.Add(base)
+		return true
 	}
+	return false
+}
+
+// dead says the pool is down and its deployment could not be reached at
+// its last failure: a call sent there would not reach a provider.
+func (h *health) dead() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.down && h.unreachable
+}
+
+// untilProbe is how long, from now, until a down pool's next probe may be
+// sent: when a call refused for it has a chance there again. Zero while up
+// or when the probe is due.
+func (h *health) untilProbe(now time.Time) time.Duration {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if !h.down {
+		return 0
+	}
+	return max(h.next.Sub(now), 0)
 }
 
 // endProbe gives the probe back when its call said nothing of the

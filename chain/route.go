@@ -387,7 +387,8 @@ type routeHold struct {
 	tokens    float64
 	maxTokens int64
 	probe     bool
-	tried     uint64 // pools a failover left, by index (the first 64)
+	tried     uint64 // pools a failover or a move left, by index (the first 64)
+	booked    bool   // the outcome was booked with the pool's health (book)
 }
 
 // Cancel gives back what was reserved: the call never went upstream.
@@ -416,14 +417,7 @@ func (h *routeHold) refund(now time.Time) {
 // level when the provider counted otherwise.
 func (h *routeHold) Settle(now time.Time, o Outcome) error {
 	p := h.p
-	switch {
-	case o.Result == admission.Success:
-		p.health.result(now, true, false, h.probe, h.rt.probe, h.rt.maxProbe)
-	case o.Result == admission.Failure && !o.RateLimited:
-		p.health.result(now, false, o.Unreachable, h.probe, h.rt.probe, h.rt.maxProbe)
-	case h.probe:
-		p.health.endProbe()
-	}
+	h.book(now, o)
 	if o.Result == admission.Failure || o.Result == admission.Unused {
 		h.refund(now)
 		return nil
@@ -452,6 +446,76 @@ func (h *routeHold) Settle(now time.Time, o Outcome) error {
 		}
 	}
 	return nil
+}
+
+// book books the call's outcome with its pool's health, once (Settle, or
+// Failover before the call waits elsewhere, so that the calls behind it
+// learn at once). A deployment that could not be reached takes the pool
+// down and sheds its queue: every call waiting for it is refused there at
+// once (queue_wait, Retry-After until the pool's next probe) rather than
+// granted a slot whose call cannot reach it, and the shell moves each to
+// another pool of its route that can serve it in time, or refuses it
+// (Chain.wait). A pool down for failing the calls it received (downCount
+// in a row) keeps its queue: those calls may still be served, and fail
+// over one by one if not.
+func (h *routeHold) book(now time.Time, o Outcome) {
+	if h.booked {
+		return
+	}
+	h.booked = true
+	p := h.p
+	switch {
+	case o.Result == admission.Success:
+		p.health.result(now, true, false, h.probe, h.rt.probe, h.rt.maxProbe)
+	case o.Result == admission.Failure && !o.RateLimited:
+		p.health.result(now, false, o.Unreachable, h.probe, h.rt.probe, h.rt.maxProbe)
+		if o.Unreachable {
+			p.gate.shed(now, p.health.untilProbe(now))
+		}
+	case h.probe:
+		p.health.endProbe()
+	}
+}
+
+// elsewhere is where a call admitted at a pool that cannot serve it after
+// all — its gate refused it while it waited (the pool slowed, or work
+// overtook it), or its deployment is down — goes at now: the first pool of
+// its route not tried yet (tried, by index), up or due its probe, whose
+// estimate meets the call's deadline (pick). ok false when there is none;
+// rej is then its refusal: queue_wait, with the soonest estimated wait of
+// the pools left or, with every pool left down, the time until the first
+// of them is probed, and a Retry-After that gives the call a chance.
+func (rt *router) elsewhere(now time.Time, r *Request, tried uint64) (c choice, ok bool, rej *admission.Rejection) {
+	skip := func(q *pool) bool { return q.idx < 64 && tried&(1<<q.idx) != 0 }
+	c, err := rt.pick(now, r, r.Model, skip)
+	if err == nil && c.fits && (c.probe || !c.p.health.isDown()) {
+		return c, true, nil
+	}
+	rank, _ := rt.pools[0].gate.Rank(r.admission())
+	if err == nil && !c.p.health.isDown() {
+		// Up, and it cannot serve the call in time.
+		if rej = c.d.Rejection(); rej == nil {
+			wait := c.wait + c.d.EstimatedWait
+			retry := wait
+			if !r.Deadline.IsZero() {
+				retry = wait + c.d.ServiceP95 - r.Deadline.Sub(now)
+			}
+			rej = &admission.Rejection{Reason: admission.ReasonQueueWait, EstimatedWait: wait, Rank: c.d.Rank,
+				RetryAfter: max(retry, c.p.gate.Interval())}
+		}
+		return c, false, rej
+	}
+	// Every pool left is down (or tried): the call has a chance once one
+	// of its route's pools is probed and found up.
+	var until time.Duration
+	found := false
+	ps, _ := rt.candidates(r.Model, r.Flavour)
+	for _, q := range ps {
+		if w := q.health.untilProbe(now); q.health.isDown() && (!found || w < until) {
+			until, found = w, true
+		}
+	}
+	return c, false, &admission.Rejection{Reason: admission.ReasonQueueWait, EstimatedWait: until, RetryAfter: until, Rank: rank}
 }
 
 // poolsView is the stages' view of the gates when there are several: the

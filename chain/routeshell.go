@@ -2,6 +2,7 @@ package chain
 
 import (
 	"context"
+	"errors"
 	"math"
 	"sync/atomic"
 
@@ -35,11 +36,13 @@ func (p *Permit) Failover(ctx context.Context, o Outcome) bool {
 	}
 	old := p.holds.h[i].(*routeHold)
 	now := p.c.now()
-	tried := old.tried
-	if old.p.idx < 64 {
-		tried |= 1 << old.p.idx
+	if o.Unreachable {
+		// Known at once: the pool goes down now, and the calls queued
+		// for it leave it now, not when this one has found a slot.
+		old.book(now, o)
 	}
-	skip := func(q *pool) bool { return q.idx < 64 && tried&(1<<q.idx) != 0 }
+	tried := old.tried | old.p.bit()
+	skip := func(q *pool) bool { return tried&q.bit() != 0 }
 	r := p.req
 	c, err := rt.pick(now, &r, r.Model, skip)
 	if err != nil || !c.fits || (!c.probe && c.p.health.isDown()) {
@@ -81,8 +84,117 @@ func (p *Permit) Failover(ctx context.Context, o Outcome) bool {
 		res = admission.Unused
 	}
 	p.gp.Done(admission.Outcome{Result: res, ServiceTime: now.Sub(p.gp.Start())})
-	p.holds.h[i], p.gp, p.req = nh, gp, r
+	p.holds.h[i], p.gp, p.req, p.moved = nh, gp, r, 0
 	return true
+}
+
+// Unreachable is the refusal of an admitted call whose deployment could
+// not be reached — no connection was made: the call never reached a
+// provider — and that Failover did not move: queue_wait, with the soonest
+// estimated wait of its route's other pools or, with every one down, the
+// time until the first is probed, and a Retry-After on the retry calendar.
+// The failure is booked with the pool's health at once (a connection
+// failure takes it down, and the calls queued for it leave). The shell
+// answers the caller with this refusal, 503 — never the unreachable
+// deployment again, which its probe watches, and never a 502 for a call no
+// provider saw — and ends the call with Done(Outcome{Result: Failure,
+// Unreachable: true}). Nil without routing. Not to be called concurrently
+// with Done or Drop.
+func (p *Permit) Unreachable() *admission.Rejection {
+	rt := p.c.stages.route
+	i := p.routeHold()
+	if rt == nil || i < 0 {
+		return nil
+	}
+	h := p.holds.h[i].(*routeHold)
+	now := p.c.now()
+	h.book(now, Outcome{Result: admission.Failure, Unreachable: true})
+	r := p.req
+	_, _, rej := rt.elsewhere(now, &r, h.tried|h.p.bit())
+	if rej == nil {
+		// A pool could take it after all (one came up, or its queue
+		// drained since Failover asked): the call is refused all the same
+		// — it was not moved — with the soonest start as its chance.
+		rej = &admission.Rejection{Reason: admission.ReasonQueueWait, RetryAfter: p.c.gateOf(&p.req).Interval()}
+	}
+	p.c.stages.spread.assign(now, rej, &p.req, p.c.gateOf(&p.req))
+	return rej
+}
+
+// wait waits for the call's slot at its pool's gate (Acquire's last step).
+// When the gate refuses it there after all — the call waited, and the
+// pool slowed or work overtook it so that it can no longer start there in
+// time, or the pool's deployment could not be reached and the gate shed
+// its queue (routeHold.book) — or grants it a slot at a deployment found
+// unreachable meanwhile, the call moves to another pool of its route that can serve
+// it in time (router.elsewhere) and waits there; it never comes back to a
+// pool it left. When none can, it is refused: with its gate's own refusal
+// when its pool is up (a route of one pool refuses as its gate does), with
+// the route's (queue_wait, Retry-After until a probe or the soonest start
+// elsewhere) when its deployment is unreachable.
+func (c *Chain) wait(ctx context.Context, p *Permit) (*admission.Permit, error) {
+	start := c.now()
+	for {
+		gp, err := c.gateOf(&p.req).Acquire(ctx, p.req.admission())
+		i := p.routeHold()
+		if i < 0 {
+			return gp, err
+		}
+		h := p.holds.h[i].(*routeHold)
+		down := !h.probe && h.p.health.dead()
+		var rej *admission.Rejection
+		switch {
+		case err == nil && !down:
+			return gp, nil
+		case err == nil:
+			// It joined the queue as its pool went down: the slot is
+			// given back unused, and the call goes elsewhere.
+			gp.Drop()
+		case ctx.Err() != nil || !errors.As(err, &rej) || rej.ContextDeadline:
+			return nil, err
+		case !down && !movable(rej.Reason):
+			return nil, err
+		}
+		now := c.now()
+		tried := h.tried | h.p.bit()
+		r := p.req
+		nc, ok, refusal := c.stages.route.elsewhere(now, &r, tried)
+		if !ok {
+			if down {
+				return nil, refusal
+			}
+			return nil, err
+		}
+		h.Cancel(now, err) // it never went upstream
+		nh := c.stages.route.reserve(now, &r, nc)
+		nh.tried = tried
+		r.Pool, r.Upstream, r.UpstreamModel = nc.p.idx, nc.p.cfg.Deployment, nc.p.modelAt(r.Model)
+		p.holds.h[i], p.req, p.moved = nh, r, now.Sub(start)
+		if !pace(ctx, r.NotBefore, c.now) {
+			return nil, ctx.Err()
+		}
+	}
+}
+
+// movable are the refusals of a queued call by its gate that another pool
+// may not share: its wait there (queue_wait, expired before it could start
+// there in time), the bound of its queue or a displacement by work of a
+// higher rank.
+func movable(r admission.Reason) bool {
+	switch r {
+	case admission.ReasonQueueWait, admission.ReasonExpired, admission.ReasonQueueFull, admission.ReasonEvicted:
+		return true
+	}
+	return false
+}
+
+// bit is the pool's bit in a set of pools tried (the first 64 pools have
+// one; the others are never skipped).
+func (p *pool) bit() uint64 {
+	if p.idx < 64 {
+		return 1 << p.idx
+	}
+	return 0
 }
 
 // routeHold is the index of the call's route hold among its holds, -1

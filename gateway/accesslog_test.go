@@ -322,7 +322,8 @@ func TestAccessLogOfAnUnreachableProvider(t *testing.T) {
 	readAll(t, resp)
 	id := resp.Header.Get(contract.HeaderRequestID)
 	line := logs.line(t, id)
-	if resp.StatusCode != http.StatusBadGateway || line["error"] != "upstream_unreachable" || line["outcome"] != "provider_error" || line["status"] != float64(502) {
+	// Refused (it never reached a provider), the failure in the warning.
+	if resp.StatusCode != http.StatusServiceUnavailable || line["reason"] != "queue_wait" || line["outcome"] != "provider_error" || line["status"] != float64(503) {
 		t.Errorf("status %d, line %v", resp.StatusCode, line)
 	}
 	warned := false

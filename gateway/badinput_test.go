@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/admission"
+
 	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/contract"
 	"github.com/sluicehq/sluice/mockllm"
@@ -63,7 +65,10 @@ func TestBadInputIsRefusedAndNothingIsForwarded(t *testing.T) {
 	}
 }
 
-func TestUpstreamUnreachableIs502(t *testing.T) {
+// A call whose provider cannot be reached never reached it: it is refused
+// (503 queue_wait with Retry-After, until the deployment's probe), not
+// answered 502, and its slot is given back with no service time.
+func TestUpstreamUnreachableIsRefused(t *testing.T) {
 	// A port that was free a moment ago: nothing listens there.
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -74,11 +79,11 @@ func TestUpstreamUnreachableIs502(t *testing.T) {
 	g, gw := startGateway(t, baseConfig("http://"+addr))
 	resp := post(t, t.Context(), gw.URL, chatBody, nil)
 	b := readAll(t, resp)
-	if resp.StatusCode != http.StatusBadGateway || decodeError(t, b).Code != "upstream_unreachable" {
-		t.Fatalf("status %d: %s", resp.StatusCode, b)
+	if resp.StatusCode != http.StatusServiceUnavailable || decodeError(t, b).Code != "queue_wait" || resp.Header.Get("Retry-After") == "" {
+		t.Fatalf("status %d (Retry-After %q): %s", resp.StatusCode, resp.Header.Get("Retry-After"), b)
 	}
-	if st := g.Gate().Stats(); st.InFlight != 0 || st.Completed[1] != 1 {
-		t.Fatalf("the failed call was not released as a failure: %+v", st)
+	if st := g.Gate().Stats(); st.InFlight != 0 || st.Completed[admission.Unused] != 1 || st.ServiceSamples != 0 {
+		t.Fatalf("the unreachable call was not released unused: %+v", st)
 	}
 }
 

@@ -550,6 +550,18 @@ func (c *call) proxyError(w http.ResponseWriter, r *http.Request, err error) {
 		}
 		return // else the caller left: nobody to answer
 	}
+	if rej, ok := errors.AsType[*admission.Rejection](err); ok {
+		// Refused after its deployment could not be reached (retry.go):
+		// it never reached a provider.
+		c.unreachable = true
+		c.finish(admission.Failure, endProviderError)
+		g.metrics.upstreamFailures.WithLabelValues(failUnreachable.code).Inc()
+		g.log.Warn("upstream call failed", "path", r.URL.Path, "kind", failUnreachable.code, "request_id", c.x.requestID(),
+			"upstream", g.deploymentOf(c).name, "refused", rej.Reason.String())
+		g.stampHeadroom(w.Header(), c.permit.Request(), c.budget, false)
+		g.refuse(w, rej, c.class, c.tenant)
+		return
+	}
 	kind := upstreamFailure(err)
 	c.unreachable = kind == failUnreachable
 	c.finish(admission.Failure, endProviderError)

@@ -56,7 +56,8 @@ func (u *upstream) roundTrip(c *call, req *http.Request) (*http.Response, error)
 		resp, err := u.g.attempt(u.base, out, c, attempt) // in a span when tracing (trace.go)
 		now := time.Now()
 		u.g.observe(now, resp, c)
-		wait, why, ok := u.retryable(resp, err, c.headersWritten.Load() != written, same)
+		wrote := c.headersWritten.Load() != written
+		wait, why, ok := u.retryable(resp, err, wrote, same)
 		if !ok {
 			return resp, err
 		}
@@ -66,6 +67,15 @@ func (u *upstream) roundTrip(c *call, req *http.Request) (*http.Response, error)
 			discard(resp)
 			retarget, same = true, 1
 			continue
+		}
+		if err != nil && !wrote && upstreamFailure(err) == failUnreachable {
+			// No connection: the call never reached a provider, and no
+			// other deployment can serve it in time. It is refused (503,
+			// Retry-After; proxyError), not tried again at a deployment
+			// known to be unreachable — its probe says when it is back.
+			if rej := c.permit.Unreachable(); rej != nil {
+				return nil, rej
+			}
 		}
 		if same >= u.maxAttempts || !u.worthIt(now, c, wait) || !u.g.chain.UpstreamRetry(now) {
 			return resp, err

@@ -198,19 +198,22 @@ func TestUpstreamFailuresSayTheKindNotTheAddress(t *testing.T) {
 	}
 	deadURL := "http://" + dead.Addr().String()
 	dead.Close()
+	// The one that is not listening never had the call: it is refused
+	// (503 queue_wait), not failed.
 	for _, tc := range []struct {
 		upstream, code string
-	}{{"http://" + ln.Addr().String(), "upstream_reset"}, {deadURL, "upstream_unreachable"}} {
+		status         int
+	}{{"http://" + ln.Addr().String(), "upstream_reset", http.StatusBadGateway}, {deadURL, "queue_wait", http.StatusServiceUnavailable}} {
 		cfg := baseConfig(tc.upstream)
 		cfg.Retries.UpstreamAttempts = 1
 		_, gw := startGateway(t, cfg)
 		resp := post(t, t.Context(), gw.URL, chatBody, nil)
 		body := readAll(t, resp)
-		if resp.StatusCode != http.StatusBadGateway || decodeError(t, body).Code != tc.code {
-			t.Errorf("upstream %s: %d %s, want 502 %s", tc.upstream, resp.StatusCode, body, tc.code)
+		if resp.StatusCode != tc.status || decodeError(t, body).Code != tc.code {
+			t.Errorf("upstream %s: %d %s, want %d %s", tc.upstream, resp.StatusCode, body, tc.status, tc.code)
 		}
 		_, port, _ := net.SplitHostPort(strings.TrimPrefix(tc.upstream, "http://"))
-		for _, leak := range []string{"127.0.0.1", port, "tcp", "dial", "reset by peer", "refused", "EOF"} {
+		for _, leak := range []string{"127.0.0.1", port, "tcp", "dial", "reset by peer", "connection refused", "EOF"} {
 			if strings.Contains(string(body), leak) {
 				t.Errorf("502 body leaks %q: %s", leak, body)
 			}
