@@ -184,8 +184,9 @@ func (s *Bolt) FileContent(_ context.Context, tenant, id string) ([]byte, error)
 
 // CreateBatch stores the batch and queues its items.
 func (s *Bolt) CreateBatch(_ context.Context, b Batch, reqs []Request) error {
-	if len(reqs) == 0 {
-		return errors.New("batch: a batch needs at least one request")
+	validating := b.Status == StatusValidating
+	if validating != (len(reqs) == 0) {
+		return errors.New("batch: a batch is created validating without requests, or with at least one")
 	}
 	return s.db.Update(func(tx *bolt.Tx) error {
 		bb := tx.Bucket(bBatches)
@@ -196,10 +197,6 @@ func (s *Bolt) CreateBatch(_ context.Context, b Batch, reqs []Request) error {
 		if err != nil {
 			return err
 		}
-		b.Status, b.Counts = StatusInProgress, Counts{Total: len(reqs)}
-		if b.InProgressAt.IsZero() {
-			b.InProgressAt = b.CreatedAt
-		}
 		if err := tx.Bucket(bByTenant).Put(tenantKey(b.Tenant, seq), []byte(b.ID)); err != nil {
 			return err
 		}
@@ -207,24 +204,95 @@ func (s *Bolt) CreateBatch(_ context.Context, b Batch, reqs []Request) error {
 			return err
 		}
 		rec := boltBatch{Batch: b, Seq: seq}
-		for _, r := range reqs {
-			rec.Bytes += int64(len(r.Body))
+		if validating {
+			return putJSON(bb, []byte(b.ID), rec)
 		}
-		if err := putJSON(bb, []byte(b.ID), rec); err != nil {
+		if rec.InProgressAt.IsZero() {
+			rec.InProgressAt = b.CreatedAt
+		}
+		return queueItems(tx, &rec, reqs)
+	})
+}
+
+// queueItems makes b in_progress with one queued item per request, and
+// saves it.
+func queueItems(tx *bolt.Tx, b *boltBatch, reqs []Request) error {
+	b.Status, b.Counts, b.Bytes = StatusInProgress, Counts{Total: len(reqs)}, 0
+	for _, r := range reqs {
+		b.Bytes += int64(len(r.Body))
+	}
+	items, queue := tx.Bucket(bItems), tx.Bucket(bQueue)
+	for i, r := range reqs {
+		k := itemKey(b.Seq, i)
+		if err := putJSON(items, k, boltItem{Batch: b.ID, Req: r}); err != nil {
 			return err
 		}
-		items, queue := tx.Bucket(bItems), tx.Bucket(bQueue)
-		for i, r := range reqs {
-			k := itemKey(seq, i)
-			if err := putJSON(items, k, boltItem{Batch: b.ID, Req: r}); err != nil {
-				return err
-			}
-			if err := queue.Put(k, nil); err != nil {
-				return err
-			}
+		if err := queue.Put(k, nil); err != nil {
+			return err
 		}
-		return nil
+	}
+	return putJSON(tx.Bucket(bBatches), []byte(b.ID), b)
+}
+
+// validating loads the tenant's batch for Start or Fail.
+func validating(tx *bolt.Tx, tenant, id string) (boltBatch, error) {
+	b, ok := loadBatch(tx, id)
+	switch {
+	case !ok || b.Tenant != tenant:
+		return b, ErrNotFound
+	case b.Status != StatusValidating:
+		return b, fmt.Errorf("%w: batch %s is %s, not validating", ErrConflict, id, b.Status)
+	}
+	return b, nil
+}
+
+// Start queues the items of a validating batch.
+func (s *Bolt) Start(_ context.Context, tenant, id, model string, reqs []Request, now time.Time) error {
+	if len(reqs) == 0 {
+		return errors.New("batch: a batch needs at least one request")
+	}
+	return s.db.Update(func(tx *bolt.Tx) error {
+		b, err := validating(tx, tenant, id)
+		if err != nil {
+			return err
+		}
+		b.Model, b.InProgressAt = model, now
+		return queueItems(tx, &b, reqs)
 	})
+}
+
+// Fail ends a validating batch as failed.
+func (s *Bolt) Fail(_ context.Context, tenant, id string, errs []LineError, now time.Time) error {
+	return s.db.Update(func(tx *bolt.Tx) error {
+		b, err := validating(tx, tenant, id)
+		if err != nil {
+			return err
+		}
+		b.Status, b.Errors, b.FailedAt = StatusFailed, errs, now
+		if err := tx.Bucket(bActive).Delete(seqKey(b.Seq)); err != nil {
+			return err
+		}
+		return putJSON(tx.Bucket(bBatches), []byte(id), b)
+	})
+}
+
+// ready says whether b waits for Finalize.
+func (b *boltBatch) ready() bool {
+	return (b.Status == StatusFinalizing || b.Status == StatusCancelling) && b.Done >= b.Counts.Total
+}
+
+// Pending lists the batches waiting for Start, Fail or Finalize.
+func (s *Bolt) Pending(context.Context) ([]Batch, error) {
+	var out []Batch
+	err := s.db.View(func(tx *bolt.Tx) error {
+		return tx.Bucket(bActive).ForEach(func(_, v []byte) error {
+			if b, ok := loadBatch(tx, string(v)); ok && (b.Status == StatusValidating || b.ready()) {
+				out = append(out, b.Batch)
+			}
+			return nil
+		})
+	})
+	return out, err
 }
 
 func loadBatch(tx *bolt.Tx, id string) (boltBatch, bool) {
@@ -298,7 +366,7 @@ func (s *Bolt) Cancel(_ context.Context, tenant, id string, now time.Time) (Batc
 			out = b.Batch
 			return nil
 		}
-		if b.Status != StatusInProgress {
+		if b.Status != StatusInProgress && b.Status != StatusValidating {
 			return fmt.Errorf("%w: batch %s is %s", ErrConflict, id, b.Status)
 		}
 		b.Status, b.CancellingAt = StatusCancelling, now
@@ -345,6 +413,7 @@ func (s *Bolt) result(tx *bolt.Tx, b *boltBatch, k []byte, r Result) error {
 		return err
 	}
 	b.Done++
+	b.Usage.Add(r.Usage)
 	switch r.Kind {
 	case Succeeded:
 		b.Counts.Completed++
@@ -359,13 +428,58 @@ func (s *Bolt) result(tx *bolt.Tx, b *boltBatch, k []byte, r Result) error {
 	return nil
 }
 
-// maybeFinish ends b when every item has a result: it writes the output
-// and error files from the results, in line order, and sets the final
-// status.
-func (s *Bolt) maybeFinish(tx *bolt.Tx, b *boltBatch, now time.Time) error {
+// maybeFinish makes b finalizing when every item has a result (a
+// cancelling batch stays cancelling): Finalize then writes its files. It
+// stays in bActive until then, so Pending finds it after a crash.
+func (s *Bolt) maybeFinish(_ *bolt.Tx, b *boltBatch, now time.Time) error {
 	if b.Done < b.Counts.Total {
 		return nil
 	}
+	b.FinalizingAt = now
+	if b.Status == StatusInProgress {
+		b.Status = StatusFinalizing
+	}
+	return nil
+}
+
+// Finalize writes the output and error files from the results, in line
+// order, and sets the final status.
+func (s *Bolt) Finalize(_ context.Context, tenant, id string, now time.Time) (Batch, error) {
+	var out Batch
+	err := s.db.Update(func(tx *bolt.Tx) error {
+		b, ok := loadBatch(tx, id)
+		if !ok || b.Tenant != tenant {
+			return ErrNotFound
+		}
+		if !b.ready() {
+			return fmt.Errorf("%w: batch %s is %s with %d of %d items ended", ErrConflict, id, b.Status, b.Done, b.Counts.Total)
+		}
+		if err := s.writeFiles(tx, &b, now); err != nil {
+			return err
+		}
+		switch {
+		case b.Status == StatusCancelling:
+			b.Status, b.CancelledAt = StatusCancelled, now
+		case b.Expired > 0:
+			// An item expired: the window passed before the batch could end.
+			b.Status = StatusExpired
+			if b.ExpiredAt.IsZero() {
+				b.ExpiredAt = now
+			}
+		default:
+			b.Status, b.CompletedAt = StatusCompleted, now
+		}
+		if err := tx.Bucket(bActive).Delete(seqKey(b.Seq)); err != nil {
+			return err
+		}
+		out = b.Batch
+		return putJSON(tx.Bucket(bBatches), []byte(id), b)
+	})
+	return out, err
+}
+
+// writeFiles writes b's output and error files from its results.
+func (s *Bolt) writeFiles(tx *bolt.Tx, b *boltBatch, now time.Time) error {
 	var out, errs bytes.Buffer
 	prefix := seqKey(b.Seq)
 	c := tx.Bucket(bResults).Cursor()
@@ -377,7 +491,10 @@ func (s *Bolt) maybeFinish(tx *bolt.Tx, b *boltBatch, now time.Time) error {
 		dst.Write(v[1:])
 		dst.WriteByte('\n')
 	}
-	b.FinalizingAt = now
+	var expires time.Time
+	if b.OutputExpiresAfter > 0 {
+		expires = now.Add(b.OutputExpiresAfter)
+	}
 	for _, f := range []struct {
 		id      string
 		content *bytes.Buffer
@@ -387,7 +504,7 @@ func (s *Bolt) maybeFinish(tx *bolt.Tx, b *boltBatch, now time.Time) error {
 		if f.content.Len() == 0 {
 			continue
 		}
-		file := File{ID: f.id, Tenant: b.Tenant, Purpose: "batch_output", Filename: f.name, Bytes: int64(f.content.Len()), CreatedAt: now}
+		file := File{ID: f.id, Tenant: b.Tenant, Purpose: "batch_output", Filename: f.name, Bytes: int64(f.content.Len()), CreatedAt: now, ExpiresAt: expires}
 		if err := putJSON(tx.Bucket(bFiles), []byte(f.id), file); err != nil {
 			return err
 		}
@@ -396,19 +513,7 @@ func (s *Bolt) maybeFinish(tx *bolt.Tx, b *boltBatch, now time.Time) error {
 		}
 		*f.set = f.id
 	}
-	switch {
-	case b.Status == StatusCancelling:
-		b.Status, b.CancelledAt = StatusCancelled, now
-	case b.Expired > 0:
-		// An item expired: the window passed before the batch could end.
-		b.Status = StatusExpired
-		if b.ExpiredAt.IsZero() {
-			b.ExpiredAt = now
-		}
-	default:
-		b.Status, b.CompletedAt = StatusCompleted, now
-	}
-	return tx.Bucket(bActive).Delete(seqKey(b.Seq))
+	return nil
 }
 
 // fairPick takes up to n queued items, the tenants taking turns (in name
@@ -610,7 +715,7 @@ func (s *Bolt) ExpireDue(_ context.Context, now time.Time) (int, error) {
 	due := false
 	_ = s.db.View(func(tx *bolt.Tx) error {
 		return tx.Bucket(bActive).ForEach(func(_, v []byte) error {
-			if b, ok := loadBatch(tx, string(v)); ok && !b.ExpiresAt.After(now) {
+			if b, ok := loadBatch(tx, string(v)); ok && b.expiresAt(now) {
 				due = true
 			}
 			return nil
@@ -624,7 +729,7 @@ func (s *Bolt) ExpireDue(_ context.Context, now time.Time) (int, error) {
 		n = 0
 		var due []boltBatch
 		_ = tx.Bucket(bActive).ForEach(func(_, v []byte) error {
-			if b, ok := loadBatch(tx, string(v)); ok && !b.ExpiresAt.After(now) {
+			if b, ok := loadBatch(tx, string(v)); ok && b.expiresAt(now) {
 				due = append(due, b)
 			}
 			return nil
@@ -657,13 +762,24 @@ func (s *Bolt) ExpireDue(_ context.Context, now time.Time) (int, error) {
 	return n, err
 }
 
+// expiresAt says whether b has items without a result past its window at
+// now.
+func (b *boltBatch) expiresAt(now time.Time) bool {
+	return (b.Status == StatusInProgress || b.Status == StatusCancelling) && b.Done < b.Counts.Total && !b.ExpiresAt.After(now)
+}
+
 // Backlog counts the items without a result and their bytes, from the
 // unfinished batches' records.
 func (s *Bolt) Backlog(_ context.Context, tenant string) (int, int64, error) {
 	n, size := 0, int64(0)
 	err := s.db.View(func(tx *bolt.Tx) error {
 		return tx.Bucket(bActive).ForEach(func(_, v []byte) error {
-			if b, ok := loadBatch(tx, string(v)); ok && (tenant == "" || b.Tenant == tenant) {
+			switch b, ok := loadBatch(tx, string(v)); {
+			case !ok || tenant != "" && b.Tenant != tenant:
+			case b.Status == StatusValidating:
+				n += b.Lines
+				size += b.LineBytes
+			default:
 				n += b.Counts.Total - b.Done
 				size += b.Bytes
 			}

@@ -26,6 +26,9 @@ type Response struct {
 	Status    int
 	RequestID string
 	Body      []byte
+	// Usage is the answer's usage (UsageOf its body), summed into the
+	// batch's.
+	Usage Usage
 	// Deferred says sluice refused to run it now (overload, the spend
 	// ceiling, draining): the item goes back to the queue, not counted as
 	// an attempt, and the executor waits RetryAfter before starting more.
@@ -121,6 +124,9 @@ type ExecutorConfig struct {
 	Log *slog.Logger
 	// Now is the clock. Nil means time.Now.
 	Now func() time.Time
+	// OnResult, when set, is called after results were written (a batch
+	// may have settled, for Finalize). Nil means nothing is called.
+	OnResult func()
 }
 
 // NewExecutor returns an executor; Run runs it.
@@ -148,6 +154,9 @@ func NewExecutor(cfg ExecutorConfig) *Executor {
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
+	}
+	if cfg.OnResult == nil {
+		cfg.OnResult = func() {}
 	}
 	return &Executor{cfg: cfg, kick: make(chan struct{}, 1)}
 }
@@ -189,8 +198,9 @@ func (e *Executor) Run(ctx context.Context) {
 			lastExpiry = now
 			if n, err := e.cfg.Store.ExpireDue(ctx, now); err != nil {
 				e.cfg.Log.Error("batch: expiring batches failed", "err", err)
-			} else {
+			} else if n > 0 {
 				e.stats.expired.Add(uint64(n))
+				e.cfg.OnResult()
 			}
 		}
 		if free := e.room(now, int(running.Load())); free > 0 {
@@ -272,7 +282,7 @@ func (e *Executor) run(ctx context.Context, c Claim) {
 		e.pause(resp.RetryAfter)
 		e.release(bg, c, false)
 	case resp.Status >= 200 && resp.Status < 300:
-		e.complete(bg, c, Result{Kind: Succeeded, Line: Line(c, resp.Status, resp.RequestID, resp.Body)})
+		e.complete(bg, c, Result{Kind: Succeeded, Line: Line(c, resp.Status, resp.RequestID, resp.Body), Usage: resp.Usage})
 	case resp.Status == 0 || resp.Status == 429 || resp.Status >= 500:
 		if c.Attempts+1 < e.cfg.MaxAttempts && e.cfg.Now().Before(c.Deadline) {
 			e.stats.retried.Add(1)
@@ -280,9 +290,9 @@ func (e *Executor) run(ctx context.Context, c Claim) {
 			e.release(bg, c, true)
 			return
 		}
-		e.complete(bg, c, Result{Kind: Failed, Line: Line(c, resp.Status, resp.RequestID, resp.Body)})
+		e.complete(bg, c, Result{Kind: Failed, Line: Line(c, resp.Status, resp.RequestID, resp.Body), Usage: resp.Usage})
 	default:
-		e.complete(bg, c, Result{Kind: Failed, Line: Line(c, resp.Status, resp.RequestID, resp.Body)})
+		e.complete(bg, c, Result{Kind: Failed, Line: Line(c, resp.Status, resp.RequestID, resp.Body), Usage: resp.Usage})
 	}
 }
 
@@ -293,8 +303,10 @@ func (e *Executor) complete(ctx context.Context, c Claim, r Result) {
 		e.cfg.Log.Error("batch: writing a result failed", "batch", c.Batch, "index", c.Index, "err", err)
 	case !written:
 	case r.Kind == Expired:
+		e.cfg.OnResult()
 		e.stats.expired.Add(1)
 	default: // ran to an answer: counts in the rate
+		e.cfg.OnResult()
 		e.ended.Add(e.cfg.Now())
 		if r.Kind == Succeeded {
 			e.stats.completed.Add(1)
@@ -308,4 +320,5 @@ func (e *Executor) release(ctx context.Context, c Claim, attempted bool) {
 	if err := e.cfg.Store.Release(ctx, c, attempted, e.cfg.Now()); err != nil {
 		e.cfg.Log.Error("batch: releasing an item failed", "batch", c.Batch, "index", c.Index, "err", err)
 	}
+	e.cfg.OnResult() // an item of a cancelled batch is cancelled instead
 }

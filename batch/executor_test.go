@@ -124,9 +124,13 @@ func TestExecutorOutcomes(t *testing.T) {
 		runCtx, stop := context.WithCancel(ctx)
 		done := make(chan struct{})
 		go func() { e.Run(runCtx); close(done) }()
-		b := waitFor(t, s, "b", func(b batch.Batch) bool { return b.Status.Terminal() })
+		waitFor(t, s, "b", func(b batch.Batch) bool { return b.Status == batch.StatusFinalizing })
 		stop()
 		<-done
+		b, err := s.Finalize(ctx, "t", "b", time.Now())
+		if err != nil {
+			t.Fatal(err)
+		}
 		if b.Status != batch.StatusCompleted || b.Counts != (batch.Counts{Total: 20, Completed: 18, Failed: 2}) {
 			t.Fatalf("ended %+v", b)
 		}
@@ -161,9 +165,13 @@ func TestExecutorExpires(t *testing.T) {
 		runCtx, stop := context.WithCancel(ctx)
 		done := make(chan struct{})
 		go func() { e.Run(runCtx); close(done) }()
-		b := waitFor(t, s, "b", func(b batch.Batch) bool { return b.Status.Terminal() })
+		waitFor(t, s, "b", func(b batch.Batch) bool { return b.Status == batch.StatusFinalizing })
 		stop()
 		<-done
+		b, err := s.Finalize(ctx, "t", "b", time.Now())
+		if err != nil {
+			t.Fatal(err)
+		}
 		if b.Status != batch.StatusExpired || b.Counts.Total != 10 || b.Counts.Completed+b.Counts.Failed != 10 || b.Counts.Completed < 4 || b.Counts.Completed > 6 {
 			t.Fatalf("ended %+v", b)
 		}

@@ -7,10 +7,11 @@ import (
 	"testing"
 )
 
-// FuzzParseInput: any bytes give either requests or one fault with a line
-// inside the file, never a panic; what is accepted is what the Batch API
-// promises — unique custom_ids, POST to a known endpoint, an object body,
-// no more than the limit.
+// FuzzParseInput: any bytes give requests and faults, never a panic; each
+// fault names a line inside the file, in line order, at most
+// MaxLineErrors; what is accepted is what the Batch API promises — unique
+// custom_ids, POST to a known endpoint, an object body, no more than the
+// limit — and each line is either a request or a fault, never both.
 func FuzzParseInput(f *testing.F) {
 	f.Add([]byte(`{"custom_id":"a","method":"POST","url":"/v1/chat/completions","body":{"model":"m"}}` + "\n"))
 	f.Add([]byte(`{"custom_id":"a","method":"POST","url":"/v1/embeddings","body":{}}` + "\n" + `{"custom_id":"a","method":"POST","url":"/v1/embeddings","body":{}}`))
@@ -19,16 +20,24 @@ func FuzzParseInput(f *testing.F) {
 	f.Add([]byte{0xff, '\n', '{'})
 	f.Fuzz(func(t *testing.T, content []byte) {
 		const limit = 4
-		reqs, ierr := ParseInput(content, limit)
+		reqs, errs := ParseInput(content, limit)
 		lines := bytes.Count(content, []byte("\n")) + 1
-		if ierr != nil {
-			if reqs != nil {
-				t.Fatalf("a fault (%v) and %d requests", ierr, len(reqs))
+		if len(errs) > MaxLineErrors {
+			t.Fatalf("%d faults, bound %d", len(errs), MaxLineErrors)
+		}
+		if len(reqs)+len(errs) > limit+1 {
+			t.Fatalf("%d requests and %d faults past a limit of %d", len(reqs), len(errs), limit)
+		}
+		at := map[int]bool{}
+		prev := -1
+		for _, e := range errs {
+			if e.Line < 0 || e.Line > lines || e.Line < prev || e.Code == "" || e.Message == "" || at[e.Line] {
+				t.Fatalf("fault %+v (after line %d) in a %d-line file", e, prev, lines)
 			}
-			if ierr.Line < 0 || ierr.Line > lines || ierr.Error() == "" {
-				t.Fatalf("fault %q at line %d of a %d-line file", ierr.Error(), ierr.Line, lines)
+			if e.Line > 0 {
+				at[e.Line] = true
 			}
-			return
+			prev = e.Line
 		}
 		if len(reqs) > limit {
 			t.Fatalf("%d requests accepted, limit %d", len(reqs), limit)
@@ -41,6 +50,9 @@ func FuzzParseInput(f *testing.F) {
 			seen[r.CustomID] = true
 			if r.Method != "POST" || !slices.Contains(Endpoints, r.URL) {
 				t.Fatalf("accepted %s %s", r.Method, r.URL)
+			}
+			if at[r.Line] || r.Line < 1 || r.Line > lines {
+				t.Fatalf("line %d is a request and a fault, or outside the file", r.Line)
 			}
 			var body map[string]any
 			if err := json.Unmarshal(r.Body, &body); err != nil || body == nil {

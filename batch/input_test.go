@@ -1,49 +1,130 @@
 package batch_test
 
 import (
+	"errors"
+	"fmt"
 	"strings"
 	"testing"
 
 	"github.com/sluicehq/sluice/batch"
 )
 
+const good = `{"custom_id":"a","method":"POST","url":"/v1/chat/completions","body":{"model":"m"}}`
+
+func line(id, url, body string) string {
+	return fmt.Sprintf(`{"custom_id":%q,"method":"POST","url":%q,"body":%s}`, id, url, body)
+}
+
+// Each bad line is one fault with its line, code and param; the good
+// lines around them are read.
 func TestParseInput(t *testing.T) {
-	good := `{"custom_id":"a","method":"POST","url":"/v1/chat/completions","body":{"model":"m"}}`
 	tests := []struct {
-		name, in   string
-		line       int
-		param, msg string
+		name, in         string
+		line             int
+		code, param, msg string
 	}{
-		{"malformed", good + "\n{\"custom_id\":\"b\",\n", 2, "", "not a JSON object"},
-		{"unknown field", good + "\n" + `{"custom_id":"b","method":"POST","url":"/v1/embeddings","body":{},"x":1}`, 2, "", "unknown field"},
-		{"two values", `{"custom_id":"a","method":"POST","url":"/v1/embeddings","body":{}} {}`, 1, "", "more than one"},
-		{"no custom_id", `{"method":"POST","url":"/v1/embeddings","body":{}}`, 1, "custom_id", "required"},
-		{"GET", `{"custom_id":"a","method":"GET","url":"/v1/embeddings","body":{}}`, 1, "method", "only POST"},
-		{"unknown url", good + "\n\n" + `{"custom_id":"b","method":"POST","url":"/v1/files","body":{}}`, 3, "url", "not a batch endpoint"},
-		{"body not an object", `{"custom_id":"a","method":"POST","url":"/v1/embeddings","body":"x"}`, 1, "body", "JSON object"},
-		{"duplicate custom_id", good + "\n" + good, 2, "custom_id", "already used on line 1"},
-		{"too many", good + "\n" + strings.Replace(good, `"a"`, `"b"`, 1) + "\n" + strings.Replace(good, `"a"`, `"c"`, 1), 3, "", "more than 2"},
-		{"empty", "\n\n", 0, "", "no requests"},
+		{"malformed", good + "\n{\"custom_id\":\"b\",\n", 2, "invalid_json_line", "", "not a JSON object"},
+		{"unknown field", good + "\n" + `{"custom_id":"b","method":"POST","url":"/v1/embeddings","body":{},"x":1}`, 2, "unknown_parameter", "x", `unknown parameter "x"`},
+		{"two values", `{"custom_id":"a","method":"POST","url":"/v1/embeddings","body":{}} {}`, 1, "invalid_json_line", "", "more than one"},
+		{"no custom_id", `{"method":"POST","url":"/v1/embeddings","body":{}}`, 1, "missing_required_parameter", "custom_id", "custom_id"},
+		{"custom_id a number", `{"custom_id":1,"method":"POST","url":"/v1/embeddings","body":{}}`, 1, "invalid_type", "custom_id", "string"},
+		{"GET", `{"custom_id":"a","method":"GET","url":"/v1/embeddings","body":{}}`, 1, "invalid_value", "method", `method "GET": only POST`},
+		{"unknown url", good + "\n\n" + `{"custom_id":"b","method":"POST","url":"/v1/files","body":{}}`, 3, "invalid_url", "url", `url "/v1/files" is not a batch endpoint`},
+		{"body not an object", `{"custom_id":"a","method":"POST","url":"/v1/embeddings","body":"x"}`, 1, "invalid_value", "body", "JSON object"},
+		{"duplicate custom_id", good + "\n" + good, 2, "duplicate_custom_id", "custom_id", `"a" is already used on line 1`},
+		{"too many", good + "\n" + strings.Replace(good, `"a"`, `"b"`, 1) + "\n" + strings.Replace(good, `"a"`, `"c"`, 1), 3, "too_many_tasks", "", "more than 2"},
+		{"empty", "\n\n", 0, "empty_file", "", "no requests"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			reqs, err := batch.ParseInput([]byte(tc.in), 2)
-			if err == nil {
-				t.Fatalf("accepted %d requests", len(reqs))
+			_, errs := batch.ParseInput([]byte(tc.in), 2)
+			if len(errs) != 1 {
+				t.Fatalf("faults %+v, want one", errs)
 			}
-			if err.Line != tc.line || err.Param != tc.param || !strings.Contains(err.Msg, tc.msg) {
-				t.Fatalf("error %+v, want line %d param %q message with %q", err, tc.line, tc.param, tc.msg)
+			e := errs[0]
+			if e.Line != tc.line || e.Code != tc.code || e.Param != tc.param || !strings.Contains(e.Message, tc.msg) {
+				t.Fatalf("fault %+v, want line %d code %s param %q message with %q", e, tc.line, tc.code, tc.param, tc.msg)
+			}
+			if strings.Contains(e.Message, `\"`) {
+				t.Errorf("a value quoted twice: %s", e.Message)
 			}
 		})
 	}
-	reqs, err := batch.ParseInput([]byte(good+"\r\n\n"+strings.Replace(good, `"a"`, `"b"`, 1)+"\n"), 2)
-	if err != nil || len(reqs) != 2 || reqs[1].CustomID != "b" || string(reqs[0].Body) != `{"model":"m"}` {
-		t.Fatalf("ParseInput = %+v, %v", reqs, err)
+	reqs, errs := batch.ParseInput([]byte(good+"\r\n\n"+strings.Replace(good, `"a"`, `"b"`, 1)+"\n"), 2)
+	if errs != nil || len(reqs) != 2 || reqs[1].CustomID != "b" || reqs[1].Line != 3 || string(reqs[0].Body) != `{"model":"m"}` {
+		t.Fatalf("ParseInput = %+v, %v", reqs, errs)
 	}
-	if e := batch.CheckEndpoint(reqs, "/v1/embeddings"); e == nil || e.Line != 1 || e.Param != "url" {
-		t.Fatalf("CheckEndpoint = %v", e)
+}
+
+func readBody(body []byte) (string, bool, error) {
+	switch {
+	case strings.Contains(string(body), `"bad"`):
+		return "", false, errors.New("messages is required")
+	case strings.Contains(string(body), `"stream":true`):
+		return "m", true, nil
+	case strings.Contains(string(body), `"model":"other"`):
+		return "other", false, nil
+	case strings.Contains(string(body), `"model"`):
+		return "m", false, nil
 	}
-	if e := batch.CheckEndpoint(reqs, "/v1/chat/completions"); e != nil {
-		t.Fatalf("CheckEndpoint = %v", e)
+	return "", false, nil
+}
+
+// Validate lists every bad line, in line order, whether ParseInput or the
+// checks against the batch found it; it stops at MaxLineErrors.
+func TestValidate(t *testing.T) {
+	const ep = "/v1/chat/completions"
+	lines := []string{
+		line("0", ep, `{"model":"m"}`),
+		line("1", "/v1/embeddings", `{"model":"m"}`), // url_mismatch
+		`{"custom_id":`,                              // invalid_json_line
+		line("3", ep, `{"model":"other"}`),           // model_mismatch
+		line("4", ep, `{"bad":1}`),                   // invalid_request
+		line("5", ep, `{"model":"m","stream":true}`), // body.stream
+		line("6", ep, `{}`),                          // body.model
+		line("0", ep, `{"model":"m"}`),               // duplicate_custom_id
+		line("8", ep, `{"model":"m"}`),
+	}
+	reqs, model, errs := batch.Validate([]byte(strings.Join(lines, "\n")), 100, ep, readBody)
+	var got []string
+	for _, e := range errs {
+		got = append(got, fmt.Sprintf("%d:%s:%s", e.Line, e.Code, e.Param))
+	}
+	want := "[2:url_mismatch:url 3:invalid_json_line: 4:model_mismatch:body.model 5:invalid_request:body 6:invalid_value:body.stream 7:missing_required_parameter:body.model 8:duplicate_custom_id:custom_id]"
+	if reqs != nil || model != "" || fmt.Sprint(got) != want {
+		t.Fatalf("Validate = %d requests, %q, faults %v; want %s", len(reqs), model, got, want)
+	}
+
+	reqs, model, errs = batch.Validate([]byte(lines[0]+"\n"+lines[8]), 100, ep, readBody)
+	if errs != nil || model != "m" || len(reqs) != 2 {
+		t.Fatalf("good file: %d requests, %q, %v", len(reqs), model, errs)
+	}
+
+	var many []string
+	for i := range 300 {
+		many = append(many, line(fmt.Sprint(i), "/v1/embeddings", `{"model":"m"}`))
+	}
+	if _, _, errs = batch.Validate([]byte(strings.Join(many, "\n")), 1000, ep, readBody); len(errs) != batch.MaxLineErrors || errs[99].Line != 100 {
+		t.Fatalf("%d faults (last on line %d), want the first %d", len(errs), errs[len(errs)-1].Line, batch.MaxLineErrors)
+	}
+}
+
+// At upload only the file as a whole is checked.
+func TestCheckFile(t *testing.T) {
+	for _, tc := range []struct{ name, in, msg string }{
+		{"not UTF-8", "\xff\xfe", "not UTF-8"},
+		{"CSV", "custom_id,method\na,POST\n", "not JSONL"},
+		{"pretty JSON", "{\n  \"custom_id\": \"a\"\n}\n", "not JSONL"},
+		{"array", "[" + good + "]", "not JSONL"},
+		{"empty", "\n \n", "no requests"},
+		{"too many", good + "\n" + good + "\n" + good, "more than 2"},
+	} {
+		if err := batch.CheckFile([]byte(tc.in), 2); err == nil || err.Param != "file" || !strings.Contains(err.Msg, tc.msg) {
+			t.Errorf("%s: %v, want a fault with %q", tc.name, err, tc.msg)
+		}
+	}
+	// Bad lines after a good first one are the batch's to list.
+	if err := batch.CheckFile([]byte(good+"\n{\"custom_id\":\n"), 2); err != nil {
+		t.Errorf("a bad second line refused at upload: %v", err)
 	}
 }

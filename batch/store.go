@@ -20,10 +20,12 @@ var ErrConflict = errors.New("batch: conflict")
 // Status is a batch's state, OpenAI's names.
 type Status string
 
-// The statuses of a batch. A batch is created in_progress (its file was
-// validated when it was uploaded); it ends completed, expired, cancelled or
-// failed. finalizing is the instant its output files are written, inside
-// the transaction that writes its last result, so it is never observed.
+// The statuses of a batch, OpenAI's. A batch is created validating: its
+// file is checked line by line (Start or Fail end it); then in_progress
+// while its items run; finalizing once every item has a result, while its
+// output and error files are written (Finalize ends it); then completed,
+// or expired when its window passed first. A cancelled batch goes
+// cancelling → cancelled; one whose file does not validate, failed.
 const (
 	StatusValidating Status = "validating"
 	StatusFailed     Status = "failed"
@@ -48,12 +50,46 @@ type File struct {
 	Filename  string
 	Bytes     int64
 	CreatedAt time.Time
+	// ExpiresAt is when the file stops being served (ErrNotFound after
+	// it); zero means never.
+	ExpiresAt time.Time
 }
+
+// Expired says whether f is past its ExpiresAt at now.
+func (f File) Expired(now time.Time) bool { return !f.ExpiresAt.IsZero() && !now.Before(f.ExpiresAt) }
 
 // Counts are a batch's request_counts: Failed includes the expired items;
 // cancelled items count in neither.
 type Counts struct {
 	Total, Completed, Failed int
+}
+
+// Usage is the tokens of a batch's answers, summed as they are written:
+// OpenAI's usage object (input, output, and their cached and reasoning
+// parts).
+type Usage struct {
+	InputTokens     int64 `json:"input_tokens"`
+	OutputTokens    int64 `json:"output_tokens"`
+	CachedTokens    int64 `json:"cached_tokens,omitempty"`
+	ReasoningTokens int64 `json:"reasoning_tokens,omitempty"`
+}
+
+// Add adds u's tokens to x.
+func (x *Usage) Add(u Usage) {
+	x.InputTokens += u.InputTokens
+	x.OutputTokens += u.OutputTokens
+	x.CachedTokens += u.CachedTokens
+	x.ReasoningTokens += u.ReasoningTokens
+}
+
+// LineError is one fault of a batch's input file, found while it was
+// validating: OpenAI's batch error (code, line, message, param). Line is
+// 1-based; 0 means the file as a whole.
+type LineError struct {
+	Code    string `json:"code"`
+	Line    int    `json:"line,omitempty"`
+	Message string `json:"message"`
+	Param   string `json:"param,omitempty"`
 }
 
 // Batch is one batch job.
@@ -62,20 +98,35 @@ type Batch struct {
 	Tenant           string
 	Endpoint         string
 	InputFileID      string
-	CompletionWindow string // as given, e.g. "24h"
+	CompletionWindow string // the window, e.g. "24h" (or sluice's own, such as "1h")
 	Metadata         map[string]string
-	Status           Status
-	Counts           Counts
-	OutputFileID     string // set when it ends with at least one success
-	ErrorFileID      string // set when it ends with at least one failure, expiry or cancellation
-	CreatedAt        time.Time
-	InProgressAt     time.Time
-	ExpiresAt        time.Time // CreatedAt + the completion window: every item's deadline
-	FinalizingAt     time.Time
-	CompletedAt      time.Time
-	ExpiredAt        time.Time
-	CancellingAt     time.Time
-	CancelledAt      time.Time
+	// OutputExpiresAfter, when not zero, is how long its output and error
+	// files are served after they are written (OpenAI's
+	// output_expires_after, anchored at the files' created_at).
+	OutputExpiresAfter time.Duration
+	Status             Status
+	// Lines and LineBytes are its file's requests and their bytes, counted
+	// when it is created: its share of the backlog while it validates.
+	Lines     int
+	LineBytes int64
+	// Model is the model its lines name (one model a batch), set by Start.
+	Model  string
+	Counts Counts
+	// Usage sums the usage of the answers written so far.
+	Usage Usage
+	// Errors are why it failed validation, in line order.
+	Errors       []LineError
+	OutputFileID string // set when it ends with at least one success
+	ErrorFileID  string // set when it ends with at least one failure, expiry or cancellation
+	CreatedAt    time.Time
+	InProgressAt time.Time
+	ExpiresAt    time.Time // CreatedAt + the completion window: every item's deadline
+	FinalizingAt time.Time
+	FailedAt     time.Time
+	CompletedAt  time.Time
+	ExpiredAt    time.Time
+	CancellingAt time.Time
+	CancelledAt  time.Time
 	// Cancelled counts the items cancelled before they ran.
 	Cancelled int
 }
@@ -86,6 +137,9 @@ type Request struct {
 	Method   string          `json:"method"`
 	URL      string          `json:"url"`
 	Body     json.RawMessage `json:"body"`
+	// Line is the request's 1-based line in its file (ParseInput's; not
+	// stored).
+	Line int `json:"-"`
 }
 
 // Claim is an item handed to one runner until it completes it, releases
@@ -120,6 +174,8 @@ type Result struct {
 	// Line is the JSONL line (without its newline) for the output or error
 	// file, as Line and ErrorLine make it.
 	Line []byte
+	// Usage is the answer's usage, added to the batch's.
+	Usage Usage
 }
 
 // JobStore keeps files, batches, item states and results. Implementations
@@ -133,9 +189,28 @@ type JobStore interface {
 	File(ctx context.Context, tenant, id string) (File, error)
 	// FileContent returns the tenant's file's content, or ErrNotFound.
 	FileContent(ctx context.Context, tenant, id string) ([]byte, error)
-	// CreateBatch stores b (in_progress, Counts.Total = len(reqs)) and
-	// queues one item per request, in order.
+	// CreateBatch stores b. With b.Status validating it stores the batch
+	// alone (reqs must be empty), for Start or Fail to end its
+	// validation; otherwise it stores it in_progress (Counts.Total =
+	// len(reqs)) and queues one item per request, in order.
 	CreateBatch(ctx context.Context, b Batch, reqs []Request) error
+	// Start ends the validation of the tenant's batch: it becomes
+	// in_progress with model and one item per request queued, in order.
+	// ErrConflict when it is not validating (cancelled meanwhile, or
+	// started by another replica).
+	Start(ctx context.Context, tenant, id, model string, reqs []Request, now time.Time) error
+	// Fail ends the validation of the tenant's batch as failed, with errs.
+	// ErrConflict when it is not validating.
+	Fail(ctx context.Context, tenant, id string, errs []LineError, now time.Time) error
+	// Finalize writes the output and error files of the tenant's batch
+	// once every item has a result (it is finalizing, or cancelling with
+	// nothing left to run) and ends it: completed, expired or cancelled.
+	// ErrConflict when it is not ready.
+	Finalize(ctx context.Context, tenant, id string, now time.Time) (Batch, error)
+	// Pending lists every tenant's batches that wait for Start, Fail or
+	// Finalize: validating, finalizing, and cancelling with nothing left
+	// to run. A batch whose step was cut short by a crash is listed again.
+	Pending(ctx context.Context) ([]Batch, error)
 	// Batch returns the tenant's batch, or ErrNotFound.
 	Batch(ctx context.Context, tenant, id string) (Batch, error)
 	// Batches lists the tenant's batches, newest first, starting after the
@@ -156,7 +231,8 @@ type JobStore interface {
 	Release(ctx context.Context, c Claim, attempted bool, now time.Time) error
 	// Complete writes the item's result, once: written is false when it
 	// had one already (a lapsed lease another runner completed, or an
-	// expiry). The last result of a batch ends it and writes its files.
+	// expiry). The last result of a batch makes it finalizing (cancelling
+	// stays cancelling) for Finalize.
 	Complete(ctx context.Context, c Claim, r Result, now time.Time) (written bool, err error)
 	// ExpireDue ends the batches whose window has passed: each item without
 	// a result is expired (its line in the error file). It returns the
@@ -197,6 +273,41 @@ type line struct {
 	CustomID string        `json:"custom_id"`
 	Response *lineResponse `json:"response"`
 	Error    *lineError    `json:"error"`
+}
+
+// UsageOf reads the usage of an answer's body, in any of the shapes the
+// batch endpoints give it: chat and completions (prompt_tokens,
+// completion_tokens and their details), embeddings (prompt_tokens) and
+// responses (input_tokens, output_tokens and their details). A body
+// without one is zero usage.
+func UsageOf(body []byte) Usage {
+	var v struct {
+		Usage *struct {
+			PromptTokens        int64 `json:"prompt_tokens"`
+			CompletionTokens    int64 `json:"completion_tokens"`
+			InputTokens         int64 `json:"input_tokens"`
+			OutputTokens        int64 `json:"output_tokens"`
+			PromptTokensDetails struct {
+				CachedTokens int64 `json:"cached_tokens"`
+			} `json:"prompt_tokens_details"`
+			InputTokensDetails struct {
+				CachedTokens int64 `json:"cached_tokens"`
+			} `json:"input_tokens_details"`
+			CompletionTokensDetails struct {
+				ReasoningTokens int64 `json:"reasoning_tokens"`
+			} `json:"completion_tokens_details"`
+			OutputTokensDetails struct {
+				ReasoningTokens int64 `json:"reasoning_tokens"`
+			} `json:"output_tokens_details"`
+		} `json:"usage"`
+	}
+	if json.Unmarshal(body, &v) != nil || v.Usage == nil {
+		return Usage{}
+	}
+	u := v.Usage
+	return Usage{InputTokens: u.PromptTokens + u.InputTokens, OutputTokens: u.CompletionTokens + u.OutputTokens,
+		CachedTokens:    u.PromptTokensDetails.CachedTokens + u.InputTokensDetails.CachedTokens,
+		ReasoningTokens: u.CompletionTokensDetails.ReasoningTokens + u.OutputTokensDetails.ReasoningTokens}
 }
 
 // Line is an item's line for a response from the provider: the status,

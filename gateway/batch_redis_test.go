@@ -6,12 +6,16 @@ import (
 	"encoding/json"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/openai/openai-go/v3"
+	"github.com/openai/openai-go/v3/option"
 
+	"github.com/sluicehq/sluice/batch"
 	"github.com/sluicehq/sluice/config"
+	"github.com/sluicehq/sluice/gateway/batchapi"
 	"github.com/sluicehq/sluice/mockllm"
 	"github.com/sluicehq/sluice/store"
 	"github.com/sluicehq/sluice/store/redistest"
@@ -34,6 +38,15 @@ func TestBatchRedisReplicas(t *testing.T) {
 		Lease: &config.LeaseConfig{Disabled: true}}} // each replica its own 4 slots
 	a, b := serve(t, cfg), serve(t, cfg)
 	ctx := t.Context()
+	// The live replicas run no item until the dead one has claimed its
+	// own: otherwise they might have run them all first.
+	release := make(chan struct{})
+	var once sync.Once
+	start := func() { once.Do(func() { close(release) }) }
+	t.Cleanup(start)
+	for _, r := range []*served{a, b} {
+		r.g.batch.SetHooks(batchapi.Hooks{BeforeItem: func(batch.Claim) { <-release }})
+	}
 
 	const n = 60
 	acmeA, acmeB := sdk(a.url, "sk-acme"), sdk(b.url, "sk-acme")
@@ -41,7 +54,7 @@ func TestBatchRedisReplicas(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	bt, err := acmeA.Batches.New(ctx, openai.BatchNewParams{InputFileID: f.ID, Endpoint: openai.BatchNewParamsEndpointV1ChatCompletions, CompletionWindow: "1h"})
+	bt, err := acmeA.Batches.New(ctx, openai.BatchNewParams{InputFileID: f.ID, Endpoint: openai.BatchNewParamsEndpointV1ChatCompletions, CompletionWindow: "24h"}, option.WithJSONSet("sluice_completion_window", "1h"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -56,10 +69,15 @@ func TestBatchRedisReplicas(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer r.Close()
+	eventually(t, "the batch to validate", func() bool {
+		bt, err = acmeA.Batches.Get(ctx, bt.ID)
+		return err == nil && bt.Status == openai.BatchStatusInProgress
+	})
 	dead, err := store.NewJobs(r, store.JobsOptions{}).Claim(context.Background(), time.Now(), "dead-replica", time.Second, 3)
-	if err != nil || len(dead) == 0 {
+	if err != nil || len(dead) != 3 {
 		t.Fatalf("the dead replica claimed %d: %v", len(dead), err)
 	}
+	start()
 
 	deadline := time.Now().Add(60 * time.Second)
 	for bt.Status != openai.BatchStatusCompleted {

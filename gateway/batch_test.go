@@ -79,7 +79,7 @@ func TestBatchYieldsToLiveWork(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := acme.Batches.New(ctx, openai.BatchNewParams{InputFileID: f.ID, Endpoint: openai.BatchNewParamsEndpointV1ChatCompletions, CompletionWindow: "1h"})
+	b, err := acme.Batches.New(ctx, openai.BatchNewParams{InputFileID: f.ID, Endpoint: openai.BatchNewParamsEndpointV1ChatCompletions, CompletionWindow: "24h"}, option.WithJSONSet("sluice_completion_window", "1h"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -141,7 +141,7 @@ func TestBatchPausesForASpike(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := acme.Batches.New(ctx, openai.BatchNewParams{InputFileID: f.ID, Endpoint: openai.BatchNewParamsEndpointV1ChatCompletions, CompletionWindow: "1h"})
+	b, err := acme.Batches.New(ctx, openai.BatchNewParams{InputFileID: f.ID, Endpoint: openai.BatchNewParamsEndpointV1ChatCompletions, CompletionWindow: "24h"}, option.WithJSONSet("sluice_completion_window", "1h"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -220,7 +220,7 @@ func TestBatchDeferredPastTheSpendStage(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := acme.Batches.New(ctx, openai.BatchNewParams{InputFileID: f.ID, Endpoint: openai.BatchNewParamsEndpointV1ChatCompletions, CompletionWindow: "1h"})
+	b, err := acme.Batches.New(ctx, openai.BatchNewParams{InputFileID: f.ID, Endpoint: openai.BatchNewParamsEndpointV1ChatCompletions, CompletionWindow: "24h"}, option.WithJSONSet("sluice_completion_window", "1h"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -268,7 +268,7 @@ func TestBatchItemsAreBooked(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := acme.Batches.New(ctx, openai.BatchNewParams{InputFileID: f.ID, Endpoint: openai.BatchNewParamsEndpointV1ChatCompletions, CompletionWindow: "1h"})
+	b, err := acme.Batches.New(ctx, openai.BatchNewParams{InputFileID: f.ID, Endpoint: openai.BatchNewParamsEndpointV1ChatCompletions, CompletionWindow: "24h"}, option.WithJSONSet("sluice_completion_window", "1h"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -231,6 +231,9 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, a api) {
 		s.setRateLimitHeaders(h)
 	}
 	c.id = s.ids.Add(1)
+	if h.Get("X-Request-Id") == "" { // as OpenAI names every answer; a wrapper's own id stays
+		h.Set("X-Request-Id", fmt.Sprintf("req_mock_%d", c.id))
+	}
 	c.created = start.Unix()
 	c.service = d
 	if c.stream {

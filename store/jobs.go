@@ -96,7 +96,7 @@ func (j *Jobs) key(parts ...string) string { return j.prefix + strings.Join(part
 const luaPrelude = `
 local P, NOW, RET = ARGV[1], ARGV[2], tonumber(ARGV[3])
 local G = 'runners'
-local LEASES, DEADLINES, ACTIVE, TENANTS = P .. 'leases', P .. 'deadlines', P .. 'active', P .. 'tenants'
+local LEASES, DEADLINES, ACTIVE, TENANTS, PENDING = P .. 'leases', P .. 'deadlines', P .. 'active', P .. 'tenants', P .. 'pending'
 local function bkey(id) return P .. 'b:' .. id end
 local function skey(id) return P .. 's:' .. id end
 local function rkey(id) return P .. 'r:' .. id end
@@ -117,9 +117,15 @@ end
 local CANCELLED = 'the batch was cancelled before this request ran'
 
 -- result writes item i's result unless it has one; false when it had.
-local function result(id, i, kind, line)
+-- u, when given, is the answer's usage: input, output, cached, reasoning.
+local function result(id, i, kind, line, u)
   if redis.call('HSETNX', rkey(id), tostring(i), kind .. line) == 0 then return false end
   local b = bkey(id)
+  if u then
+    for k, f in ipairs({'in_tok', 'out_tok', 'cached_tok', 'reason_tok'}) do
+      if tonumber(u[k]) ~= 0 then redis.call('HINCRBY', b, f, u[k]) end
+    end
+  end
   local ttl = redis.call('TTL', b)
   if ttl > 0 then redis.call('EXPIRE', rkey(id), ttl) end
   local e = redis.call('XRANGE', skey(id), sid(i), sid(i))
@@ -147,36 +153,21 @@ local function result(id, i, kind, line)
   return true
 end
 
--- finish ends the batch when every item has a result: its status, its
--- files (made from the results when read), and the keys' retention.
+-- finish settles the batch when every item has a result: finalizing (a
+-- cancelling one stays cancelling), out of the queues, its stream
+-- deleted, and in the pending set for Finalize to write its files.
 local function finish(id)
   local b = bkey(id)
-  local h = redis.call('HMGET', b, 'done', 'total', 'status', 'expired', 'out_bytes', 'err_bytes', 'tenant', 'expired_at')
+  local h = redis.call('HMGET', b, 'done', 'total', 'status', 'tenant')
   if not h[1] or tonumber(h[1]) < tonumber(h[2]) then return end
   redis.call('HSET', b, 'finalizing_at', NOW)
-  if h[3] == 'cancelling' then
-    redis.call('HSET', b, 'status', 'cancelled', 'cancelled_at', NOW)
-  elseif tonumber(h[4] or '0') > 0 then
-    redis.call('HSET', b, 'status', 'expired')
-    if not h[8] then redis.call('HSET', b, 'expired_at', NOW) end
-  else
-    redis.call('HSET', b, 'status', 'completed', 'completed_at', NOW)
-  end
-  for _, f in ipairs({{'file-out-' .. id, tonumber(h[5] or '0'), '_output.jsonl', 'out_file'}, {'file-err-' .. id, tonumber(h[6] or '0'), '_error.jsonl', 'err_file'}}) do
-    if f[2] > 0 then
-      redis.call('HSET', fkey(f[1]), 'tenant', h[7], 'purpose', 'batch_output', 'filename', 'batch_' .. id .. f[3],
-        'bytes', f[2], 'created_at', NOW, 'batch', id)
-      redis.call('EXPIRE', fkey(f[1]), RET)
-      redis.call('HSET', b, f[4], f[1])
-    end
-  end
+  if h[3] == 'in_progress' then redis.call('HSET', b, 'status', 'finalizing') end
   redis.call('ZREM', DEADLINES, id)
   redis.call('SREM', ACTIVE, id)
-  redis.call('ZREM', qkey(h[7]), id)
-  if redis.call('ZCARD', qkey(h[7])) == 0 then redis.call('ZREM', TENANTS, h[7]) end
+  redis.call('ZREM', qkey(h[4]), id)
+  if redis.call('ZCARD', qkey(h[4])) == 0 then redis.call('ZREM', TENANTS, h[4]) end
   redis.call('DEL', skey(id), akey(id))
-  redis.call('EXPIRE', b, RET)
-  redis.call('EXPIRE', rkey(id), RET)
+  redis.call('SADD', PENDING, id)
 end
 `
 
@@ -194,7 +185,8 @@ return 1
 `)
 
 // putFile makes the uploaded content a file (ARGV[4..]: id, tenant,
-// purpose, filename, bytes, created_at, staging key suffix or "").
+// purpose, filename, bytes, created_at, staging key suffix or "",
+// expires_at or "").
 var putFile = script(`
 local id = ARGV[4]
 if redis.call('EXISTS', fkey(id)) == 1 then return 0 end
@@ -205,6 +197,7 @@ else
   redis.call('SET', c, '')
 end
 redis.call('HSET', fkey(id), 'tenant', ARGV[5], 'purpose', ARGV[6], 'filename', ARGV[7], 'bytes', ARGV[8], 'created_at', ARGV[9])
+if ARGV[11] ~= '' then redis.call('HSET', fkey(id), 'expires_at', ARGV[11]) end
 redis.call('EXPIRE', fkey(id), RET)
 redis.call('EXPIRE', c, RET)
 return 1
@@ -228,7 +221,7 @@ func (j *Jobs) PutFile(ctx context.Context, f batch.File, content []byte) error 
 			}
 		}
 	}
-	ok, err := j.runInt(ctx, putFile, int64(j.retention/time.Second), f.ID, f.Tenant, f.Purpose, f.Filename, f.Bytes, f.CreatedAt.Format(time.RFC3339Nano), staging)
+	ok, err := j.runInt(ctx, putFile, int64(j.retention/time.Second), f.ID, f.Tenant, f.Purpose, f.Filename, f.Bytes, f.CreatedAt.Format(time.RFC3339Nano), staging, stamp(f.ExpiresAt))
 	if err != nil {
 		return err
 	}
@@ -289,7 +282,8 @@ func (j *Jobs) fileMeta(ctx context.Context, tenant, id string) (batch.File, str
 	}
 	n, _ := strconv.ParseInt(h["bytes"], 10, 64)
 	at, _ := time.Parse(time.RFC3339Nano, h["created_at"])
-	return batch.File{ID: id, Tenant: tenant, Purpose: h["purpose"], Filename: h["filename"], Bytes: n, CreatedAt: at}, h["batch"], nil
+	exp, _ := time.Parse(time.RFC3339Nano, h["expires_at"])
+	return batch.File{ID: id, Tenant: tenant, Purpose: h["purpose"], Filename: h["filename"], Bytes: n, CreatedAt: at, ExpiresAt: exp}, h["batch"], nil
 }
 
 // File returns the tenant's file.
@@ -365,12 +359,13 @@ func (j *Jobs) resultsFile(ctx context.Context, id string, successes bool) ([]by
 	return out.Bytes(), nil
 }
 
-// stageItems writes items to a new batch's stream (ARGV[4]: batch id;
+// stageItems writes items to a new or validating batch's stream (ARGV[4]: batch id;
 // ARGV[5]: whether to start afresh; then index, custom_id, method, url,
 // body per item).
 var stageItems = script(`
 local s = skey(ARGV[4])
-if redis.call('EXISTS', bkey(ARGV[4])) == 1 then return 0 end
+local st = redis.call('HGET', bkey(ARGV[4]), 'status')
+if st and st ~= 'validating' then return 0 end
 if ARGV[5] == '1' then redis.call('DEL', s) end
 for k = 6, #ARGV, 5 do
   redis.call('XADD', s, sid(tonumber(ARGV[k])), 'i', ARGV[k], 'c', ARGV[k + 1], 'm', ARGV[k + 2], 'u', ARGV[k + 3], 'b', ARGV[k + 4], 'n', #ARGV[k + 4])
@@ -380,18 +375,32 @@ return 1
 `)
 
 // commitBatch makes the staged batch visible and claimable (ARGV[4..]: id,
-// tenant, rec, total, bytes, expires_at (unix ms), ttl (s)).
+// tenant, rec, total, bytes, expires_at (unix ms), ttl (s), model, and
+// "start" for a validating batch, which must be one, or "" for a new one).
 var commitBatch = script(`
 local id, tenant = ARGV[4], ARGV[5]
 local b = bkey(id)
-if redis.call('EXISTS', b) == 1 then return 0 end
+local start = ARGV[12] == 'start'
+local h = redis.call('HMGET', b, 'tenant', 'status', 'seq')
+if start then
+  if h[1] ~= tenant then return -2 end
+  if h[2] ~= 'validating' then return 0 end
+elseif h[1] then
+  return 0
+end
 if redis.call('XLEN', skey(id)) ~= tonumber(ARGV[7]) then return -1 end
 redis.call('XGROUP', 'CREATE', skey(id), G, '0')
-local seq = redis.call('INCR', P .. 'seq')
-redis.call('HSET', b, 'rec', ARGV[6], 'tenant', tenant, 'seq', seq, 'status', 'in_progress', 'total', ARGV[7], 'bytes', ARGV[8],
-  'done', 0, 'completed', 0, 'failed', 0, 'expired', 0, 'cancelled', 0, 'out_bytes', 0, 'err_bytes', 0)
 local ttl = tonumber(ARGV[10])
-redis.call('EXPIRE', b, ttl)
+local seq = h[3]
+if start then
+  redis.call('HSET', b, 'status', 'in_progress', 'total', ARGV[7], 'bytes', ARGV[8], 'model', ARGV[11], 'in_progress_at', NOW)
+  redis.call('SREM', PENDING, id)
+else
+  seq = redis.call('INCR', P .. 'seq')
+  redis.call('HSET', b, 'rec', ARGV[6], 'tenant', tenant, 'seq', seq, 'status', 'in_progress', 'total', ARGV[7], 'bytes', ARGV[8],
+    'done', 0, 'completed', 0, 'failed', 0, 'expired', 0, 'cancelled', 0, 'out_bytes', 0, 'err_bytes', 0)
+  redis.call('EXPIRE', b, ttl)
+end
 redis.call('EXPIRE', skey(id), ttl)
 redis.call('ZADD', DEADLINES, ARGV[9], id)
 redis.call('SADD', ACTIVE, id)
@@ -408,6 +417,80 @@ redis.call('EXPIRE', l, ttl)
 return 1
 `)
 
+// createValidating stores a validating batch, without items (ARGV[4..]:
+// id, tenant, rec, ttl (s), lines, bytes: its share of the backlog until
+// it starts).
+var createValidating = script(`
+local id, tenant = ARGV[4], ARGV[5]
+local b = bkey(id)
+if redis.call('EXISTS', b) == 1 then return 0 end
+local seq = redis.call('INCR', P .. 'seq')
+redis.call('HSET', b, 'rec', ARGV[6], 'tenant', tenant, 'seq', seq, 'status', 'validating', 'total', 0, 'bytes', ARGV[9],
+  'lines', ARGV[8], 'done', 0, 'completed', 0, 'failed', 0, 'expired', 0, 'cancelled', 0, 'out_bytes', 0, 'err_bytes', 0)
+local ttl = tonumber(ARGV[7])
+redis.call('EXPIRE', b, ttl)
+redis.call('SADD', PENDING, id)
+redis.call('SADD', ACTIVE, id)
+local l = P .. 'l:' .. tenant
+redis.call('ZADD', l, seq, id)
+redis.call('EXPIRE', l, ttl)
+return 1
+`)
+
+// failScript ends a validating batch as failed (ARGV[4..]: id, tenant,
+// errors as JSON): 1 done, 0 not validating, -2 not found.
+var failScript = script(`
+local b = bkey(ARGV[4])
+local h = redis.call('HMGET', b, 'tenant', 'status')
+if h[1] ~= ARGV[5] then return -2 end
+if h[2] ~= 'validating' then return 0 end
+redis.call('HSET', b, 'status', 'failed', 'failed_at', NOW, 'errors', ARGV[6])
+redis.call('SREM', PENDING, ARGV[4])
+redis.call('SREM', ACTIVE, ARGV[4])
+redis.call('EXPIRE', b, RET)
+return 1
+`)
+
+// finalizeScript writes a settled batch's files and ends it (ARGV[4..]:
+// id, tenant, the files' expires_at or ""): 1 done, 0 not ready, -2 not
+// found.
+var finalizeScript = script(`
+local id = ARGV[4]
+local b = bkey(id)
+local h = redis.call('HMGET', b, 'tenant', 'status', 'done', 'total', 'expired', 'out_bytes', 'err_bytes', 'expired_at')
+if h[1] ~= ARGV[5] then return -2 end
+if (h[2] ~= 'finalizing' and h[2] ~= 'cancelling') or tonumber(h[3]) < tonumber(h[4]) then return 0 end
+if h[2] == 'cancelling' then
+  redis.call('HSET', b, 'status', 'cancelled', 'cancelled_at', NOW)
+elseif tonumber(h[5] or '0') > 0 then
+  redis.call('HSET', b, 'status', 'expired')
+  if not h[8] then redis.call('HSET', b, 'expired_at', NOW) end
+else
+  redis.call('HSET', b, 'status', 'completed', 'completed_at', NOW)
+end
+for _, f in ipairs({{'file-out-' .. id, tonumber(h[6] or '0'), '_output.jsonl', 'out_file'}, {'file-err-' .. id, tonumber(h[7] or '0'), '_error.jsonl', 'err_file'}}) do
+  if f[2] > 0 then
+    redis.call('HSET', fkey(f[1]), 'tenant', h[1], 'purpose', 'batch_output', 'filename', 'batch_' .. id .. f[3],
+      'bytes', f[2], 'created_at', NOW, 'batch', id)
+    if ARGV[6] ~= '' then redis.call('HSET', fkey(f[1]), 'expires_at', ARGV[6]) end
+    redis.call('EXPIRE', fkey(f[1]), RET)
+    redis.call('HSET', b, f[4], f[1])
+  end
+end
+redis.call('SREM', PENDING, id)
+redis.call('EXPIRE', b, RET)
+redis.call('EXPIRE', rkey(id), RET)
+return 1
+`)
+
+// stamp is t as the scripts keep times, or "" for the zero time.
+func stamp(t time.Time) string {
+	if t.IsZero() {
+		return ""
+	}
+	return t.Format(time.RFC3339Nano)
+}
+
 // batchRec is the part of a batch that never changes, kept as JSON.
 type batchRec struct {
 	ID               string            `json:"id"`
@@ -418,6 +501,19 @@ type batchRec struct {
 	CreatedAt        time.Time         `json:"created_at"`
 	InProgressAt     time.Time         `json:"in_progress_at"`
 	ExpiresAt        time.Time         `json:"expires_at"`
+	// OutputExpiresAfter is in seconds.
+	OutputExpiresAfter int64 `json:"output_expires_after,omitempty"`
+}
+
+func recOf(b batch.Batch) ([]byte, error) {
+	return json.Marshal(batchRec{ID: b.ID, Endpoint: b.Endpoint, InputFileID: b.InputFileID, CompletionWindow: b.CompletionWindow,
+		Metadata: b.Metadata, CreatedAt: b.CreatedAt, InProgressAt: b.InProgressAt, ExpiresAt: b.ExpiresAt,
+		OutputExpiresAfter: int64(b.OutputExpiresAfter / time.Second)})
+}
+
+// ttlOf is how long a batch's keys stay: its window, then the retention.
+func (j *Jobs) ttlOf(b batch.Batch) int64 {
+	return max(int64((time.Until(b.ExpiresAt)+j.retention)/time.Second), int64(j.retention/time.Second))
 }
 
 // CreateBatch writes the items to the batch's stream, ChunkItems at a
@@ -425,12 +521,46 @@ type batchRec struct {
 // queues in one script: until then no replica sees it, and a creation cut
 // short leaves only a stream that expires within an hour.
 func (j *Jobs) CreateBatch(ctx context.Context, b batch.Batch, reqs []batch.Request) error {
-	if len(reqs) == 0 {
-		return errors.New("batch: a batch needs at least one request")
+	validating := b.Status == batch.StatusValidating
+	if validating != (len(reqs) == 0) {
+		return errors.New("batch: a batch is created validating without requests, or with at least one")
+	}
+	if validating {
+		rec, err := recOf(b)
+		if err != nil {
+			return err
+		}
+		ok, err := j.runInt(ctx, createValidating, 0, b.ID, b.Tenant, rec, j.ttlOf(b), b.Lines, b.LineBytes)
+		if err == nil && ok == 0 {
+			err = fmt.Errorf("%w: batch %s exists", batch.ErrConflict, b.ID)
+		}
+		return err
 	}
 	if b.InProgressAt.IsZero() {
 		b.InProgressAt = b.CreatedAt
 	}
+	return j.queue(ctx, b, "", reqs, time.Time{})
+}
+
+// Start queues the items of a validating batch.
+func (j *Jobs) Start(ctx context.Context, tenant, id, model string, reqs []batch.Request, now time.Time) error {
+	if len(reqs) == 0 {
+		return errors.New("batch: a batch needs at least one request")
+	}
+	b, err := j.Batch(ctx, tenant, id)
+	if err != nil {
+		return err
+	}
+	if b.Status != batch.StatusValidating {
+		return fmt.Errorf("%w: batch %s is %s, not validating", batch.ErrConflict, id, b.Status)
+	}
+	b.Model = model
+	return j.queue(ctx, b, "start", reqs, now)
+}
+
+// queue stages the items then commits the batch: a new one (mode "") or a
+// validating one (mode "start").
+func (j *Jobs) queue(ctx context.Context, b batch.Batch, mode string, reqs []batch.Request, now time.Time) error {
 	var size int64
 	for i := 0; i < len(reqs); i += ChunkItems {
 		fresh := "0"
@@ -450,16 +580,19 @@ func (j *Jobs) CreateBatch(ctx context.Context, b batch.Batch, reqs []batch.Requ
 			return fmt.Errorf("%w: batch %s exists", batch.ErrConflict, b.ID)
 		}
 	}
-	rec, err := json.Marshal(batchRec{ID: b.ID, Endpoint: b.Endpoint, InputFileID: b.InputFileID, CompletionWindow: b.CompletionWindow,
-		Metadata: b.Metadata, CreatedAt: b.CreatedAt, InProgressAt: b.InProgressAt, ExpiresAt: b.ExpiresAt})
+	rec, err := recOf(b)
 	if err != nil {
 		return err
 	}
-	ttl := max(int64((time.Until(b.ExpiresAt)+j.retention)/time.Second), int64(j.retention/time.Second))
-	ok, err := j.runInt(ctx, commitBatch, 0, b.ID, b.Tenant, rec, len(reqs), size, b.ExpiresAt.UnixMilli(), ttl)
+	v, err := j.eval(ctx, commitBatch, now, 0, b.ID, b.Tenant, rec, len(reqs), size, b.ExpiresAt.UnixMilli(), j.ttlOf(b), b.Model, mode)
+	ok, _ := v.(int64)
 	switch {
 	case err != nil:
 		return err
+	case ok == -2:
+		return batch.ErrNotFound
+	case ok == 0 && mode == "start":
+		return fmt.Errorf("%w: batch %s is no longer validating", batch.ErrConflict, b.ID)
 	case ok == 0:
 		return fmt.Errorf("%w: batch %s exists", batch.ErrConflict, b.ID)
 	case ok < 0:
@@ -469,7 +602,8 @@ func (j *Jobs) CreateBatch(ctx context.Context, b batch.Batch, reqs []batch.Requ
 }
 
 var batchFields = []string{"rec", "tenant", "status", "total", "completed", "failed", "cancelled", "out_file", "err_file",
-	"finalizing_at", "completed_at", "expired_at", "cancelling_at", "cancelled_at"}
+	"finalizing_at", "completed_at", "expired_at", "cancelling_at", "cancelled_at",
+	"model", "failed_at", "errors", "in_progress_at", "in_tok", "out_tok", "cached_tok", "reason_tok"}
 
 func (j *Jobs) readBatch(ctx context.Context, c redis.Cmdable, id string) *redis.SliceCmd {
 	return c.HMGet(ctx, j.key("b", id), batchFields...)
@@ -491,10 +625,97 @@ func parseBatch(vals []any) (batch.Batch, bool) {
 	}
 	atoi := func(x string) int { n, _ := strconv.Atoi(x); return n }
 	at := func(x string) time.Time { t, _ := time.Parse(time.RFC3339Nano, x); return t }
-	return batch.Batch{ID: rec.ID, Tenant: s[1], Endpoint: rec.Endpoint, InputFileID: rec.InputFileID, CompletionWindow: rec.CompletionWindow,
-		Metadata: rec.Metadata, Status: batch.Status(s[2]), Counts: batch.Counts{Total: atoi(s[3]), Completed: atoi(s[4]), Failed: atoi(s[5])},
+	b := batch.Batch{ID: rec.ID, Tenant: s[1], Endpoint: rec.Endpoint, InputFileID: rec.InputFileID, CompletionWindow: rec.CompletionWindow,
+		Metadata: rec.Metadata, OutputExpiresAfter: time.Duration(rec.OutputExpiresAfter) * time.Second,
+		Status: batch.Status(s[2]), Counts: batch.Counts{Total: atoi(s[3]), Completed: atoi(s[4]), Failed: atoi(s[5])},
 		Cancelled: atoi(s[6]), OutputFileID: s[7], ErrorFileID: s[8], CreatedAt: rec.CreatedAt, InProgressAt: rec.InProgressAt,
-		ExpiresAt: rec.ExpiresAt, FinalizingAt: at(s[9]), CompletedAt: at(s[10]), ExpiredAt: at(s[11]), CancellingAt: at(s[12]), CancelledAt: at(s[13])}, true
+		ExpiresAt: rec.ExpiresAt, FinalizingAt: at(s[9]), CompletedAt: at(s[10]), ExpiredAt: at(s[11]), CancellingAt: at(s[12]), CancelledAt: at(s[13]),
+		Model: s[14], FailedAt: at(s[15]),
+		Usage: batch.Usage{InputTokens: int64(atoi(s[18])), OutputTokens: int64(atoi(s[19])), CachedTokens: int64(atoi(s[20])), ReasoningTokens: int64(atoi(s[21]))}}
+	if s[16] != "" {
+		_ = json.Unmarshal([]byte(s[16]), &b.Errors)
+	}
+	if s[17] != "" {
+		b.InProgressAt = at(s[17])
+	}
+	return b, true
+}
+
+// Fail ends a validating batch as failed.
+func (j *Jobs) Fail(ctx context.Context, tenant, id string, errs []batch.LineError, now time.Time) error {
+	raw, err := json.Marshal(errs)
+	if err != nil {
+		return err
+	}
+	v, err := j.eval(ctx, failScript, now, 0, id, tenant, raw)
+	n, _ := v.(int64)
+	switch {
+	case err != nil:
+		return err
+	case n == -2:
+		return batch.ErrNotFound
+	case n == 0:
+		return fmt.Errorf("%w: batch %s is not validating", batch.ErrConflict, id)
+	}
+	return nil
+}
+
+// Finalize ends a settled batch: its files (made from the results when
+// read) and its final status.
+func (j *Jobs) Finalize(ctx context.Context, tenant, id string, now time.Time) (batch.Batch, error) {
+	b, err := j.Batch(ctx, tenant, id)
+	if err != nil {
+		return b, err
+	}
+	var expires time.Time
+	if b.OutputExpiresAfter > 0 {
+		expires = now.Add(b.OutputExpiresAfter)
+	}
+	v, err := j.eval(ctx, finalizeScript, now, 0, id, tenant, stamp(expires))
+	n, _ := v.(int64)
+	switch {
+	case err != nil:
+		return b, err
+	case n == -2:
+		return b, batch.ErrNotFound
+	case n == 0:
+		return b, fmt.Errorf("%w: batch %s is %s, not ready to finalize", batch.ErrConflict, id, b.Status)
+	}
+	return j.Batch(ctx, tenant, id)
+}
+
+// Pending lists the batches waiting for Start, Fail or Finalize; ids whose
+// records expired are dropped from the set.
+func (j *Jobs) Pending(ctx context.Context) ([]batch.Batch, error) {
+	var out []batch.Batch
+	err := j.r.Do(ctx, func(ctx context.Context, c redis.UniversalClient) error {
+		out = nil
+		ids, err := c.SMembers(ctx, j.key("pending")).Result()
+		if err != nil || len(ids) == 0 {
+			return err
+		}
+		cmds := make([]*redis.SliceCmd, len(ids))
+		if _, err := c.Pipelined(ctx, func(p redis.Pipeliner) error {
+			for i, id := range ids {
+				cmds[i] = j.readBatch(ctx, p, id)
+			}
+			return nil
+		}); err != nil {
+			return err
+		}
+		for i, cmd := range cmds {
+			b, ok := parseBatch(cmd.Val())
+			if !ok {
+				c.SRem(ctx, j.key("pending"), ids[i])
+				continue
+			}
+			if b.Status == batch.StatusValidating || b.Status == batch.StatusFinalizing || b.Status == batch.StatusCancelling {
+				out = append(out, b)
+			}
+		}
+		return nil
+	})
+	return out, err
 }
 
 // Batch returns the tenant's batch.
@@ -580,7 +801,7 @@ local h = redis.call('HMGET', b, 'tenant', 'status')
 if not h[1] or h[1] ~= ARGV[5] then return {0, ''} end
 if ARGV[6] == '' then
   if h[2] == 'cancelling' then return {1, ''} end
-  if h[2] ~= 'in_progress' then return {-1, h[2]} end
+  if h[2] ~= 'in_progress' and h[2] ~= 'validating' then return {-1, h[2]} end
   redis.call('HSET', b, 'status', 'cancelling', 'cancelling_at', NOW)
   redis.call('ZREM', qkey(h[1]), id)
 elseif h[2] ~= 'cancelling' then
@@ -756,12 +977,12 @@ func (j *Jobs) Release(ctx context.Context, c batch.Claim, attempted bool, now t
 }
 
 // completeScript writes a result once (ARGV[4]: id, [5]: index, [6]: kind,
-// [7]: line): 1 written, 0 it had one, -1 no such item.
+// [7]: line, [8..11]: usage): 1 written, 0 it had one, -1 no such item.
 var completeScript = script(`
 local id, i = ARGV[4], tonumber(ARGV[5])
 local total = redis.call('HGET', bkey(id), 'total')
 if not total or i < 0 or i >= tonumber(total) then return -1 end
-if not result(id, i, ARGV[6], ARGV[7]) then return 0 end
+if not result(id, i, ARGV[6], ARGV[7], {ARGV[8], ARGV[9], ARGV[10], ARGV[11]}) then return 0 end
 finish(id)
 return 1
 `)
@@ -771,7 +992,9 @@ func (j *Jobs) Complete(ctx context.Context, c batch.Claim, r batch.Result, now 
 	if r.Kind < batch.Succeeded || r.Kind > batch.Cancelled || len(r.Line) == 0 {
 		return false, fmt.Errorf("batch: Complete: result kind %d with %d bytes of line", r.Kind, len(r.Line))
 	}
-	n, err := j.eval(ctx, completeScript, now, 0, c.Batch, c.Index, strconv.Itoa(int(r.Kind)), r.Line)
+	u := r.Usage
+	n, err := j.eval(ctx, completeScript, now, 0, c.Batch, c.Index, strconv.Itoa(int(r.Kind)), r.Line,
+		u.InputTokens, u.OutputTokens, u.CachedTokens, u.ReasoningTokens)
 	if err != nil {
 		return false, err
 	}
@@ -841,11 +1064,15 @@ func (j *Jobs) ExpireDue(ctx context.Context, now time.Time) (int, error) {
 var backlogScript = script(`
 local n, size = 0, 0
 for _, id in ipairs(redis.call('SMEMBERS', ACTIVE)) do
-  local h = redis.call('HMGET', bkey(id), 'tenant', 'total', 'done', 'bytes')
+  local h = redis.call('HMGET', bkey(id), 'tenant', 'total', 'done', 'bytes', 'status', 'lines')
   if not h[1] then
     redis.call('SREM', ACTIVE, id)
   elseif ARGV[4] == '' or h[1] == ARGV[4] then
-    n = n + tonumber(h[2]) - tonumber(h[3])
+    if h[5] == 'validating' then
+      n = n + tonumber(h[6] or '0')
+    else
+      n = n + tonumber(h[2]) - tonumber(h[3])
+    end
     size = size + tonumber(h[4])
   end
 end

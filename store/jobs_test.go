@@ -65,7 +65,7 @@ func TestJobsLargeBatchLeavesNothingUnbounded(t *testing.T) {
 	if k, err := j.ExpireDue(ctx, now.Add(time.Minute)); k != n-3 || err != nil {
 		t.Fatalf("ExpireDue = %d, %v; want %d", k, err, n-3)
 	}
-	b, err := j.Batch(ctx, "a", "b1")
+	b, err := j.Finalize(ctx, "a", "b1", now.Add(time.Minute))
 	if err != nil || b.Status != batch.StatusExpired || b.Counts != (batch.Counts{Total: n, Completed: 3, Failed: n - 3}) {
 		t.Fatalf("%+v, %v", b, err)
 	}
@@ -91,7 +91,7 @@ func TestJobsLargeBatchLeavesNothingUnbounded(t *testing.T) {
 		}
 	}
 	for _, k := range keys {
-		for _, gone := range []string{":leases", ":deadlines", ":active", ":tenants", ":s:b1", ":q:a", ":a:b1"} {
+		for _, gone := range []string{":leases", ":deadlines", ":active", ":tenants", ":pending", ":s:b1", ":q:a", ":a:b1"} {
 			if strings.HasSuffix(k, gone) {
 				t.Errorf("key %s left after the batch ended", k)
 			}

@@ -43,6 +43,11 @@ func Run(t *testing.T, newStore func(t *testing.T) batch.JobStore) {
 		{"TenantsTakeTurns", testOrder},
 		{"Backlog", testBacklog},
 		{"ConcurrentCompletes", testConcurrent},
+		{"ValidatingThenStarted", testStart},
+		{"ValidatingFailed", testFail},
+		{"CancelledWhileValidating", testCancelValidating},
+		{"UsageSummed", testUsage},
+		{"FileExpiresAt", testFileExpiry},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -77,6 +82,43 @@ func get(t *testing.T, s batch.JobStore, tenant, id string) batch.Batch {
 		t.Fatalf("Batch(%s, %s): %v", tenant, id, err)
 	}
 	return b
+}
+
+// finalize checks that the batch waits for Finalize (in Pending, with the
+// status it settled in) and finalizes it at now.
+func finalize(t *testing.T, s batch.JobStore, tenant, id string, settled batch.Status, now time.Time) batch.Batch {
+	t.Helper()
+	if b := get(t, s, tenant, id); b.Status != settled || b.OutputFileID != "" || b.ErrorFileID != "" {
+		t.Fatalf("settled %+v, want %s without files", b, settled)
+	}
+	if !pending(t, s, id) {
+		t.Fatalf("batch %s is not pending", id)
+	}
+	b, err := s.Finalize(ctx, tenant, id, now)
+	if err != nil {
+		t.Fatalf("Finalize: %v", err)
+	}
+	if pending(t, s, id) {
+		t.Fatalf("batch %s is still pending after Finalize", id)
+	}
+	if _, err := s.Finalize(ctx, tenant, id, now); !errors.Is(err, batch.ErrConflict) {
+		t.Fatalf("Finalize again: %v, want ErrConflict", err)
+	}
+	return b
+}
+
+func pending(t *testing.T, s batch.JobStore, id string) bool {
+	t.Helper()
+	list, err := s.Pending(ctx)
+	if err != nil {
+		t.Fatalf("Pending: %v", err)
+	}
+	for _, b := range list {
+		if b.ID == id {
+			return true
+		}
+	}
+	return false
 }
 
 func claim(t *testing.T, s batch.JobStore, now time.Time, owner string, n int) []batch.Claim {
@@ -186,8 +228,12 @@ func testComplete(t *testing.T, s batch.JobStore) {
 	if ok, err := s.Complete(ctx, cs[1], batch.Result{Kind: batch.Failed, Line: fail}, t0.Add(time.Second)); !ok || err != nil {
 		t.Fatalf("Complete(failed) = %v, %v", ok, err)
 	}
-	b = get(t, s, "a", "b1")
-	if b.Status != batch.StatusCompleted || b.Counts != (batch.Counts{Total: 3, Completed: 2, Failed: 1}) || !b.CompletedAt.Equal(t0.Add(time.Second)) {
+	if _, err := s.Finalize(ctx, "b", "b1", t0); !errors.Is(err, batch.ErrNotFound) {
+		t.Fatalf("another tenant's Finalize: %v, want ErrNotFound", err)
+	}
+	b = finalize(t, s, "a", "b1", batch.StatusFinalizing, t0.Add(2*time.Second))
+	if b.Status != batch.StatusCompleted || b.Counts != (batch.Counts{Total: 3, Completed: 2, Failed: 1}) ||
+		!b.FinalizingAt.Equal(t0.Add(time.Second)) || !b.CompletedAt.Equal(t0.Add(2*time.Second)) {
 		t.Fatalf("ended %+v", b)
 	}
 	if got := customIDs(content(t, s, "a", b.OutputFileID)); fmt.Sprint(got) != "[req-0 req-2]" {
@@ -215,7 +261,7 @@ func testOnce(t *testing.T, s batch.JobStore) {
 		t.Fatal("second Complete written")
 	}
 	succeed(t, s, cs[1], t0)
-	b := get(t, s, "a", "b1")
+	b := finalize(t, s, "a", "b1", batch.StatusFinalizing, t0)
 	if b.Counts.Completed != 2 {
 		t.Fatalf("counts %+v", b.Counts)
 	}
@@ -268,7 +314,7 @@ func testLease(t *testing.T, s batch.JobStore) {
 	if succeed(t, s, cs[0], t0.Add(2*time.Minute)) {
 		t.Fatal("the reclaimed run's result was written too")
 	}
-	if b := get(t, s, "a", "b1"); b.Status != batch.StatusCompleted || len(content(t, s, "a", b.OutputFileID)) != 1 {
+	if b := finalize(t, s, "a", "b1", batch.StatusFinalizing, t0.Add(2*time.Minute)); b.Status != batch.StatusCompleted || len(content(t, s, "a", b.OutputFileID)) != 1 {
 		t.Fatalf("ended %+v", b)
 	}
 }
@@ -290,7 +336,7 @@ func testCancel(t *testing.T, s batch.JobStore) {
 		t.Fatalf("claimed %d items of a cancelled batch", len(cs))
 	}
 	succeed(t, s, c, t0.Add(2*time.Second))
-	b = get(t, s, "a", "b1")
+	b = finalize(t, s, "a", "b1", batch.StatusCancelling, t0.Add(2*time.Second))
 	if b.Status != batch.StatusCancelled || b.Counts != (batch.Counts{Total: 4, Completed: 1}) || !b.CancelledAt.Equal(t0.Add(2*time.Second)) {
 		t.Fatalf("ended %+v", b)
 	}
@@ -320,7 +366,7 @@ func testCancelRelease(t *testing.T, s batch.JobStore) {
 		t.Fatal("a released item of a cancelled batch was claimed again")
 	}
 	succeed(t, s, cs[1], t0)
-	if b := get(t, s, "a", "b1"); b.Status != batch.StatusCancelled || b.Counts.Completed != 1 || b.Cancelled != 1 {
+	if b := finalize(t, s, "a", "b1", batch.StatusCancelling, t0); b.Status != batch.StatusCancelled || b.Counts.Completed != 1 || b.Cancelled != 1 {
 		t.Fatalf("ended %+v", b)
 	}
 }
@@ -336,7 +382,7 @@ func testExpire(t *testing.T, s batch.JobStore) {
 	if n, err := s.ExpireDue(ctx, end); n != 2 || err != nil {
 		t.Fatalf("ExpireDue = %d, %v; want 2 (one claimed, one queued)", n, err)
 	}
-	b := get(t, s, "a", "b1")
+	b := finalize(t, s, "a", "b1", batch.StatusFinalizing, end)
 	if b.Status != batch.StatusExpired || b.Counts != (batch.Counts{Total: 3, Completed: 1, Failed: 2}) || !b.ExpiredAt.Equal(end) {
 		t.Fatalf("expired %+v", b)
 	}
@@ -360,7 +406,7 @@ func testExpire(t *testing.T, s batch.JobStore) {
 	if ok, err := s.Complete(ctx, cs[1], batch.Result{Kind: batch.Expired, Line: line}, end); !ok || err != nil {
 		t.Fatal(ok, err)
 	}
-	if b := get(t, s, "a", "b2"); b.Status != batch.StatusExpired || b.Counts != (batch.Counts{Total: 2, Completed: 1, Failed: 1}) || !b.ExpiredAt.Equal(end) {
+	if b := finalize(t, s, "a", "b2", batch.StatusFinalizing, end); b.Status != batch.StatusExpired || b.Counts != (batch.Counts{Total: 2, Completed: 1, Failed: 1}) || !b.ExpiredAt.Equal(end) {
 		t.Fatalf("expired by its runner: %+v", b)
 	}
 }
@@ -462,8 +508,134 @@ func testConcurrent(t *testing.T, s batch.JobStore) {
 		}
 	}
 	wg.Wait()
-	b := get(t, s, "a", "b1")
+	b := finalize(t, s, "a", "b1", batch.StatusFinalizing, t0)
 	if written != n || b.Status != batch.StatusCompleted || b.Counts.Completed != n || len(content(t, s, "a", b.OutputFileID)) != n {
 		t.Fatalf("written %d; %+v", written, b)
+	}
+}
+
+// createValidating creates a validating batch, as the Batch API does.
+func createValidating(t *testing.T, s batch.JobStore, tenant, id string) batch.Batch {
+	t.Helper()
+	b := batch.Batch{ID: id, Tenant: tenant, Endpoint: "/v1/chat/completions", InputFileID: "file-in-" + id, Status: batch.StatusValidating,
+		CompletionWindow: "24h", CreatedAt: t0, ExpiresAt: t0.Add(24 * time.Hour), OutputExpiresAfter: 2 * time.Hour, Lines: 2, LineBytes: 40}
+	if err := s.CreateBatch(ctx, b, nil); err != nil {
+		t.Fatalf("CreateBatch(validating): %v", err)
+	}
+	return get(t, s, tenant, id)
+}
+
+func testStart(t *testing.T, s batch.JobStore) {
+	b := createValidating(t, s, "a", "v1")
+	if b.Status != batch.StatusValidating || b.Counts.Total != 0 || !b.InProgressAt.IsZero() || !pending(t, s, "v1") {
+		t.Fatalf("created %+v", b)
+	}
+	if list, _, _ := s.Batches(ctx, "a", "", 10); len(list) != 1 || list[0].ID != "v1" {
+		t.Fatalf("listed %+v", list)
+	}
+	if cs := claim(t, s, t0, "w", 10); len(cs) != 0 {
+		t.Fatalf("claimed %d items of a validating batch", len(cs))
+	}
+	// Its file's lines are its share of the backlog until it starts.
+	if n, size, err := s.Backlog(ctx, "a"); n != 2 || size != 40 || err != nil {
+		t.Fatalf("Backlog while validating = %d, %d, %v; want 2, 40", n, size, err)
+	}
+	if n, _ := s.ExpireDue(ctx, t0.Add(48*time.Hour)); n != 0 {
+		t.Fatalf("expired %d items of a validating batch", n)
+	}
+	if err := s.Start(ctx, "b", "v1", "m", reqs(2), t0); !errors.Is(err, batch.ErrNotFound) {
+		t.Fatalf("another tenant's Start: %v, want ErrNotFound", err)
+	}
+	at := t0.Add(time.Second)
+	if err := s.Start(ctx, "a", "v1", "gpt-x", reqs(2), at); err != nil {
+		t.Fatalf("Start: %v", err)
+	}
+	if err := s.Start(ctx, "a", "v1", "gpt-x", reqs(2), at); !errors.Is(err, batch.ErrConflict) {
+		t.Fatalf("Start again: %v, want ErrConflict", err)
+	}
+	if err := s.Fail(ctx, "a", "v1", nil, at); !errors.Is(err, batch.ErrConflict) {
+		t.Fatalf("Fail after Start: %v, want ErrConflict", err)
+	}
+	b = get(t, s, "a", "v1")
+	if b.Status != batch.StatusInProgress || b.Model != "gpt-x" || b.Counts.Total != 2 || !b.InProgressAt.Equal(at) || pending(t, s, "v1") {
+		t.Fatalf("started %+v", b)
+	}
+	cs := claim(t, s, at, "w", 10)
+	if len(cs) != 2 {
+		t.Fatalf("claimed %d, want 2", len(cs))
+	}
+	succeed(t, s, cs[0], at)
+	succeed(t, s, cs[1], at)
+	end := t0.Add(time.Minute)
+	b = finalize(t, s, "a", "v1", batch.StatusFinalizing, end)
+	f, err := s.File(ctx, "a", b.OutputFileID)
+	if err != nil || !f.ExpiresAt.Equal(end.Add(2*time.Hour)) || !f.CreatedAt.Equal(end) {
+		t.Fatalf("output file %+v, %v: want expires_at its created_at + output_expires_after", f, err)
+	}
+}
+
+func testFail(t *testing.T, s batch.JobStore) {
+	createValidating(t, s, "a", "v1")
+	errs := []batch.LineError{{Code: "invalid_json_line", Line: 3, Message: "not JSON"}, {Code: "duplicate_custom_id", Line: 7, Message: "dup", Param: "custom_id"}}
+	if err := s.Fail(ctx, "b", "v1", errs, t0); !errors.Is(err, batch.ErrNotFound) {
+		t.Fatalf("another tenant's Fail: %v, want ErrNotFound", err)
+	}
+	at := t0.Add(time.Second)
+	if err := s.Fail(ctx, "a", "v1", errs, at); err != nil {
+		t.Fatalf("Fail: %v", err)
+	}
+	b := get(t, s, "a", "v1")
+	if b.Status != batch.StatusFailed || !b.FailedAt.Equal(at) || fmt.Sprint(b.Errors) != fmt.Sprint(errs) || pending(t, s, "v1") {
+		t.Fatalf("failed %+v", b)
+	}
+	if err := s.Start(ctx, "a", "v1", "m", reqs(1), at); !errors.Is(err, batch.ErrConflict) {
+		t.Fatalf("Start after Fail: %v, want ErrConflict", err)
+	}
+	if _, err := s.Cancel(ctx, "a", "v1", at); !errors.Is(err, batch.ErrConflict) {
+		t.Fatalf("Cancel of a failed batch: %v, want ErrConflict", err)
+	}
+	if n, _, _ := s.Backlog(ctx, ""); n != 0 {
+		t.Fatalf("backlog %d", n)
+	}
+}
+
+func testCancelValidating(t *testing.T, s batch.JobStore) {
+	createValidating(t, s, "a", "v1")
+	b, err := s.Cancel(ctx, "a", "v1", t0)
+	if err != nil || b.Status != batch.StatusCancelling {
+		t.Fatalf("Cancel = %+v, %v", b, err)
+	}
+	if err := s.Start(ctx, "a", "v1", "m", reqs(1), t0); !errors.Is(err, batch.ErrConflict) {
+		t.Fatalf("Start after Cancel: %v, want ErrConflict", err)
+	}
+	if b = finalize(t, s, "a", "v1", batch.StatusCancelling, t0); b.Status != batch.StatusCancelled || b.Counts.Total != 0 {
+		t.Fatalf("ended %+v", b)
+	}
+}
+
+func testUsage(t *testing.T, s batch.JobStore) {
+	create(t, s, "a", "b1", 3, time.Hour)
+	cs := claim(t, s, t0, "w", 3)
+	for i, c := range cs {
+		u := batch.Usage{InputTokens: 10, OutputTokens: int64(i + 1), CachedTokens: 2, ReasoningTokens: 1}
+		if ok, err := s.Complete(ctx, c, batch.Result{Kind: batch.Succeeded, Line: batch.Line(c, 200, "", []byte(`{}`)), Usage: u}, t0); !ok || err != nil {
+			t.Fatal(ok, err)
+		}
+	}
+	// A second result is not written, nor counted.
+	s.Complete(ctx, cs[0], batch.Result{Kind: batch.Succeeded, Line: []byte(`{}`), Usage: batch.Usage{InputTokens: 1000}}, t0)
+	if b := get(t, s, "a", "b1"); b.Usage != (batch.Usage{InputTokens: 30, OutputTokens: 6, CachedTokens: 6, ReasoningTokens: 3}) {
+		t.Fatalf("usage %+v", b.Usage)
+	}
+}
+
+func testFileExpiry(t *testing.T, s batch.JobStore) {
+	f := batch.File{ID: "file-1", Tenant: "a", Purpose: "batch", Filename: "in.jsonl", Bytes: 2, CreatedAt: t0, ExpiresAt: t0.Add(time.Hour)}
+	if err := s.PutFile(ctx, f, []byte("{}")); err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.File(ctx, "a", "file-1")
+	if err != nil || !got.ExpiresAt.Equal(t0.Add(time.Hour)) || got.Expired(t0.Add(time.Hour-1)) || !got.Expired(t0.Add(time.Hour)) {
+		t.Fatalf("File = %+v, %v", got, err)
 	}
 }

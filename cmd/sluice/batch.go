@@ -132,8 +132,13 @@ func batchSubmit(ctx context.Context, client openai.Client, path, window string,
 	if err != nil {
 		return err
 	}
+	// OpenAI's window is 24h; another is sluice's own parameter.
+	var opts []option.RequestOption
+	if window != "24h" {
+		opts = append(opts, option.WithJSONSet("sluice_completion_window", window))
+	}
 	b, err := client.Batches.New(ctx, openai.BatchNewParams{InputFileID: f.ID, Endpoint: openai.BatchNewParamsEndpoint(first.URL),
-		CompletionWindow: openai.BatchNewParamsCompletionWindow(window)})
+		CompletionWindow: openai.BatchNewParamsCompletionWindow24h}, opts...)
 	if err != nil {
 		var apiErr *openai.Error
 		if errors.As(err, &apiErr) && apiErr.StatusCode == 429 {
@@ -141,11 +146,18 @@ func batchSubmit(ctx context.Context, client openai.Client, path, window string,
 		}
 		return err
 	}
-	fmt.Fprintf(stdout, "batch %s: %d requests, window %s\n", b.ID, b.RequestCounts.Total, b.CompletionWindow)
+	// The batch is validating: its count is the file's lines until it starts.
+	n := int64(0)
+	for l := range bytes.Lines(content) {
+		if len(bytes.TrimSpace(l)) > 0 {
+			n++
+		}
+	}
+	fmt.Fprintf(stdout, "batch %s: %d requests, window %s\n", b.ID, n, window)
 	if !follow {
 		return nil
 	}
-	bar := progressbar.NewOptions64(b.RequestCounts.Total, progressbar.OptionSetWriter(stderr), progressbar.OptionSetDescription(b.ID),
+	bar := progressbar.NewOptions64(n, progressbar.OptionSetWriter(stderr), progressbar.OptionSetDescription(b.ID),
 		progressbar.OptionShowCount(), progressbar.OptionSetPredictTime(true), progressbar.OptionSetElapsedTime(true),
 		progressbar.OptionThrottle(100*time.Millisecond), progressbar.OptionSetWidth(30))
 	tick := time.NewTicker(poll)
@@ -162,6 +174,12 @@ func batchSubmit(ctx context.Context, client openai.Client, path, window string,
 			return err
 		}
 		_ = bar.Set64(b.RequestCounts.Completed + b.RequestCounts.Failed)
+	}
+	if b.Status == openai.BatchStatusFailed {
+		fmt.Fprintln(stderr)
+		for _, e := range b.Errors.Data {
+			fmt.Fprintf(stdout, "line %d: %s: %s\n", e.Line, e.Code, e.Message)
+		}
 	}
 	_ = bar.Finish()
 	fmt.Fprintln(stderr)

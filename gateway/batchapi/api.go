@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/sluicehq/sluice/admission"
@@ -48,7 +49,7 @@ type Deps struct {
 	// ReadBody reads an item's body as the gateway reads a live call's:
 	// the model it names and whether it streams; an error is why the
 	// gateway would refuse it. An upload with such a body is refused.
-	ReadBody func(body []byte) (model string, stream bool, err error)
+	ReadBody batch.ReadBody
 	// Draining says whether the gateway is shutting down: items are put
 	// back rather than run. Nil means never.
 	Draining func() bool
@@ -87,6 +88,9 @@ type API struct {
 	now   func() time.Time
 	close sync.Once
 	err   error // of the store's Close
+
+	hooks      atomic.Pointer[Hooks]
+	settleKick chan struct{} // wakes the settle loop (settle.go)
 }
 
 var _ batch.Doer = (*API)(nil)
@@ -140,22 +144,25 @@ func New(cfg Config, deps Deps) (*API, error) {
 		// and another takes it over.
 		lease = deps.MaxTimeout + leaseMargin
 	}
-	a := &API{cfg: cfg, deps: deps, store: js, now: time.Now}
+	a := &API{cfg: cfg, deps: deps, store: js, now: time.Now, settleKick: make(chan struct{}, 1)}
 	// Claimed items are what a crash runs again: no more than the slots
 	// and the waiting places, counting those whose answer is being
 	// written — the slots as they are now, moved by a reload or the
 	// cluster's lease.
 	a.exec = batch.NewExecutor(batch.ExecutorConfig{Store: js, Doer: a, Owner: deps.Owner, Lease: lease, MaxWaiting: cfg.MaxWaiting,
 		MaxRunningFunc: func() int { return deps.Stats().Concurrency + cfg.MaxWaiting },
-		Grace:          deps.Grace, Log: deps.Log})
+		Grace:          deps.Grace, Log: deps.Log, OnResult: a.kickSettle})
 	return a, nil
 }
 
-// Run runs the batches' items until ctx ends, lets the running ones
-// finish for Deps.Grace, then closes the store and returns what closing
-// it returned. Call it once.
+// Run runs the batches' items and steps (settle.go) until ctx ends, lets
+// the running items finish for Deps.Grace, then closes the store and
+// returns what closing it returned. Call it once.
 func (a *API) Run(ctx context.Context) error {
+	var wg sync.WaitGroup
+	wg.Go(func() { a.runSettle(ctx) })
 	a.exec.Run(ctx)
+	wg.Wait()
 	return a.Close()
 }
 
@@ -224,14 +231,23 @@ func (a *API) owns(ctx context.Context, tenant, kind, id string) bool {
 	return err == nil
 }
 
+// invalid refuses a request for what it asked: a 4xx that the same
+// request would get again, so it says x-should-retry: false (the OpenAI
+// SDKs would otherwise retry a 409).
 func (a *API) invalid(w http.ResponseWriter, status int, code, param, msg string) {
 	a.deps.BadInput(code)
+	w.Header().Set(headerShouldRetry, "false")
 	var p *string
 	if param != "" {
 		p = &param
 	}
 	a.deps.WriteError(w, status, contract.ErrorBody{Error: contract.ErrorDetail{Message: msg, Type: contract.ErrorTypeInvalidRequest, Param: p, Code: code}})
 }
+
+// headerShouldRetry is the header the OpenAI SDKs read before their own
+// rule (retry 408, 409, 429, 5xx): "false" means the answer would not
+// change.
+const headerShouldRetry = "X-Should-Retry"
 
 func (a *API) notFound(w http.ResponseWriter, what, id string) {
 	a.invalid(w, http.StatusNotFound, "not_found", "", fmt.Sprintf("no %s with id %q", what, contract.Echo(id)))

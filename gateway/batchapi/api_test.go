@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"fmt"
+
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/shared"
 
@@ -53,7 +55,7 @@ func TestBatchSDK(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if b.RequestCounts.Total != n || b.Metadata["job"] != "nightly" || b.ExpiresAt-b.CreatedAt != 24*3600 {
+	if b.Status != openai.BatchStatusValidating || b.Metadata["job"] != "nightly" || b.ExpiresAt-b.CreatedAt != 24*3600 {
 		t.Fatalf("batch %+v", b)
 	}
 	deadline := time.Now().Add(30 * time.Second)
@@ -66,7 +68,7 @@ func TestBatchSDK(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if b.RequestCounts.Completed != n || b.RequestCounts.Failed != 0 || b.OutputFileID == "" || b.ErrorFileID != "" || b.CompletedAt == 0 {
+	if b.RequestCounts.Total != n || b.RequestCounts.Completed != n || b.RequestCounts.Failed != 0 || b.OutputFileID == "" || b.ErrorFileID != "" || b.CompletedAt == 0 {
 		t.Fatalf("completed %+v", b)
 	}
 	resp, err := acme.Files.Content(ctx, b.OutputFileID)
@@ -133,7 +135,7 @@ func TestBatchSDK(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b2, err := rival.Batches.New(ctx, openai.BatchNewParams{InputFileID: f2.ID, Endpoint: openai.BatchNewParamsEndpointV1ChatCompletions, CompletionWindow: "1h"})
+	b2, err := rival.Batches.New(ctx, openai.BatchNewParams{InputFileID: f2.ID, Endpoint: openai.BatchNewParamsEndpointV1ChatCompletions, CompletionWindow: "24h"}, window("1h"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -180,63 +182,116 @@ func postJSON(t *testing.T, url, key, body string) (int, string) {
 	return resp.StatusCode, string(readAll(t, resp))
 }
 
-// TestBatchBadInput: every fault of a file is a 400 in OpenAI's shape
-// naming the line, and nothing runs; a batch's bad fields name the field.
+// TestBatchBadInput: a file that is not JSONL at all is a 400 at upload
+// naming the part; a file with bad lines is stored, and a batch of it
+// fails while validating with each bad line listed (code, line, param);
+// a batch's bad parameters are a 400 naming the parameter, with
+// x-should-retry: false; nothing runs.
 func TestBatchBadInput(t *testing.T) {
 	mock, up := startMock(t, mockllm.Config{})
 	cfg := batchConfig(t, up.URL)
 	cfg.Batch.MaxFileBytes = 4096
 	s := serve(t, cfg)
+	ctx := t.Context()
+	acme := sdk(s.url, "sk-acme")
 	good := chatLines(3)
 	lines := strings.Split(strings.TrimSpace(good), "\n")
-	tests := []struct {
+	for _, tc := range []struct {
 		name, purpose, content string
-		code, want             string
+		code, param, want      string
 	}{
-		{"malformed line", "batch", lines[0] + "\n" + lines[1] + "\n" + `{"custom_id":"x",` + "\n", "invalid_batch_file", "line 3: not a JSON object"},
-		{"unknown endpoint", "batch", lines[0] + "\n" + strings.Replace(lines[1], "/v1/chat/completions", "/v1/fine_tuning/jobs", 1), "invalid_batch_file", `line 2: url "/v1/fine_tuning/jobs" is not a batch endpoint`},
-		{"duplicate custom_id", "batch", good + lines[1], "invalid_batch_file", `line 4: custom_id "req-1" already used on line 2`},
-		{"body the gateway refuses", "batch", lines[0] + "\n" + `{"custom_id":"y","method":"POST","url":"/v1/chat/completions","body":{"model":"m","MODEL":"n"}}`, "invalid_batch_file", "line 2: body"},
-		{"streaming", "batch", lines[0] + "\n" + `{"custom_id":"s","method":"POST","url":"/v1/chat/completions","body":{"model":"m","stream":true}}`, "invalid_batch_file", "line 2: body: stream is not supported"},
-		{"no model", "batch", `{"custom_id":"s","method":"POST","url":"/v1/embeddings","body":{"input":"x"}}`, "invalid_batch_file", "line 1: body: model is required"},
-		{"too large", "batch", strings.Repeat(good, 20), "file_too_large", "batch.max_file_bytes (4096 bytes)"},
-		{"wrong purpose", "fine-tune", good, "invalid_request", `purpose: "fine-tune", want batch`},
-	}
-	for _, tc := range tests {
+		{"too large", "batch", strings.Repeat(good, 20), "file_too_large", "file", "batch.max_file_bytes (4096 bytes)"},
+		{"wrong purpose", "fine-tune", good, "invalid_value", "purpose", `purpose: "fine-tune", want batch`},
+		{"not JSONL", "batch", "custom_id,method,url\nreq-1,POST,/v1/chat/completions\n", "invalid_file", "file", "not JSONL"},
+		{"empty", "batch", "\n\n", "invalid_file", "file", "no requests"},
+	} {
 		t.Run(tc.name, func(t *testing.T) {
 			status, body := upload(t, s.url, "sk-acme", tc.purpose, tc.content)
 			var e struct {
-				Error struct{ Message, Type, Code string }
+				Error struct{ Message, Type, Code, Param string }
 			}
 			_ = json.Unmarshal([]byte(body), &e)
-			if status != 400 || e.Error.Code != tc.code || e.Error.Type != "invalid_request_error" || !strings.Contains(e.Error.Message, tc.want) {
-				t.Fatalf("%d %s; want 400 %s with %q", status, body, tc.code, tc.want)
+			if status != 400 || e.Error.Code != tc.code || e.Error.Param != tc.param || e.Error.Type != "invalid_request_error" ||
+				!strings.Contains(e.Error.Message, tc.want) || strings.Contains(e.Error.Message, `\\"`) {
+				t.Fatalf("%d %s; want 400 %s (param %s) with %q", status, body, tc.code, tc.param, tc.want)
 			}
 		})
 	}
-	if n := metric(t, s.g, "sluice_batch_backlog_items", ""); n != 0 { // the store's backlog, read at the scrape
-		t.Fatalf("backlog %v after refused files", n)
+	// Bad lines: the batch fails, every line listed.
+	bad := strings.Join([]string{
+		lines[0],
+		`{"custom_id":"x",`,
+		strings.Replace(lines[1], "/v1/chat/completions", "/v1/fine_tuning/jobs", 1),
+		lines[2],
+		lines[0],
+		`{"custom_id":"y","method":"POST","url":"/v1/chat/completions","body":{"model":"m","MODEL":"n"}}`,
+		`{"custom_id":"s","method":"POST","url":"/v1/chat/completions","body":{"model":"gpt-4o-mini","stream":true}}`,
+		`{"custom_id":"e","method":"POST","url":"/v1/embeddings","body":{"input":"x"}}`,
+		`{"custom_id":"o","method":"POST","url":"/v1/chat/completions","body":{"model":"other","messages":[{"role":"user","content":"x"}]}}`,
+	}, "\n")
+	f, err := acme.Files.New(ctx, openai.FileNewParams{File: openai.File(strings.NewReader(bad), "bad.jsonl", "application/jsonl"), Purpose: openai.FilePurposeBatch})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := acme.Batches.New(ctx, openai.BatchNewParams{InputFileID: f.ID, Endpoint: openai.BatchNewParamsEndpointV1ChatCompletions, CompletionWindow: "24h"})
+	if err != nil || b.Status != openai.BatchStatusValidating {
+		t.Fatalf("batch of a file with bad lines: %+v, %v", b, err)
+	}
+	eventually(t, "the batch to fail", func() bool {
+		b, err = acme.Batches.Get(ctx, b.ID)
+		return err == nil && b.Status == openai.BatchStatusFailed
+	})
+	var got []string
+	for _, e := range b.Errors.Data {
+		got = append(got, fmt.Sprintf("%d:%s:%s", e.Line, e.Code, e.Param))
+	}
+	want := "[2:invalid_json_line: 3:invalid_url:url 5:duplicate_custom_id:custom_id 6:invalid_request:body 7:invalid_value:body.stream 8:url_mismatch:url 9:model_mismatch:body.model]"
+	if fmt.Sprint(got) != want || b.Errors.Object != "list" || b.FailedAt == 0 || b.InProgressAt != 0 || b.RequestCounts.Total != 0 {
+		t.Fatalf("failed with %v (%+v), want %s", got, b, want)
+	}
+	if _, err := acme.Batches.Cancel(ctx, b.ID); statusOf(err) != 409 {
+		t.Fatalf("cancel of a failed batch: %v, want 409", err)
 	}
 
 	status, body := upload(t, s.url, "sk-acme", "batch", good)
 	if status != 200 {
 		t.Fatalf("good file: %d %s", status, body)
 	}
-	var f struct{ ID string }
 	_ = json.Unmarshal([]byte(body), &f)
-	batchTests := []struct{ name, body, code, want string }{
-		{"endpoint differs from the lines'", `{"input_file_id":"` + f.ID + `","endpoint":"/v1/embeddings","completion_window":"24h"}`, "invalid_batch_file", "line 1: url"},
-		{"unknown endpoint", `{"input_file_id":"` + f.ID + `","endpoint":"/v1/images","completion_window":"24h"}`, "invalid_value", "endpoint"},
-		{"bad window", `{"input_file_id":"` + f.ID + `","endpoint":"/v1/chat/completions","completion_window":"forever"}`, "invalid_value", "completion_window"},
-		{"window past max_window", `{"input_file_id":"` + f.ID + `","endpoint":"/v1/chat/completions","completion_window":"200h"}`, "invalid_value", "batch.max_window"},
-		{"no file", `{"endpoint":"/v1/chat/completions","completion_window":"24h"}`, "missing_required_parameter", "input_file_id"},
-		{"not JSON", `{`, "invalid_json", "not a JSON object"},
+	batchTests := []struct{ name, body, code, param, want string }{
+		{"unknown endpoint", `{"input_file_id":"` + f.ID + `","endpoint":"/v1/images","completion_window":"24h"}`, "invalid_value", "endpoint", `endpoint: "/v1/images", want one of`},
+		{"window not 24h", `{"input_file_id":"` + f.ID + `","endpoint":"/v1/chat/completions","completion_window":"1h"}`, "invalid_value", "completion_window", `completion_window: "1h", want 24h`},
+		{"sluice window past max_window", `{"input_file_id":"` + f.ID + `","endpoint":"/v1/chat/completions","completion_window":"24h","sluice_completion_window":"200h"}`, "invalid_value", "sluice_completion_window", "batch.max_window"},
+		{"no file", `{"endpoint":"/v1/chat/completions","completion_window":"24h"}`, "missing_required_parameter", "input_file_id", "input_file_id"},
+		{"unknown parameter", `{"input_file_id":"` + f.ID + `","endpoint":"/v1/chat/completions","completion_window":"24h","priority":"high"}`, "unknown_parameter", "priority", `unknown parameter: "priority"`},
+		{"wrong type", `{"input_file_id":"` + f.ID + `","endpoint":"/v1/chat/completions","completion_window":"24h","metadata":["x"]}`, "invalid_type", "metadata", "metadata"},
+		{"output_expires_after too short", `{"input_file_id":"` + f.ID + `","endpoint":"/v1/chat/completions","completion_window":"24h","output_expires_after":{"anchor":"created_at","seconds":60}}`, "invalid_value", "output_expires_after.seconds", "3600..2592000"},
+		{"output_expires_after anchor", `{"input_file_id":"` + f.ID + `","endpoint":"/v1/chat/completions","completion_window":"24h","output_expires_after":{"anchor":"completed_at","seconds":3600}}`, "invalid_value", "output_expires_after.anchor", `"completed_at", want created_at`},
+		{"not JSON", `{`, "invalid_json", "", "not a JSON object"},
 	}
 	for _, tc := range batchTests {
 		t.Run(tc.name, func(t *testing.T) {
-			status, body := postJSON(t, s.url+"/v1/batches", "sk-acme", tc.body)
-			if status != 400 || !strings.Contains(body, `"code":"`+tc.code+`"`) || !strings.Contains(body, tc.want) {
-				t.Fatalf("%d %s; want 400 %s with %q", status, body, tc.code, tc.want)
+			req, _ := http.NewRequest(http.MethodPost, s.url+"/v1/batches", strings.NewReader(tc.body))
+			req.Header.Set("Authorization", "Bearer sk-acme")
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			body := readAll(t, resp)
+			var e struct {
+				Error struct {
+					Message, Code string
+					Param         *string
+				}
+			}
+			_ = json.Unmarshal(body, &e)
+			param := ""
+			if e.Error.Param != nil {
+				param = *e.Error.Param
+			}
+			if resp.StatusCode != 400 || e.Error.Code != tc.code || param != tc.param || !strings.Contains(e.Error.Message, tc.want) ||
+				strings.Contains(e.Error.Message, `\\"`) || resp.Header.Get("X-Should-Retry") != "false" {
+				t.Fatalf("%d %s (x-should-retry %q); want 400 %s param %q with %q", resp.StatusCode, body, resp.Header.Get("X-Should-Retry"), tc.code, tc.param, tc.want)
 			}
 		})
 	}
@@ -263,6 +318,9 @@ func TestBatchBadInput(t *testing.T) {
 	if got := mock.Stats().Received; got != 0 {
 		t.Fatalf("the provider received %d calls", got)
 	}
+	if n := metric(t, s.g, "sluice_batch_backlog_items", ""); n != 0 { // the store's backlog, read at the scrape
+		t.Fatalf("backlog %v after refused files", n)
+	}
 }
 
 // TestBatchExpiresAndCancels: a window too short for the provider expires
@@ -280,7 +338,7 @@ func TestBatchExpiresAndCancels(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := acme.Batches.New(ctx, openai.BatchNewParams{InputFileID: f.ID, Endpoint: openai.BatchNewParamsEndpointV1ChatCompletions, CompletionWindow: "2s"})
+	b, err := acme.Batches.New(ctx, openai.BatchNewParams{InputFileID: f.ID, Endpoint: openai.BatchNewParamsEndpointV1ChatCompletions, CompletionWindow: "24h"}, window("2s"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -308,7 +366,7 @@ func TestBatchExpiresAndCancels(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if b, err = acme.Batches.New(ctx, openai.BatchNewParams{InputFileID: f.ID, Endpoint: openai.BatchNewParamsEndpointV1ChatCompletions, CompletionWindow: "1h"}); err != nil {
+	if b, err = acme.Batches.New(ctx, openai.BatchNewParams{InputFileID: f.ID, Endpoint: openai.BatchNewParamsEndpointV1ChatCompletions, CompletionWindow: "24h"}, window("1h")); err != nil {
 		t.Fatal(err)
 	}
 	eventually(t, "an item to run", func() bool { return s.g.Gate().Stats().InFlight > 0 })
@@ -349,12 +407,12 @@ func TestBatchRefusedWhenItCannotFinish(t *testing.T) {
 	s := serve(t, cfg)
 	ctx := t.Context()
 	acme := sdk(s.url, "sk-acme")
-	submit := func(n int, window string) (*openai.Batch, error) {
+	submit := func(n int, w string) (*openai.Batch, error) {
 		f, err := acme.Files.New(ctx, openai.FileNewParams{File: openai.File(strings.NewReader(chatLines(n)), "in.jsonl", "application/jsonl"), Purpose: openai.FilePurposeBatch})
 		if err != nil {
 			t.Fatal(err)
 		}
-		return acme.Batches.New(ctx, openai.BatchNewParams{InputFileID: f.ID, Endpoint: openai.BatchNewParamsEndpointV1ChatCompletions, CompletionWindow: openai.BatchNewParamsCompletionWindow(window)})
+		return acme.Batches.New(ctx, openai.BatchNewParams{InputFileID: f.ID, Endpoint: openai.BatchNewParamsEndpointV1ChatCompletions, CompletionWindow: "24h"}, window(w))
 	}
 	first, err := submit(200, "1h")
 	if err != nil {
@@ -415,7 +473,7 @@ func TestBatchBacklogBounds(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		_, err = c.Batches.New(ctx, openai.BatchNewParams{InputFileID: f.ID, Endpoint: openai.BatchNewParamsEndpointV1ChatCompletions, CompletionWindow: "1h"})
+		_, err = c.Batches.New(ctx, openai.BatchNewParams{InputFileID: f.ID, Endpoint: openai.BatchNewParamsEndpointV1ChatCompletions, CompletionWindow: "24h"}, window("1h"))
 		return err
 	}
 	if err := submit("sk-acme", 20); err != nil {

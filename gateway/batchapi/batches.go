@@ -1,6 +1,7 @@
 package batchapi
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -16,15 +17,40 @@ import (
 	"github.com/sluicehq/sluice/contract"
 )
 
+// batchCreate is POST /v1/batches's body: OpenAI's parameters, and
+// sluice's own sluice_completion_window.
 type batchCreate struct {
 	InputFileID      string            `json:"input_file_id"`
 	Endpoint         string            `json:"endpoint"`
 	CompletionWindow string            `json:"completion_window"`
 	Metadata         map[string]string `json:"metadata"`
+	OutputExpires    *struct {
+		Anchor  string `json:"anchor"`
+		Seconds int64  `json:"seconds"`
+	} `json:"output_expires_after"`
+	// SluiceWindow is sluice's extension: a completion window other than
+	// OpenAI's 24h, up to batch.max_window.
+	SluiceWindow string `json:"sluice_completion_window"`
 }
 
-// parseWindow reads a completion window: OpenAI's "24h", or any duration
-// in whole seconds, minutes or hours ("90m", "30s").
+// batchParams are batchCreate's JSON names: any other is refused.
+var batchParams = []string{"input_file_id", "endpoint", "completion_window", "metadata", "output_expires_after", paramSluiceWindow}
+
+// paramSluiceWindow is sluice's own parameter for a window other than 24h.
+const paramSluiceWindow = "sluice_completion_window"
+
+// openAIWindow is the one completion_window OpenAI takes.
+const openAIWindow = "24h"
+
+// OpenAI's bounds of output_expires_after.seconds (and files'
+// expires_after): an hour to 30 days.
+const (
+	minExpiresAfter = 3600
+	maxExpiresAfter = 2592000
+)
+
+// parseWindow reads sluice's window: any duration in whole seconds,
+// minutes or hours ("90m", "30s", "72h").
 func parseWindow(s string) (time.Duration, bool) {
 	if len(s) < 2 {
 		return 0, false
@@ -44,6 +70,39 @@ func parseWindow(s string) (time.Duration, bool) {
 	return 0, false
 }
 
+// decodeParams decodes a JSON object into v, refusing a parameter not in
+// known and a value of the wrong type, by name: what it returns is the
+// 400 to answer (code, param, message), or an empty code.
+func decodeParams(raw []byte, known []string, v any) (code, param, msg string) {
+	var fields map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &fields); err != nil || fields == nil {
+		return "invalid_json", "", "the body is not a JSON object"
+	}
+	names := make([]string, 0, len(fields))
+	for k := range fields {
+		names = append(names, k)
+	}
+	slices.Sort(names)
+	for _, k := range names {
+		if !slices.Contains(known, k) {
+			return "unknown_parameter", k, fmt.Sprintf("unknown parameter: %s (this endpoint takes %s)", contract.Echo(k), strings.Join(known, ", "))
+		}
+	}
+	if err := json.Unmarshal(raw, v); err != nil {
+		var te *json.UnmarshalTypeError
+		if errors.As(err, &te) && te.Field != "" {
+			return "invalid_type", te.Field, fmt.Sprintf("%s: a JSON %s where the parameter takes %s", te.Field, te.Value, te.Type)
+		}
+		return "invalid_json", "", "the body is not valid JSON: " + err.Error()
+	}
+	return "", "", ""
+}
+
+// createBatch stores a batch, validating: its file's lines are checked
+// after the answer, by the settle loop (settle.go), which starts it or
+// fails it. What can be told at once is answered at once: the parameters,
+// the file's existence, and sluice's own refusals — the backlog bounds and
+// the estimate of its end — on the file's count of lines.
 func (a *API) createBatch(w http.ResponseWriter, r *http.Request, tenant string) {
 	raw, err := io.ReadAll(http.MaxBytesReader(w, r.Body, 64<<10))
 	if err != nil {
@@ -51,25 +110,42 @@ func (a *API) createBatch(w http.ResponseWriter, r *http.Request, tenant string)
 		return
 	}
 	var req batchCreate
-	if err := json.Unmarshal(raw, &req); err != nil {
-		a.invalid(w, http.StatusBadRequest, "invalid_json", "", "the body is not a JSON object of input_file_id, endpoint, completion_window and metadata: "+err.Error())
+	if code, param, msg := decodeParams(raw, batchParams, &req); code != "" {
+		a.invalid(w, http.StatusBadRequest, code, param, msg)
 		return
 	}
-	window, ok := parseWindow(req.CompletionWindow)
+	window := 24 * time.Hour
+	windowName := openAIWindow
 	switch {
 	case req.InputFileID == "":
-		a.invalid(w, http.StatusBadRequest, "missing_required_parameter", "input_file_id", "input_file_id is required")
+		a.invalid(w, http.StatusBadRequest, "missing_required_parameter", "input_file_id", "missing required parameter: input_file_id")
+		return
+	case req.Endpoint == "":
+		a.invalid(w, http.StatusBadRequest, "missing_required_parameter", "endpoint", "missing required parameter: endpoint")
 		return
 	case !slices.Contains(batch.Endpoints, req.Endpoint):
-		a.invalid(w, http.StatusBadRequest, "invalid_value", "endpoint", fmt.Sprintf("endpoint: %q, want one of %s", contract.Echo(req.Endpoint), strings.Join(batch.Endpoints, ", ")))
+		a.invalid(w, http.StatusBadRequest, "invalid_value", "endpoint", fmt.Sprintf("endpoint: %s, want one of %s", contract.Echo(req.Endpoint), strings.Join(batch.Endpoints, ", ")))
 		return
-	case !ok || window > a.cfg.MaxWindow.D():
+	case req.CompletionWindow == "":
+		a.invalid(w, http.StatusBadRequest, "missing_required_parameter", "completion_window", "missing required parameter: completion_window")
+		return
+	case req.CompletionWindow != openAIWindow:
 		a.invalid(w, http.StatusBadRequest, "invalid_value", "completion_window",
-			fmt.Sprintf("completion_window: %q, want a duration such as 24h, up to batch.max_window (%v)", contract.Echo(req.CompletionWindow), a.cfg.MaxWindow.D()))
+			fmt.Sprintf("completion_window: %s, want 24h (for another window, up to batch.max_window, send completion_window 24h and %s, such as 1h)",
+				contract.Echo(req.CompletionWindow), paramSluiceWindow))
 		return
 	case len(req.Metadata) > 16:
 		a.invalid(w, http.StatusBadRequest, "invalid_value", "metadata", "metadata: at most 16 pairs")
 		return
+	}
+	if req.SluiceWindow != "" {
+		d, ok := parseWindow(req.SluiceWindow)
+		if !ok || d > a.cfg.MaxWindow.D() {
+			a.invalid(w, http.StatusBadRequest, "invalid_value", paramSluiceWindow,
+				fmt.Sprintf("%s: %s, want a duration such as 1h, 90m or 72h, up to batch.max_window (%v)", paramSluiceWindow, contract.Echo(req.SluiceWindow), a.cfg.MaxWindow.D()))
+			return
+		}
+		window, windowName = d, req.SluiceWindow
 	}
 	for k, v := range req.Metadata {
 		if len(k) > 64 || len(v) > 512 {
@@ -77,11 +153,21 @@ func (a *API) createBatch(w http.ResponseWriter, r *http.Request, tenant string)
 			return
 		}
 	}
-	if !validID(req.InputFileID) {
-		a.notFound(w, "file", req.InputFileID)
-		return
+	var outputExpires time.Duration
+	if e := req.OutputExpires; e != nil {
+		switch {
+		case e.Anchor != "created_at":
+			a.invalid(w, http.StatusBadRequest, "invalid_value", "output_expires_after.anchor",
+				fmt.Sprintf("output_expires_after.anchor: %s, want created_at", contract.Echo(e.Anchor)))
+			return
+		case e.Seconds < minExpiresAfter || e.Seconds > maxExpiresAfter:
+			a.invalid(w, http.StatusBadRequest, "invalid_value", "output_expires_after.seconds",
+				fmt.Sprintf("output_expires_after.seconds: %d is out of range, want %d..%d", e.Seconds, minExpiresAfter, maxExpiresAfter))
+			return
+		}
+		outputExpires = time.Duration(e.Seconds) * time.Second
 	}
-	f, err := a.store.File(r.Context(), tenant, req.InputFileID)
+	f, err := a.liveFile(r.Context(), tenant, req.InputFileID)
 	if errors.Is(err, batch.ErrNotFound) || err == nil && f.Purpose != "batch" {
 		a.notFound(w, "file", req.InputFileID)
 		return
@@ -94,68 +180,75 @@ func (a *API) createBatch(w http.ResponseWriter, r *http.Request, tenant string)
 		a.failed(w, err)
 		return
 	}
-	reqs, ierr := batch.ParseInput(content, a.cfg.MaxRequests)
-	if ierr == nil {
-		if ierr = batch.CheckEndpoint(reqs, req.Endpoint); ierr != nil {
-			ierr.Line = lineOf(content, ierr.Line-1)
+	// The bounds and the estimate count the file's lines: what the batch
+	// will run if it validates.
+	n, bodies := 0, int64(0)
+	for l := range bytes.Lines(content) {
+		if l = bytes.TrimSpace(l); len(l) > 0 {
+			n++
+			bodies += int64(len(l))
 		}
 	}
-	if ierr != nil {
-		a.invalid(w, http.StatusBadRequest, "invalid_batch_file", "input_file_id", "input file: "+ierr.Error())
-		return
-	}
-	backlog, size, err := a.store.Backlog(r.Context(), "")
-	if err != nil {
-		a.failed(w, err)
-		return
-	}
-	mine, mySize, err := a.store.Backlog(r.Context(), tenant)
-	if err != nil {
-		a.failed(w, err)
-		return
-	}
-	var bodies int64
-	for _, q := range reqs {
-		bodies += int64(len(q.Body))
-	}
-	for _, bound := range []struct {
-		field     string
-		have, add int64
-		max       int64
-	}{
-		{"batch.max_tenant_backlog", int64(mine), int64(len(reqs)), int64(a.cfg.MaxTenantBacklog)},
-		{"batch.max_tenant_backlog_bytes", mySize, bodies, a.cfg.MaxTenantBacklogBytes},
-		{"batch.max_backlog", int64(backlog), int64(len(reqs)), int64(a.cfg.MaxBacklog)},
-		{"batch.max_backlog_bytes", size, bodies, a.cfg.MaxBacklogBytes},
-	} {
-		if bound.add > bound.max {
-			a.invalid(w, http.StatusBadRequest, "batch_too_large", "input_file_id",
-				fmt.Sprintf("the batch's %d alone passes %s (%d): split it", bound.add, bound.field, bound.max))
-			return
-		}
-		if bound.have+bound.add > bound.max {
-			a.backlogFull(w, bound.field, bound.have, bound.add, bound.max)
-			return
-		}
-	}
-	if est, rate, ok := a.estimate(backlog, len(reqs)); ok && est > window {
-		a.cannotFinish(w, backlog, len(reqs), rate, est, window)
+	if !a.admit(w, r.Context(), tenant, n, bodies, window) {
 		return
 	}
 	now := a.now()
-	bt := batch.Batch{ID: newID("batch_"), Tenant: tenant, Endpoint: req.Endpoint, InputFileID: req.InputFileID,
-		CompletionWindow: req.CompletionWindow, Metadata: req.Metadata, CreatedAt: now, InProgressAt: now, ExpiresAt: now.Add(window)}
-	if err := a.store.CreateBatch(r.Context(), bt, reqs); err != nil {
+	bt := batch.Batch{ID: newID("batch_"), Tenant: tenant, Endpoint: req.Endpoint, InputFileID: req.InputFileID, Status: batch.StatusValidating,
+		CompletionWindow: windowName, Metadata: req.Metadata, OutputExpiresAfter: outputExpires, CreatedAt: now, ExpiresAt: now.Add(window),
+		Lines: n, LineBytes: bodies}
+	if err := a.store.CreateBatch(r.Context(), bt, nil); err != nil {
 		a.failed(w, err)
 		return
 	}
-	a.exec.Notify()
+	a.kickSettle()
 	got, err := a.store.Batch(r.Context(), tenant, bt.ID)
 	if err != nil {
 		a.failed(w, err)
 		return
 	}
 	writeJSON(w, batchOf(got))
+}
+
+// admit applies sluice's refusals at submission to a batch of n items
+// with bodies bytes: the backlog bounds (429, or 400 for a batch that
+// could never fit) and the estimate of its end against its window (429).
+// It answers the refusal and returns false.
+func (a *API) admit(w http.ResponseWriter, ctx context.Context, tenant string, n int, bodies int64, window time.Duration) bool {
+	backlog, size, err := a.store.Backlog(ctx, "")
+	if err != nil {
+		a.failed(w, err)
+		return false
+	}
+	mine, mySize, err := a.store.Backlog(ctx, tenant)
+	if err != nil {
+		a.failed(w, err)
+		return false
+	}
+	for _, bound := range []struct {
+		field     string
+		have, add int64
+		max       int64
+	}{
+		{"batch.max_tenant_backlog", int64(mine), int64(n), int64(a.cfg.MaxTenantBacklog)},
+		{"batch.max_tenant_backlog_bytes", mySize, bodies, a.cfg.MaxTenantBacklogBytes},
+		{"batch.max_backlog", int64(backlog), int64(n), int64(a.cfg.MaxBacklog)},
+		{"batch.max_backlog_bytes", size, bodies, a.cfg.MaxBacklogBytes},
+	} {
+		if bound.add > bound.max {
+			a.invalid(w, http.StatusBadRequest, "batch_too_large", "input_file_id",
+				fmt.Sprintf("the batch's %d alone passes %s (%d): split it", bound.add, bound.field, bound.max))
+			return false
+		}
+		if bound.have+bound.add > bound.max {
+			a.backlogFull(w, bound.field, bound.have, bound.add, bound.max)
+			return false
+		}
+	}
+	if est, rate, ok := a.estimate(backlog, n); ok && est > window {
+		a.cannotFinish(w, backlog, n, rate, est, window)
+		return false
+	}
+	return true
 }
 
 // backlogFull refuses a batch past a backlog bound: 429, and a Retry-After
@@ -221,11 +314,13 @@ func (a *API) cannotFinish(w http.ResponseWriter, backlog, n int, rate float64, 
 		Type: contract.ErrorTypeRateLimit, Code: "batch_cannot_finish", EstimatedWaitMs: &estMs, RetryAfterMs: &retryMs}})
 }
 
+// batchJSON is OpenAI's batch object.
 type batchJSON struct {
 	ID               string            `json:"id"`
 	Object           string            `json:"object"`
 	Endpoint         string            `json:"endpoint"`
-	Errors           *struct{}         `json:"errors"`
+	Model            *string           `json:"model"`
+	Errors           *errorsJSON       `json:"errors"`
 	InputFileID      string            `json:"input_file_id"`
 	CompletionWindow string            `json:"completion_window"`
 	Status           string            `json:"status"`
@@ -241,7 +336,34 @@ type batchJSON struct {
 	CancellingAt     *int64            `json:"cancelling_at"`
 	CancelledAt      *int64            `json:"cancelled_at"`
 	RequestCounts    countsJSON        `json:"request_counts"`
+	Usage            usageJSON         `json:"usage"`
 	Metadata         map[string]string `json:"metadata"`
+	// SluiceWindow is sluice's window when it is not OpenAI's 24h.
+	SluiceWindow string `json:"sluice_completion_window,omitempty"`
+}
+
+type errorsJSON struct {
+	Object string          `json:"object"`
+	Data   []lineErrorJSON `json:"data"`
+}
+
+type lineErrorJSON struct {
+	Code    string  `json:"code"`
+	Line    *int    `json:"line"`
+	Message string  `json:"message"`
+	Param   *string `json:"param"`
+}
+
+type usageJSON struct {
+	InputTokens        int64 `json:"input_tokens"`
+	InputTokensDetails struct {
+		CachedTokens int64 `json:"cached_tokens"`
+	} `json:"input_tokens_details"`
+	OutputTokens        int64 `json:"output_tokens"`
+	OutputTokensDetails struct {
+		ReasoningTokens int64 `json:"reasoning_tokens"`
+	} `json:"output_tokens_details"`
+	TotalTokens int64 `json:"total_tokens"`
 }
 
 func unix(t time.Time) *int64 {
@@ -260,11 +382,28 @@ func optional(s string) *string {
 }
 
 func batchOf(b batch.Batch) batchJSON {
-	return batchJSON{ID: b.ID, Object: "batch", Endpoint: b.Endpoint, InputFileID: b.InputFileID, CompletionWindow: b.CompletionWindow,
+	out := batchJSON{ID: b.ID, Object: "batch", Endpoint: b.Endpoint, Model: optional(b.Model), InputFileID: b.InputFileID, CompletionWindow: openAIWindow,
 		Status: string(b.Status), OutputFileID: optional(b.OutputFileID), ErrorFileID: optional(b.ErrorFileID),
 		CreatedAt: b.CreatedAt.Unix(), InProgressAt: unix(b.InProgressAt), ExpiresAt: unix(b.ExpiresAt), FinalizingAt: unix(b.FinalizingAt),
-		CompletedAt: unix(b.CompletedAt), ExpiredAt: unix(b.ExpiredAt), CancellingAt: unix(b.CancellingAt), CancelledAt: unix(b.CancelledAt),
+		CompletedAt: unix(b.CompletedAt), FailedAt: unix(b.FailedAt), ExpiredAt: unix(b.ExpiredAt), CancellingAt: unix(b.CancellingAt), CancelledAt: unix(b.CancelledAt),
 		RequestCounts: countsJSON(b.Counts), Metadata: b.Metadata}
+	if b.CompletionWindow != openAIWindow {
+		out.SluiceWindow = b.CompletionWindow
+	}
+	u := b.Usage
+	out.Usage.InputTokens, out.Usage.OutputTokens, out.Usage.TotalTokens = u.InputTokens, u.OutputTokens, u.InputTokens+u.OutputTokens
+	out.Usage.InputTokensDetails.CachedTokens, out.Usage.OutputTokensDetails.ReasoningTokens = u.CachedTokens, u.ReasoningTokens
+	if len(b.Errors) > 0 {
+		out.Errors = &errorsJSON{Object: "list", Data: make([]lineErrorJSON, len(b.Errors))}
+		for i, e := range b.Errors {
+			d := lineErrorJSON{Code: e.Code, Message: e.Message, Param: optional(e.Param)}
+			if e.Line > 0 {
+				d.Line = &e.Line
+			}
+			out.Errors.Data[i] = d
+		}
+	}
+	return out
 }
 
 type countsJSON struct {
@@ -340,10 +479,12 @@ func (a *API) cancel(w http.ResponseWriter, r *http.Request, tenant, id string) 
 	case errors.Is(err, batch.ErrNotFound):
 		a.notFound(w, "batch", id)
 	case errors.Is(err, batch.ErrConflict):
-		a.invalid(w, http.StatusConflict, "batch_not_cancellable", "", err.Error())
+		b, _ := a.store.Batch(r.Context(), tenant, id)
+		a.invalid(w, http.StatusConflict, "batch_not_cancellable", "", fmt.Sprintf("batch %s is %s: only a validating or in_progress batch can be cancelled", id, b.Status))
 	case err != nil:
 		a.failed(w, err)
 	default:
+		a.kickSettle()
 		writeJSON(w, batchOf(got))
 	}
 }

@@ -20,6 +20,9 @@ func (a *API) Do(ctx context.Context, c batch.Claim) batch.Response {
 	if a.deps.Draining() {
 		return batch.Response{Deferred: true, RetryAfter: time.Second}
 	}
+	if h := a.hook().BeforeItem; h != nil {
+		h(c)
+	}
 	h, err := a.deps.Handler(c.Tenant, c.Request.URL)
 	switch {
 	case errors.Is(err, ErrUnknownTenant):
@@ -51,7 +54,11 @@ func (a *API) Do(ctx context.Context, c batch.Claim) batch.Response {
 		}
 		w.status = http.StatusBadGateway
 	}
-	resp := batch.Response{Status: w.status, RequestID: w.header.Get("X-Request-Id"), Body: w.body.Bytes()}
+	// The provider's own request id, which the gateway moved aside from
+	// X-Request-Id (that one is the gateway's id of the call): what
+	// OpenAI's response.request_id is, and what its support asks for.
+	resp := batch.Response{Status: w.status, RequestID: w.header.Get(contract.HeaderUpstreamRequestID), Body: w.body.Bytes()}
+	resp.Usage = batch.UsageOf(resp.Body)
 	if reason := w.header.Get(contract.HeaderReason); reason != "" && (w.status == http.StatusTooManyRequests || w.status == http.StatusServiceUnavailable) {
 		// Refused by sluice (overload, the spend ceiling, a budget,
 		// draining): deferred, not failed.

@@ -38,7 +38,7 @@ func TestDo(t *testing.T) {
 		deadline time.Duration
 		want     batch.Response
 	}{
-		{name: "answered", serve: answer(200, map[string]string{"X-Request-Id": "req-1"}, `{"ok":true}`),
+		{name: "answered", serve: answer(200, map[string]string{"X-Request-Id": "gateway-id", contract.HeaderUpstreamRequestID: "req-1"}, `{"ok":true}`),
 			want: batch.Response{Status: 200, RequestID: "req-1", Body: []byte(`{"ok":true}`)}},
 		{name: "refused by sluice", serve: answer(503, map[string]string{contract.HeaderReason: "queue_full", contract.HeaderRetryAfterMs: "1500"}, `{}`),
 			want: batch.Response{Status: 503, Body: []byte(`{}`), Deferred: true, RetryAfter: 1500 * time.Millisecond}},

@@ -15,6 +15,13 @@
 // failing it; at most Config.MaxWaiting items wait in the gate at once, so
 // that items never crowd the queue live calls wait in.
 //
+// A batch goes through OpenAI's statuses: created validating, its file is
+// checked line by line by the API's settle loop (settle.go), which starts
+// it (in_progress) or fails it with every bad line listed; once its items
+// have all ended it is finalizing while the loop writes its files, then
+// completed, expired or cancelled. Hooks let a test hold a batch before
+// each of those steps, to observe the statuses between them.
+//
 // A batch is refused at submission, with 429 and a Retry-After, when it
 // would pass a backlog bound (all tenants, or its own tenant's share) or
 // could not finish inside its completion window at the rate items have

@@ -1,15 +1,17 @@
 package batchapi
 
 import (
-	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"io"
 	"mime"
 	"net/http"
 	"strconv"
+	"time"
 
 	"github.com/sluicehq/sluice/batch"
+	"github.com/sluicehq/sluice/contract"
 )
 
 // fileJSON is OpenAI's file object.
@@ -20,17 +22,30 @@ type fileJSON struct {
 	CreatedAt int64   `json:"created_at"`
 	Filename  string  `json:"filename"`
 	Purpose   string  `json:"purpose"`
+	ExpiresAt *int64  `json:"expires_at"`
 	Status    string  `json:"status"`
 	Details   *string `json:"status_details"`
 }
 
 func fileOf(f batch.File) fileJSON {
-	return fileJSON{ID: f.ID, Object: "file", Bytes: f.Bytes, CreatedAt: f.CreatedAt.Unix(), Filename: f.Filename, Purpose: f.Purpose, Status: "processed"}
+	return fileJSON{ID: f.ID, Object: "file", Bytes: f.Bytes, CreatedAt: f.CreatedAt.Unix(), ExpiresAt: unix(f.ExpiresAt),
+		Filename: f.Filename, Purpose: f.Purpose, Status: "processed"}
 }
 
-// uploadFile takes a multipart upload (purpose=batch, file=JSONL), checks
-// every line (and each body as a live call's would be) and stores it; a
-// fault is a 400 naming the line, and nothing is stored.
+// liveFile is the tenant's file, or ErrNotFound once it has expired.
+func (a *API) liveFile(ctx context.Context, tenant, id string) (batch.File, error) {
+	f, err := a.store.File(ctx, tenant, id)
+	if err == nil && f.Expired(a.now()) {
+		return f, batch.ErrNotFound
+	}
+	return f, err
+}
+
+// uploadFile takes a multipart upload (purpose=batch, file=JSONL, and
+// OpenAI's expires_after), checks that the file is JSONL at all
+// (batch.CheckFile) and stores it; the lines are checked when a batch of
+// it validates. A refusal is a 400 naming the part, and nothing is
+// stored.
 func (a *API) uploadFile(w http.ResponseWriter, r *http.Request, tenant string) {
 	mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
 	if err != nil || mt != "multipart/form-data" {
@@ -44,7 +59,7 @@ func (a *API) uploadFile(w http.ResponseWriter, r *http.Request, tenant string) 
 		a.invalid(w, http.StatusBadRequest, "invalid_request", "", "reading the multipart form: "+err.Error())
 		return
 	}
-	var purpose, filename string
+	var purpose, filename, anchor, seconds string
 	var content []byte
 	tooBig := func() {
 		a.invalid(w, http.StatusBadRequest, "file_too_large", "file",
@@ -64,14 +79,22 @@ func (a *API) uploadFile(w http.ResponseWriter, r *http.Request, tenant string) 
 			a.invalid(w, http.StatusBadRequest, "invalid_request", "", "reading the multipart form: "+err.Error())
 			return
 		}
-		switch p.FormName() {
-		case "purpose":
+		name := p.FormName()
+		switch name {
+		case "purpose", "expires_after[anchor]", "expires_after.anchor", "expires_after[seconds]", "expires_after.seconds":
 			v, err := io.ReadAll(io.LimitReader(p, 64))
 			if err != nil {
-				a.invalid(w, http.StatusBadRequest, "invalid_request", "purpose", "reading purpose: "+err.Error())
+				a.invalid(w, http.StatusBadRequest, "invalid_request", name, "reading "+name+": "+err.Error())
 				return
 			}
-			purpose = string(v)
+			switch name {
+			case "purpose":
+				purpose = string(v)
+			case "expires_after[anchor]", "expires_after.anchor":
+				anchor = string(v)
+			default:
+				seconds = string(v)
+			}
 		case "file":
 			filename = p.FileName()
 			content, err = io.ReadAll(io.LimitReader(p, limit+1))
@@ -88,42 +111,44 @@ func (a *API) uploadFile(w http.ResponseWriter, r *http.Request, tenant string) 
 				tooBig()
 				return
 			}
+		default:
+			a.invalid(w, http.StatusBadRequest, "unknown_parameter", name,
+				fmt.Sprintf("unknown parameter: %s (files.create takes file, purpose and expires_after)", contract.Echo(name)))
+			return
 		}
 		p.Close()
 	}
 	switch {
 	case purpose != "batch":
-		a.invalid(w, http.StatusBadRequest, "invalid_request", "purpose", fmt.Sprintf("purpose: %q, want batch (the only purpose sluice serves)", purpose))
+		a.invalid(w, http.StatusBadRequest, "invalid_value", "purpose", fmt.Sprintf("purpose: %s, want batch (the only purpose sluice serves)", contract.Echo(purpose)))
 		return
 	case content == nil:
-		a.invalid(w, http.StatusBadRequest, "missing_required_parameter", "file", "file is required")
+		a.invalid(w, http.StatusBadRequest, "missing_required_parameter", "file", "missing required parameter: file")
 		return
 	}
-	reqs, ierr := batch.ParseInput(content, a.cfg.MaxRequests)
-	if ierr == nil {
-		for i, req := range reqs {
-			model, stream, err := a.deps.ReadBody(req.Body)
-			switch {
-			case err != nil:
-				ierr = &batch.InputError{Line: lineOf(content, i), Param: "body", Msg: "body: " + err.Error()}
-			case stream:
-				ierr = &batch.InputError{Line: lineOf(content, i), Param: "body.stream", Msg: "body: stream is not supported in a batch"}
-			case model == "":
-				ierr = &batch.InputError{Line: lineOf(content, i), Param: "body.model", Msg: "body: model is required"}
-			}
-			if ierr != nil {
-				break
-			}
+	now := a.now()
+	var expires time.Time
+	if anchor != "" || seconds != "" {
+		n, err := strconv.ParseInt(seconds, 10, 64)
+		switch {
+		case anchor != "created_at":
+			a.invalid(w, http.StatusBadRequest, "invalid_value", "expires_after.anchor", fmt.Sprintf("expires_after.anchor: %s, want created_at", contract.Echo(anchor)))
+			return
+		case err != nil || n < minExpiresAfter || n > maxExpiresAfter:
+			a.invalid(w, http.StatusBadRequest, "invalid_value", "expires_after.seconds",
+				fmt.Sprintf("expires_after.seconds: %s, want a number of seconds in %d..%d", contract.Echo(seconds), minExpiresAfter, maxExpiresAfter))
+			return
 		}
+		expires = now.Add(time.Duration(n) * time.Second)
 	}
-	if ierr != nil {
-		a.invalid(w, http.StatusBadRequest, "invalid_batch_file", "file", "the file was not stored: "+ierr.Error())
+	if ierr := batch.CheckFile(content, a.cfg.MaxRequests); ierr != nil {
+		a.invalid(w, http.StatusBadRequest, "invalid_file", ierr.Param, "the file was not stored: "+ierr.Msg)
 		return
 	}
 	if len(filename) > 256 {
 		filename = filename[:256]
 	}
-	f := batch.File{ID: newID("file-"), Tenant: tenant, Purpose: "batch", Filename: filename, Bytes: int64(len(content)), CreatedAt: a.now()}
+	f := batch.File{ID: newID("file-"), Tenant: tenant, Purpose: "batch", Filename: filename, Bytes: int64(len(content)), CreatedAt: now, ExpiresAt: expires}
 	if err := a.store.PutFile(r.Context(), f, content); err != nil {
 		a.failed(w, err)
 		return
@@ -131,26 +156,12 @@ func (a *API) uploadFile(w http.ResponseWriter, r *http.Request, tenant string) 
 	writeJSON(w, fileOf(f))
 }
 
-// lineOf is the 1-based line of the i-th request (blank lines skipped).
-func lineOf(content []byte, i int) int {
-	n, seen := 0, -1
-	for l := range bytes.Lines(content) {
-		n++
-		if len(bytes.TrimSpace(l)) > 0 {
-			if seen++; seen == i {
-				return n
-			}
-		}
-	}
-	return n
-}
-
 func (a *API) getFile(w http.ResponseWriter, r *http.Request, tenant, id string) {
 	if !validID(id) {
 		a.notFound(w, "file", id)
 		return
 	}
-	f, err := a.store.File(r.Context(), tenant, id)
+	f, err := a.liveFile(r.Context(), tenant, id)
 	switch {
 	case errors.Is(err, batch.ErrNotFound):
 		a.notFound(w, "file", id)
@@ -166,7 +177,11 @@ func (a *API) fileContent(w http.ResponseWriter, r *http.Request, tenant, id str
 		a.notFound(w, "file", id)
 		return
 	}
-	content, err := a.store.FileContent(r.Context(), tenant, id)
+	_, err := a.liveFile(r.Context(), tenant, id)
+	var content []byte
+	if err == nil {
+		content, err = a.store.FileContent(r.Context(), tenant, id)
+	}
 	switch {
 	case errors.Is(err, batch.ErrNotFound):
 		a.notFound(w, "file", id)

@@ -22,6 +22,9 @@ import (
 	"github.com/sluicehq/sluice/mockllm"
 )
 
+// window is sluice's own completion window, beside OpenAI's 24h.
+func window(w string) option.RequestOption { return option.WithJSONSet("sluice_completion_window", w) }
+
 // startMock runs a mock provider on loopback until the end of the test.
 func startMock(t *testing.T, cfg mockllm.Config) (*mockllm.Server, *httptest.Server) {
 	t.Helper()
