@@ -67,12 +67,23 @@ var (
 // start, whichever comes first. A keyed call (Idempotency-Key) outlives
 // its caller, whose retry is to get its answer: it ends only at the
 // deadlines.
-func (c *call) upstreamContext(caller context.Context, stated, keyed bool) (context.Context, context.CancelFunc) {
+//
+// admitted is the context the call was admitted in: the caller's with its
+// deadline. When that deadline is the stated one and ends the call first,
+// the call goes on in it, without a context of its own (cutBy reads its
+// plain DeadlineExceeded as the caller's deadline).
+func (c *call) upstreamContext(admitted, caller context.Context, stated, keyed bool) (context.Context, context.CancelFunc) {
+	end := c.start.Add(c.g.cfg.Limits.MaxCallDuration.D())
+	c.stated = stated
+	if stated && !keyed && c.deadline.Before(end) {
+		c.upCtx = admitted
+		return admitted, func() {}
+	}
 	parent := caller
 	if keyed {
 		parent = context.WithoutCancel(caller)
 	}
-	end, cause := c.start.Add(c.g.cfg.Limits.MaxCallDuration.D()), errMaxDuration
+	cause := errMaxDuration
 	if stated && c.deadline.Before(end) {
 		end, cause = c.deadline, errCallerDeadline
 	}
@@ -88,10 +99,10 @@ func (c *call) upstreamContext(caller context.Context, stated, keyed bool) (cont
 // its write to the caller failed), a caller that stopped reading.
 func (c *call) cutBy(theProvider bool) ending {
 	if c.upCtx != nil {
-		switch context.Cause(c.upCtx) {
-		case errCallerDeadline:
+		switch cause := context.Cause(c.upCtx); {
+		case cause == errCallerDeadline, cause == context.DeadlineExceeded && c.stated:
 			return endCallerDeadline
-		case errMaxDuration:
+		case cause == errMaxDuration:
 			return endMaxDuration
 		}
 	}

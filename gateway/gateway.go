@@ -201,6 +201,7 @@ type call struct {
 	outcome    chain.Outcome
 	ended      ending          // who ended the call (ending.go)
 	upCtx      context.Context // the provider's call's context: its cause names the deadline that cut it
+	stated     bool            // the deadline is the caller's X-Sluice-Timeout-Ms
 	attempts   int
 	upstreamID string
 	// headersWritten counts the upstream attempts whose request headers
@@ -430,7 +431,7 @@ func (g *Gateway) serveCall(w http.ResponseWriter, r *http.Request, rt *route, t
 	// has. An Idempotency-Key's caller that leaves is expected to retry
 	// with the key, so its call runs on and is kept for that retry
 	// instead of being thrown away (package idempotency).
-	upCtx, cancelUp := c.upstreamContext(r.Context(), hdr.stated, idem != nil)
+	upCtx, cancelUp := c.upstreamContext(ctx, r.Context(), hdr.stated, idem != nil)
 	defer cancelUp()
 	out := r.WithContext(httptrace.WithClientTrace(upCtx, &c.trace))
 	out.Body = io.NopCloser(bytes.NewReader(body.raw))

@@ -41,13 +41,17 @@ func (g *Gateway) stampHeadroom(h http.Header, req *chain.Request, budget time.D
 	if err != nil { // the request was admitted or judged already: cannot happen
 		return
 	}
-	h[hdrLimitRequests] = []string{strconv.Itoa(hr.Requests.Limit)}
-	h[hdrRemainingRequests] = []string{strconv.Itoa(hr.Requests.Remaining)}
-	h[hdrResetRequests] = []string{resetText(hr.Requests.Reset)}
+	// One backing array for the values: an allocation, not six.
+	n := 3
 	if hr.TokensKnown {
-		h[hdrLimitTokens] = []string{strconv.FormatInt(hr.TokensLimit, 10)}
-		h[hdrRemainingTokens] = []string{strconv.FormatInt(hr.TokensRemaining, 10)}
-		h[hdrResetTokens] = []string{resetText(hr.TokensReset)}
+		n = 6
+	}
+	v := make([]string, n)
+	v[0], v[1], v[2] = strconv.Itoa(hr.Requests.Limit), strconv.Itoa(hr.Requests.Remaining), resetText(hr.Requests.Reset)
+	h[hdrLimitRequests], h[hdrRemainingRequests], h[hdrResetRequests] = v[0:1:1], v[1:2:2], v[2:3:3]
+	if hr.TokensKnown {
+		v[3], v[4], v[5] = strconv.FormatInt(hr.TokensLimit, 10), strconv.FormatInt(hr.TokensRemaining, 10), resetText(hr.TokensReset)
+		h[hdrLimitTokens], h[hdrRemainingTokens], h[hdrResetTokens] = v[3:4:4], v[4:5:5], v[5:6:6]
 	}
 }
 
