@@ -81,7 +81,13 @@ type listener struct {
 // registers none. The connections it returns carry the guard's accounting
 // to Middleware when the http.Server's ConnContext is ConnContext. Its
 // Close also stops an Accept backing off. Safe for concurrent use.
+//
+// With trusted proxies it logs them, at Info: the startup line of the
+// gateway's server names the other effective values.
 func NewListener(ln net.Listener, l Limits, log *slog.Logger, reg prometheus.Registerer) net.Listener {
+	if len(l.TrustedProxies) > 0 {
+		log.Info("trusting the proxies in front: their PROXY header or X-Forwarded-For names the client", "trusted_proxies", l.TrustedProxies)
+	}
 	return newListener(ln, l, log, newMetrics(reg))
 }
 

@@ -207,6 +207,10 @@ func TestTrustedProxyNamesTheClient(t *testing.T) {
 	const proxy = "127.0.0.10"
 	cfg := connServer(up.URL, guard.Config{MaxConnections: 64, MaxUnauthenticatedPerIP: 2, TrustedProxies: []string{proxy}})
 	addr, logs, spans := loggedServer(t, cfg)
+	if ls := logs.lines(t, "trusting the proxies in front: their PROXY header or X-Forwarded-For names the client"); len(ls) != 1 ||
+		fmt.Sprint(ls[0]["trusted_proxies"]) != "[127.0.0.10/32]" {
+		t.Errorf("the start-up line naming the trusted proxies: %v", ls)
+	}
 
 	for _, tc := range []struct {
 		name, prefix, headers, want string
