@@ -164,7 +164,7 @@ func (l *listener) admit(c net.Conn) *trackedConn {
 	}
 	l.metrics.open.Inc()
 	tc := &trackedConn{Conn: c, l: l, ip: ip, held: !proxied, proxied: proxied}
-	if proxied {
+	if proxied && l.headerWait > 0 {
 		// The PROXY header, if any, comes first and at once; the wait for
 		// it starts now, and net/http's own for the request's headers
 		// after it.
@@ -256,10 +256,12 @@ func (c *trackedConn) handshake() {
 		// HTTP from the proxy itself: X-Forwarded-For says who, per request.
 		c.hs.perReqst = true
 		return
-	case errors.As(err, &pe) || err != nil && br.Buffered() > 0:
+	case errors.As(err, &pe):
 		// A header that breaks the protocol, or stops part way: the
-		// connection is closed, unanswered (its bytes are nobody's HTTP).
-		l.log.Warn("closing a trusted proxy's connection: its PROXY header is malformed or cut short", "peer", c.ip, "err", err)
+		// connection is closed, unanswered (its bytes are nobody's HTTP),
+		// and summed in the refusal log's lines under the proxy's address
+		// (one line per connection would let a misbehaving peer write the
+		// log as fast as it connects).
 		l.refuse(c.Conn, nil, "proxy_header", c.ip)
 		c.hs.failed = true
 		return

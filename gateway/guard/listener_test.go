@@ -226,6 +226,17 @@ func TestProxyHeaderHandshake(t *testing.T) {
 			t.Errorf("malformed header: answered %q, proxy_header = %v; want nothing and 2", a, refused("proxy_header"))
 		}
 
+		// A v2 header cut short: closed at the deadline, counted as a bad
+		// header.
+		cut, _ := open(0, string(v2(v2Proxy, afInet<<4|protoStream, inet4("198.51.100.9", "10.0.0.2", 1, 2)))[:20])
+		if n, err := cut.Read(buf); n != 0 || err != io.EOF {
+			t.Errorf("cut header: read %d, %v; want io.EOF", n, err)
+		}
+		cut.Close()
+		if refused("proxy_header") != 3 {
+			t.Errorf("cut header: proxy_header = %v, want 3", refused("proxy_header"))
+		}
+
 		// HTTP from the proxy itself, and its LOCAL connection: itself,
 		// counted per request (Middleware), not here.
 		for _, first := range []string{"GET / HTTP/1.1\r\n\r\n", string(v2(v2Local, afUnspec<<4, nil)) + "GET / HTTP/1.1\r\n\r\n",

@@ -56,32 +56,53 @@ type proxyHeader struct {
 // signature: they are HTTP, and are left unread.
 var errNotProxy = errors.New("proxy protocol: no signature")
 
-// proxyError is a malformed PROXY header; a connection that sends one is
-// closed.
-type proxyError struct{ msg string }
+// proxyError is a malformed PROXY header, or one cut short (err: the
+// read's error); a connection that sends one is closed.
+type proxyError struct {
+	msg string
+	err error
+}
 
-func (e *proxyError) Error() string { return "proxy protocol: " + e.msg }
+func (e *proxyError) Error() string {
+	if e.err != nil {
+		return "proxy protocol: " + e.msg + ": " + e.err.Error()
+	}
+	return "proxy protocol: " + e.msg
+}
+
+func (e *proxyError) Unwrap() error { return e.err }
 
 func malformed(format string, args ...any) error {
-	return &proxyError{fmt.Sprintf(format, args...)}
+	return &proxyError{msg: fmt.Sprintf(format, args...)}
 }
 
 // readProxyHeader reads a PROXY header, version 1 or 2, from the start of
 // br, whose buffer must hold at least maxV1Line+1 bytes. It waits for
 // only as many bytes as it takes to tell: bytes that cannot begin either
 // signature (an HTTP method) make it return errNotProxy at once, with
-// nothing consumed. Otherwise it consumes exactly the header. Any error
-// from br is returned as it came (io.EOF, a deadline); a header that
-// breaks the protocol is a *proxyError.
+// nothing consumed. Otherwise it consumes exactly the header. An error
+// from br before any byte came is returned as it came (io.EOF, a
+// deadline); a header that breaks the protocol, or is cut short by such
+// an error, is a *proxyError (which unwraps to the read's error).
 func readProxyHeader(br *bufio.Reader) (proxyHeader, error) {
 	v, err := detectProxy(br)
 	if err != nil {
+		if br.Buffered() > 0 && !errors.Is(err, errNotProxy) {
+			err = &proxyError{msg: "signature cut short", err: err}
+		}
 		return proxyHeader{}, err
 	}
+	var h proxyHeader
 	if v == 1 {
-		return readV1(br)
+		h, err = readV1(br)
+	} else {
+		h, err = readV2(br)
 	}
-	return readV2(br)
+	var pe *proxyError
+	if err != nil && !errors.As(err, &pe) {
+		err = &proxyError{msg: "header cut short", err: err}
+	}
+	return h, err
 }
 
 // detectProxy peeks at the first bytes until they match a whole signature
