@@ -10,6 +10,7 @@ import (
 
 	"github.com/sluicehq/sluice/admission"
 	"github.com/sluicehq/sluice/contract"
+	"github.com/sluicehq/sluice/gateway/guard"
 	"github.com/sluicehq/sluice/gateway/observe"
 	"github.com/sluicehq/sluice/gateway/wire"
 )
@@ -146,6 +147,9 @@ func (g *Gateway) record(x *exchange) observe.Record {
 		RequestID: x.id, Method: x.r.Method, Path: x.r.URL.Path, Route: x.route, Start: x.start,
 		Status: x.status, Tenant: x.tenant, ClassAsked: x.classAsked, ModelAsked: x.modelAsked, Attempt: x.attempt,
 		Class: x.refusedClass, Reason: x.reason, Error: x.code, Span: x.span,
+	}
+	if a := guard.ClientAddr(x.r); a.IsValid() {
+		rec.Client = a.String()
 	}
 	c := x.call
 	if c == nil {

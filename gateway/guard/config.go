@@ -3,6 +3,7 @@ package guard
 import (
 	"fmt"
 	"log/slog"
+	"net/netip"
 	"syscall"
 	"time"
 
@@ -57,6 +58,20 @@ type Config struct {
 	// has. Zero means max_connections/8, at least 1; at most
 	// max_connections.
 	MaxUnauthenticatedPerIP int `yaml:"max_unauthenticated_per_ip"`
+	// TrustedProxies are the addresses ("10.0.0.7", "fd00::1") and CIDR
+	// blocks ("10.0.0.0/8") of the proxies in front of the gateway, whose
+	// word on who the client is the gateway takes: from a connection of
+	// theirs, the client address is the PROXY protocol header's source when
+	// the connection starts with one (version 1 or 2), and for each request
+	// the right-most X-Forwarded-For address that is not itself a trusted
+	// proxy. The client address is what max_unauthenticated_per_ip counts
+	// and what the access log and the traces show. Empty (the default)
+	// trusts no one: every client address is the connection's peer, and
+	// PROXY headers and X-Forwarded-For are not read. Only list proxies
+	// that either speak HTTP themselves and set X-Forwarded-For, or send a
+	// PROXY header on every connection: a TCP pass-through that does
+	// neither would let its clients claim any address.
+	TrustedProxies []string `yaml:"trusted_proxies"`
 }
 
 const (
@@ -95,7 +110,8 @@ func (c Config) Validate() error {
 	if c.MaxConnections > 0 && c.MaxUnauthenticatedPerIP > c.MaxConnections {
 		return fmt.Errorf("config: server.max_unauthenticated_per_ip: %d, want at most server.max_connections (%d)", c.MaxUnauthenticatedPerIP, c.MaxConnections)
 	}
-	return nil
+	_, err := parseTrustedProxies(c.TrustedProxies)
+	return err
 }
 
 // Limits are the effective values of a Config: every zero replaced by
@@ -107,6 +123,9 @@ type Limits struct {
 	ReadHeader, ReadBody, Idle, Write time.Duration
 	// The caps: max_connections and max_unauthenticated_per_ip.
 	MaxConns, MaxUnauthPerIP int
+	// TrustedProxies is trusted_proxies parsed: a single address is a
+	// prefix of its full length. Empty trusts no one.
+	TrustedProxies []netip.Prefix
 	// FDLimit is the soft RLIMIT_NOFILE the cap was derived from or checked
 	// against; 0 when it could not be read.
 	FDLimit uint64
@@ -141,6 +160,10 @@ func (c Config) effective(maxBody int64, fdLimit uint64) (Limits, error) {
 		MaxConns:       c.MaxConnections,
 		MaxUnauthPerIP: c.MaxUnauthenticatedPerIP,
 		FDLimit:        fdLimit,
+	}
+	var err error
+	if l.TrustedProxies, err = parseTrustedProxies(c.TrustedProxies); err != nil {
+		return l, err
 	}
 	if l.ReadHeader == 0 {
 		l.ReadHeader = 10 * time.Second

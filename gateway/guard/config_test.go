@@ -1,6 +1,7 @@
 package guard
 
 import (
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -15,7 +16,7 @@ func TestLimitsDefaults(t *testing.T) {
 	}
 	want := Limits{ReadHeader: 10 * time.Second, ReadBody: 20 * time.Second, Idle: time.Minute, Write: time.Minute,
 		MaxConns: 480, MaxUnauthPerIP: 60, FDLimit: 1024}
-	if l != want {
+	if !reflect.DeepEqual(l, want) {
 		t.Errorf("defaults at 1024 descriptors: %+v, want %+v", l, want)
 	}
 	if l, _ := (Config{}).effective(10<<20, 1<<20); l.MaxConns != 1<<16 {

@@ -22,6 +22,15 @@
 //     sent a request the caller identifies (a valid tenant key) and that
 //     request's whole body.
 //
+// The client address is the connection's peer, unless the peer is one of
+// the trusted proxies (trusted_proxies; client.go): then it is the client
+// the proxy names, by a PROXY protocol header at the start of the
+// connection (proxyproto.go, read on the connection's goroutine before any
+// request) or by each request's X-Forwarded-For, and the cap counts that
+// client — the connection from the header on, or each request from its
+// headers until it is authenticated or over. ClientAddr gives it to the
+// access log and the traces.
+//
 // Every refusal is logged, summed per reason and client address each
 // second (refusals.go), since no request line will ever name it.
 //
@@ -40,7 +49,8 @@
 //
 // # Non-goals
 //
-// Rate limits on requests, and who a tenant is: the gateway admits
+// Forwarded and X-Real-IP, and any word on the client from a peer not
+// listed. Rate limits on requests, and who a tenant is: the gateway admits
 // requests and identifies keys; the guard only asks it whether a request
 // was identified. Header size limits stay with the gateway too, whose
 // error writer answers them.

@@ -47,14 +47,21 @@ func startMock(t *testing.T, cfg mockllm.Config) *httptest.Server {
 // policy) on loopback until the test ends and returns the API address.
 func startServer(t *testing.T, cfg config.Config) string {
 	t.Helper()
+	return startServerWith(t, cfg, gateway.Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+}
+
+// startServerWith is startServer with opts (a logger, a tracer).
+func startServerWith(t *testing.T, cfg config.Config, opts gateway.Options) string {
+	t.Helper()
 	cfg.Listen, cfg.Admin = "127.0.0.1:0", "127.0.0.1:0"
 	cfg.ShutdownGrace = config.Duration(5 * time.Second)
-	g, err := gateway.New(cfg, gateway.Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Getenv: func(k string) string {
+	opts.Getenv = func(k string) string {
 		if k == "TEST_PROVIDER_KEY" {
 			return "sk-provider-secret"
 		}
 		return ""
-	}})
+	}
+	g, err := gateway.New(cfg, opts)
 	if err != nil {
 		t.Fatal(err)
 	}

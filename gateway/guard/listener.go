@@ -1,10 +1,13 @@
 package guard
 
 import (
+	"bufio"
 	"context"
 	"errors"
+	"io"
 	"log/slog"
 	"net"
+	"net/http"
 	"net/netip"
 	"strconv"
 	"sync"
@@ -21,16 +24,24 @@ import (
 // buffer, so the write never blocks the accept loop; an answer the client
 // can act on costs one write more than closing, and says when to come back.
 var (
-	refuseFull = cannedRefusal("503 Service Unavailable", "max_connections", "server_error",
-		"the gateway is at server.max_connections; retry in 1s")
-	refusePerIP = cannedRefusal("429 Too Many Requests", "unauthenticated_per_ip", "rate_limit_error",
+	refuseFull = cannedRefusal("503 Service Unavailable", "max_connections", refusalBody("max_connections", "server_error",
+		"the gateway is at server.max_connections; retry in 1s"))
+	refusePerIPBody = refusalBody("unauthenticated_per_ip", "rate_limit_error",
 		"too many connections from this address without a valid request; reuse one, or retry in 1s")
+	refusePerIP = cannedRefusal("429 Too Many Requests", "unauthenticated_per_ip", refusePerIPBody)
 )
+
+// refusePerIPStatus is refusePerIP's status, for Middleware's refusals.
+const refusePerIPStatus = http.StatusTooManyRequests
+
+// refusalBody is an OpenAI-style error.
+func refusalBody(reason, typ, msg string) string {
+	return `{"error":{"message":"` + msg + `","type":"` + typ + `","code":"` + reason + `"}}` + "\n"
+}
 
 // cannedRefusal is a whole HTTP/1.1 response in the contract's shape:
 // Retry-After, retry-after-ms, X-Sluice-Reason and an OpenAI-style error.
-func cannedRefusal(status, reason, typ, msg string) []byte {
-	body := `{"error":{"message":"` + msg + `","type":"` + typ + `","code":"` + reason + `"}}` + "\n"
+func cannedRefusal(status, reason, body string) []byte {
 	return []byte("HTTP/1.1 " + status + "\r\nRetry-After: 1\r\nretry-after-ms: 1000\r\n" + contract.HeaderReason + ": " + reason +
 		"\r\nContent-Type: application/json\r\nConnection: close\r\nContent-Length: " + strconv.Itoa(len(body)) + "\r\n\r\n" + body)
 }
@@ -38,16 +49,22 @@ func cannedRefusal(status, reason, typ, msg string) []byte {
 // listener is the API listener with the connection caps of a Config: at
 // most maxConns open, at most maxUnauthPerIP of them per client address
 // not yet authenticated. Connections beyond are refused in Accept itself,
-// before net/http spends a goroutine on them. Safe for concurrent use.
+// before net/http spends a goroutine on them. A trusted proxy's
+// connections count under the client the proxy speaks for instead
+// (client.go). Safe for concurrent use.
 type listener struct {
 	net.Listener
 	maxConns, maxUnauthPerIP int
 	writeStall               time.Duration
-	log                      *slog.Logger
-	metrics                  *metrics
-	refusals                 *refusalLog // the refusals' log lines (refusals.go)
-	closed                   chan struct{}
-	closeOnce                sync.Once
+	// trusted are the trusted proxies; headerWait bounds the wait for a
+	// trusted peer's first bytes and its whole PROXY header.
+	trusted    []netip.Prefix
+	headerWait time.Duration
+	log        *slog.Logger
+	metrics    *metrics
+	refusals   *refusalLog // the refusals' log lines (refusals.go)
+	closed     chan struct{}
+	closeOnce  sync.Once
 
 	mu struct {
 		sync.Mutex
@@ -64,12 +81,19 @@ type listener struct {
 // registers none. The connections it returns carry the guard's accounting
 // to Middleware when the http.Server's ConnContext is ConnContext. Its
 // Close also stops an Accept backing off. Safe for concurrent use.
+//
+// With trusted proxies it logs them, at Info: the startup line of the
+// gateway's server names the other effective values.
 func NewListener(ln net.Listener, l Limits, log *slog.Logger, reg prometheus.Registerer) net.Listener {
+	if len(l.TrustedProxies) > 0 {
+		log.Info("trusting the proxies in front: their PROXY header or X-Forwarded-For names the client", "trusted_proxies", l.TrustedProxies)
+	}
 	return newListener(ln, l, log, newMetrics(reg))
 }
 
 func newListener(ln net.Listener, l Limits, log *slog.Logger, m *metrics) *listener {
 	cl := &listener{Listener: ln, maxConns: l.MaxConns, maxUnauthPerIP: l.MaxUnauthPerIP, writeStall: l.Write,
+		trusted: l.TrustedProxies, headerWait: l.ReadHeader,
 		log: log, metrics: m, refusals: newRefusalLog(log, refusalWindow), closed: make(chan struct{})}
 	cl.mu.unauth = map[netip.Addr]int{}
 	return cl
@@ -88,8 +112,7 @@ func (l *listener) Accept() (net.Conn, error) {
 			if !errors.Is(err, syscall.EMFILE) && !errors.Is(err, syscall.ENFILE) {
 				return nil, err
 			}
-			l.metrics.refused.WithLabelValues("out_of_descriptors").Inc()
-			l.refusals.add("out_of_descriptors", netip.Addr{})
+			l.countRefusal("out_of_descriptors", netip.Addr{})
 			if backoff == 0 {
 				backoff = 5 * time.Millisecond
 				l.log.Warn("accept: out of file descriptors; backing off (lower server.max_connections or raise ulimit -n)", "err", err)
@@ -112,34 +135,60 @@ func (l *listener) Accept() (net.Conn, error) {
 	}
 }
 
-// admit counts c in, or refuses it and returns nil.
+// admit counts c in, or refuses it and returns nil. A trusted proxy's
+// connection counts in max_connections only: the client it speaks for is
+// known once its PROXY header is read (handshake) or, per request, once
+// the request's headers are (Middleware).
 func (l *listener) admit(c net.Conn) *trackedConn {
 	ip := addrOf(c.RemoteAddr())
+	proxied := trusts(l.trusted, ip)
 	l.mu.Lock()
 	var refusal []byte
 	var reason string
 	switch {
 	case l.mu.open >= l.maxConns:
 		refusal, reason = refuseFull, "max_connections"
-	case l.mu.unauth[ip] >= l.maxUnauthPerIP:
+	case !proxied && l.mu.unauth[ip] >= l.maxUnauthPerIP:
 		refusal, reason = refusePerIP, "unauthenticated_per_ip"
 	default:
 		l.mu.open++
-		l.mu.unauth[ip]++
+		if !proxied {
+			l.mu.unauth[ip]++
+		}
 	}
 	l.mu.Unlock()
 	if refusal != nil {
-		l.metrics.refused.WithLabelValues(reason).Inc()
-		l.refusals.add(reason, ip)
-		// A short deadline in case the send buffer is somehow full: the
-		// accept loop must not wait on one client.
-		_ = c.SetWriteDeadline(time.Now().Add(10 * time.Millisecond))
-		_, _ = c.Write(refusal)
+		l.refuse(c, refusal, reason, ip)
 		_ = c.Close()
 		return nil
 	}
 	l.metrics.open.Inc()
-	return &trackedConn{Conn: c, l: l, ip: ip}
+	tc := &trackedConn{Conn: c, l: l, ip: ip, held: !proxied, proxied: proxied}
+	if proxied && l.headerWait > 0 {
+		// The PROXY header, if any, comes first and at once; the wait for
+		// it starts now, and net/http's own for the request's headers
+		// after it.
+		_ = c.SetReadDeadline(time.Now().Add(l.headerWait))
+	}
+	return tc
+}
+
+// refuse counts and logs a refusal for the client address ip, and writes
+// c its canned answer (nil: none).
+func (l *listener) refuse(c net.Conn, answer []byte, reason string, ip netip.Addr) {
+	l.countRefusal(reason, ip)
+	if answer != nil {
+		// A short deadline in case the send buffer is somehow full: the
+		// accept loop must not wait on one client.
+		_ = c.SetWriteDeadline(time.Now().Add(10 * time.Millisecond))
+		_, _ = c.Write(answer)
+	}
+}
+
+// countRefusal counts a refusal in the metric and the log's lines.
+func (l *listener) countRefusal(reason string, ip netip.Addr) {
+	l.metrics.refused.WithLabelValues(reason).Inc()
+	l.refusals.add(reason, ip)
 }
 
 // Close stops Accept, including one backing off, and writes the log lines
@@ -164,10 +213,136 @@ func addrOf(a net.Addr) netip.Addr {
 // and the per-address unauthenticated count when authenticated.
 type trackedConn struct {
 	net.Conn
-	l  *listener
+	l *listener
+	// ip is the client address the connection counts under: its peer, or
+	// for a trusted peer's connection the PROXY header's source once read.
 	ip netip.Addr
-	// authed and closed are guarded by l.mu.
-	authed, closed bool
+	// proxied says the peer is a trusted proxy: the connection is read for
+	// a PROXY header first (handshake), and never counts under the peer.
+	proxied bool
+	hs      handshake
+	// held, authed and closed are guarded by l.mu. held says the
+	// connection holds a place in l.mu.unauth[ip].
+	held, authed, closed bool
+}
+
+// handshake is a trusted peer's connection's reading of its PROXY header,
+// done once, on the connection's own goroutine, before any request: when
+// net/http first asks the connection's address or reads from it. The
+// accept loop never waits on it.
+type handshake struct {
+	once sync.Once
+	// Set by the handshake, read only after it.
+	br       *bufio.Reader // what was read past the header: HTTP's
+	remote   net.Addr      // the PROXY header's source; nil: the peer
+	failed   bool          // closed: a bad header, or refused at the cap
+	perReqst bool          // the connection's address is a trusted proxy's: count each request (Middleware)
+}
+
+// handshake reads a trusted peer's PROXY header, if it sends one, and
+// counts the connection under its source, or refuses it at that
+// address's cap as admit would.
+func (c *trackedConn) handshake() {
+	l := c.l
+	br := bufio.NewReaderSize(c.Conn, 256)
+	h, err := readProxyHeader(br)
+	_ = c.Conn.SetReadDeadline(time.Time{})
+	if br.Buffered() > 0 {
+		c.hs.br = br
+	}
+	var pe *proxyError
+	switch {
+	case errors.Is(err, errNotProxy):
+		// HTTP from the proxy itself: X-Forwarded-For says who, per request.
+		c.hs.perReqst = true
+		return
+	case errors.As(err, &pe):
+		// A header that breaks the protocol, or stops part way: the
+		// connection is closed, unanswered (its bytes are nobody's HTTP),
+		// and summed in the refusal log's lines under the proxy's address
+		// (one line per connection would let a misbehaving peer write the
+		// log as fast as it connects).
+		l.refuse(c.Conn, nil, "proxy_header", c.ip)
+		c.hs.failed = true
+		return
+	case err != nil:
+		// Nothing at all before the deadline or the close (a TCP health
+		// check): closed, as net/http closes a silent connection.
+		c.hs.failed = true
+		return
+	}
+	src := h.Src.Addr().Unmap()
+	if !src.IsValid() || trusts(l.trusted, src) {
+		// LOCAL, UNKNOWN, AF_UNSPEC or AF_UNIX: the proxy's own connection;
+		// or a trusted proxy relaying another one's.
+		if src.IsValid() {
+			l.mu.Lock()
+			c.ip = src
+			l.mu.Unlock()
+			c.hs.remote = net.TCPAddrFromAddrPort(netip.AddrPortFrom(src, h.Src.Port()))
+		}
+		c.hs.perReqst = true
+		return
+	}
+	l.mu.Lock()
+	refused := !c.closed && l.mu.unauth[src] >= l.maxUnauthPerIP
+	if !c.closed && !refused {
+		l.mu.unauth[src]++
+		c.held = true
+	}
+	c.ip = src
+	closed := c.closed
+	l.mu.Unlock()
+	c.hs.remote = net.TCPAddrFromAddrPort(netip.AddrPortFrom(src, h.Src.Port()))
+	if refused {
+		l.refuse(c.Conn, refusePerIP, "unauthenticated_per_ip", src)
+	}
+	c.hs.failed = refused || closed
+}
+
+// ready runs the handshake of a trusted peer's connection, once, and
+// says the connection may be served.
+func (c *trackedConn) ready() bool {
+	if !c.proxied {
+		return true
+	}
+	c.hs.once.Do(c.handshake)
+	return !c.hs.failed
+}
+
+// perRequest says each request on the connection counts under its own
+// client (Middleware): the connection's address is a trusted proxy's.
+func (c *trackedConn) perRequest() bool {
+	c.ready()
+	return c.hs.perReqst
+}
+
+// RemoteAddr is the client the connection speaks for: a trusted peer's
+// PROXY header's source, or the peer. On a trusted peer's connection it
+// waits for the handshake; net/http asks it first thing on the
+// connection's goroutine, which is where the handshake is meant to run.
+func (c *trackedConn) RemoteAddr() net.Addr {
+	if c.proxied {
+		c.hs.once.Do(c.handshake)
+		if c.hs.remote != nil {
+			return c.hs.remote
+		}
+	}
+	return c.Conn.RemoteAddr()
+}
+
+// Read reads what follows the PROXY header, if any. A connection the
+// handshake closed reads as ended: net/http closes it without a word.
+func (c *trackedConn) Read(p []byte) (int, error) {
+	if c.proxied {
+		if !c.ready() {
+			return 0, io.EOF
+		}
+		if br := c.hs.br; br != nil && br.Buffered() > 0 {
+			return br.Read(p)
+		}
+	}
+	return c.Conn.Read(p)
 }
 
 // Write gives every write to the socket a fresh deadline: the stall
@@ -185,7 +360,8 @@ func (c *trackedConn) Close() error {
 	if !c.closed {
 		c.closed = true
 		l.mu.open--
-		if !c.authed {
+		if c.held {
+			c.held = false
 			l.dropUnauthLocked(c.ip)
 		}
 		l.metrics.open.Dec()
@@ -199,8 +375,9 @@ func (c *trackedConn) Close() error {
 func (c *trackedConn) authenticate() {
 	l := c.l
 	l.mu.Lock()
-	if !c.authed && !c.closed {
-		c.authed = true
+	c.authed = true
+	if c.held {
+		c.held = false
 		l.dropUnauthLocked(c.ip)
 	}
 	l.mu.Unlock()
@@ -218,6 +395,38 @@ func (l *listener) dropUnauthLocked(ip netip.Addr) {
 	} else {
 		l.mu.unauth[ip] = n - 1
 	}
+}
+
+// requestSlot is one request's place in its client's unauthenticated
+// count, on a trusted proxy's connection (Middleware). Its release may
+// race the request's end: the body may be read on the proxy transport's
+// goroutine.
+type requestSlot struct {
+	l    *listener
+	ip   netip.Addr
+	held bool // guarded by l.mu
+}
+
+// claim takes a place in ip's unauthenticated count for one request, or
+// returns nil when ip is at max_unauthenticated_per_ip.
+func (l *listener) claim(ip netip.Addr) *requestSlot {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.mu.unauth[ip] >= l.maxUnauthPerIP {
+		return nil
+	}
+	l.mu.unauth[ip]++
+	return &requestSlot{l: l, ip: ip, held: true}
+}
+
+// release gives the place back, once.
+func (s *requestSlot) release() {
+	s.l.mu.Lock()
+	if s.held {
+		s.held = false
+		s.l.dropUnauthLocked(s.ip)
+	}
+	s.l.mu.Unlock()
 }
 
 type connKey struct{}
@@ -244,7 +453,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		open: prometheus.NewGauge(prometheus.GaugeOpts{Name: "sluice_connections_open",
 			Help: "API connections open (admitted by the listener's caps)."}),
 		refused: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_connections_refused_total",
-			Help: "API connections refused at accept: max_connections, unauthenticated_per_ip, or out_of_descriptors (an accept that failed with EMFILE/ENFILE)."},
+			Help: "API connections refused at accept: max_connections, unauthenticated_per_ip, out_of_descriptors (an accept that failed with EMFILE/ENFILE), or proxy_header (a trusted proxy's malformed PROXY header). Behind a trusted proxy that sets X-Forwarded-For, unauthenticated_per_ip counts requests refused at their headers."},
 			[]string{"reason"}),
 	}
 	if reg == nil {

@@ -4,8 +4,11 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"maps"
 	"net"
+	"net/netip"
 	"os"
+	"strings"
 	"syscall"
 	"testing"
 	"testing/synctest"
@@ -109,5 +112,163 @@ func TestWriteStallTimeoutIsPerWrite(t *testing.T) {
 		if !errors.As(err, &ne) || !ne.Timeout() || time.Since(start) != 100*time.Millisecond {
 			t.Errorf("write to a client that stopped reading: %v after %v, want a timeout after 100ms", err, time.Since(start))
 		}
+	})
+}
+
+// addrConn is one end of a pipe with a TCP peer's address.
+type addrConn struct {
+	net.Conn
+	remote net.Addr
+}
+
+func (c addrConn) RemoteAddr() net.Addr { return c.remote }
+
+// TestProxyHeaderHandshake: a trusted peer's connection is read for a
+// PROXY header on its own goroutine, counts under the header's source
+// (refused at that address's cap), and passes on what follows; a header
+// that is malformed, or not whole within read_header_timeout however
+// steadily it trickles, closes the connection; a peer that sends HTTP, or
+// the proxy's own LOCAL connection, is taken as itself.
+func TestProxyHeaderHandshake(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const wait = time.Second
+		trusted, _ := parseTrustedProxies([]string{"10.0.0.0/8"})
+		l := newListener(&emfileListener{closed: make(chan struct{})},
+			Limits{MaxConns: 10, MaxUnauthPerIP: 1, Write: time.Second, ReadHeader: wait, TrustedProxies: trusted},
+			slog.New(slog.NewTextHandler(io.Discard, nil)), newMetrics(prometheus.NewRegistry()))
+		peer := &net.TCPAddr{IP: net.IPv4(10, 0, 0, 1), Port: 40000}
+		// open admits a connection from peer whose other end writes
+		// each of chunks, pause apart, then reads until closed.
+		open := func(pause time.Duration, chunks ...string) (*trackedConn, <-chan string) {
+			server, client := net.Pipe()
+			tc := l.admit(addrConn{server, peer})
+			got := make(chan string, 1)
+			go func() {
+				defer client.Close()
+				for i, c := range chunks {
+					if i > 0 {
+						time.Sleep(pause)
+					}
+					if _, err := io.WriteString(client, c); err != nil {
+						break
+					}
+				}
+				b, _ := io.ReadAll(client)
+				got <- string(b)
+			}()
+			return tc, got
+		}
+		unauth := func() map[netip.Addr]int {
+			l.mu.Lock()
+			defer l.mu.Unlock()
+			return maps.Clone(l.mu.unauth)
+		}
+		refused := func(reason string) float64 { return testutil.ToFloat64(l.metrics.refused.WithLabelValues(reason)) }
+
+		// A v1 header and a request in one write.
+		first, _ := open(0, "PROXY TCP4 198.51.100.7 10.0.0.2 51234 8080\r\n"+"GET / HTTP/1.1\r\n\r\n")
+		if got := first.RemoteAddr().String(); got != "198.51.100.7:51234" {
+			t.Errorf("RemoteAddr %s, want the header's source", got)
+		}
+		buf := make([]byte, 64)
+		if n, err := first.Read(buf); err != nil || string(buf[:n]) != "GET / HTTP/1.1\r\n\r\n" {
+			t.Errorf("read %q, %v: want what followed the header", buf[:n], err)
+		}
+		if first.perRequest() || !maps.Equal(unauth(), map[netip.Addr]int{netip.MustParseAddr("198.51.100.7"): 1}) {
+			t.Errorf("counts %v, want one for the source and none for the proxy", unauth())
+		}
+
+		// The same source again, as v2: at its cap.
+		second, answer := open(0, string(v2(v2Proxy, afInet<<4|protoStream, inet4("198.51.100.7", "10.0.0.2", 1, 2))))
+		if n, err := second.Read(buf); n != 0 || err != io.EOF {
+			t.Errorf("refused connection read %d, %v; want io.EOF", n, err)
+		}
+		second.Close()
+		if a := <-answer; !strings.HasPrefix(a, "HTTP/1.1 429") || !strings.Contains(a, "unauthenticated_per_ip") {
+			t.Errorf("refused connection got %q, want the canned 429", a)
+		}
+		if refused("unauthenticated_per_ip") != 1 {
+			t.Errorf("unauthenticated_per_ip = %v, want 1", refused("unauthenticated_per_ip"))
+		}
+		first.Close()
+		if len(unauth()) != 0 {
+			t.Errorf("counts after close: %v", unauth())
+		}
+
+		// A header trickled a byte every 100ms: whole at 5.6s, cut at 1s.
+		hdr := "PROXY TCP4 198.51.100.8 10.0.0.2 51234 8080\r\n"
+		start := time.Now()
+		slow, _ := open(100*time.Millisecond, strings.Split(hdr, "")...)
+		if n, err := slow.Read(buf); n != 0 || err != io.EOF || time.Since(start) != wait {
+			t.Errorf("trickled header: read %d, %v after %v; want io.EOF after %v", n, err, time.Since(start), wait)
+		}
+		slow.Close()
+		if refused("proxy_header") != 1 {
+			t.Errorf("proxy_header = %v, want 1", refused("proxy_header"))
+		}
+
+		// Silence: closed at the deadline, as net/http closes a silent
+		// connection, and not counted as a bad header.
+		start = time.Now()
+		silent, _ := open(0)
+		if n, err := silent.Read(buf); n != 0 || err != io.EOF || time.Since(start) != wait {
+			t.Errorf("silent peer: read %d, %v after %v; want io.EOF after %v", n, err, time.Since(start), wait)
+		}
+		silent.Close()
+
+		// Malformed: closed unanswered.
+		bad, answer := open(0, "PROXY TCP4 198.51.100.300 10.0.0.2 1 2\r\nGET / HTTP/1.1\r\n\r\n")
+		if n, err := bad.Read(buf); n != 0 || err != io.EOF {
+			t.Errorf("malformed header: read %d, %v; want io.EOF", n, err)
+		}
+		bad.Close()
+		if a := <-answer; a != "" || refused("proxy_header") != 2 {
+			t.Errorf("malformed header: answered %q, proxy_header = %v; want nothing and 2", a, refused("proxy_header"))
+		}
+
+		// A v2 header cut short: closed at the deadline, counted as a bad
+		// header.
+		cut, _ := open(0, string(v2(v2Proxy, afInet<<4|protoStream, inet4("198.51.100.9", "10.0.0.2", 1, 2)))[:20])
+		if n, err := cut.Read(buf); n != 0 || err != io.EOF {
+			t.Errorf("cut header: read %d, %v; want io.EOF", n, err)
+		}
+		cut.Close()
+		if refused("proxy_header") != 3 {
+			t.Errorf("cut header: proxy_header = %v, want 3", refused("proxy_header"))
+		}
+
+		// HTTP from the proxy itself, and its LOCAL connection: itself,
+		// counted per request (Middleware), not here.
+		for _, first := range []string{"GET / HTTP/1.1\r\n\r\n", string(v2(v2Local, afUnspec<<4, nil)) + "GET / HTTP/1.1\r\n\r\n",
+			"PROXY UNKNOWN\r\nGET / HTTP/1.1\r\n\r\n", "PROXY TCP4 10.9.9.9 10.0.0.2 1 2\r\nGET / HTTP/1.1\r\n\r\n"} {
+			c, _ := open(0, first)
+			want := "10.0.0.1:40000"
+			if strings.Contains(first, "10.9.9.9") {
+				want = "10.9.9.9:1" // a trusted proxy relaying another one's connection
+			}
+			if got := c.RemoteAddr().String(); got != want || !c.perRequest() {
+				t.Errorf("%q: RemoteAddr %s, per request %v; want %s, true", first, got, c.perRequest(), want)
+			}
+			if n, err := io.ReadFull(c, buf[:18]); err != nil || string(buf[:n]) != "GET / HTTP/1.1\r\n\r\n" {
+				t.Errorf("%q: read %q, %v", first, buf[:n], err)
+			}
+			if len(unauth()) != 0 {
+				t.Errorf("%q: counts %v, want none", first, unauth())
+			}
+			c.Close()
+		}
+
+		// Closed while the header is awaited: nothing left counted.
+		pending, _ := open(0)
+		done := make(chan struct{})
+		go func() { defer close(done); pending.RemoteAddr() }()
+		synctest.Wait()
+		pending.Close()
+		<-done
+		l.mu.Lock()
+		if l.mu.open != 0 || len(l.mu.unauth) != 0 {
+			t.Errorf("after closing everything: open %d, unauth %v", l.mu.open, l.mu.unauth)
+		}
+		l.mu.Unlock()
 	})
 }

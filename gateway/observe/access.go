@@ -29,6 +29,9 @@ type Record struct {
 	Start        time.Time // when the request arrived: the line's ms
 	Status       int       // 0: nothing was written (the caller left first)
 	Tenant       string
+	// Client is the client's address: behind a trusted proxy, the one it
+	// speaks for (guard.ClientAddr); "" when unknown.
+	Client string
 	// The class and model asked for and the attempt, once the request's
 	// headers and body were read.
 	ClassAsked, ModelAsked string
@@ -81,13 +84,14 @@ func LogAccess(log *slog.Logger, r *Record) {
 	if !log.Enabled(ctx, slog.LevelInfo) {
 		return
 	}
-	var buf [24]slog.Attr
+	var buf [25]slog.Attr
 	a := append(buf[:0],
 		slog.String("request_id", r.RequestID),
 		slog.String("method", r.Method),
 		slog.String("path", boundPath(r.Path)),
 		slog.Int("status", r.Status),
 		slog.String("tenant", r.Tenant),
+		slog.String("client", r.Client),
 		slog.String("class", r.Class),
 		slog.String("class_asked", r.ClassAsked),
 		slog.Int("attempt", r.Attempt),

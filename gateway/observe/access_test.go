@@ -28,7 +28,7 @@ func stableLogger(w io.Writer, level slog.Level) *slog.Logger {
 func TestLogAccess(t *testing.T) {
 	call := Record{
 		RequestID: "r1", Method: "POST", Path: "/v1/chat/completions", Route: "/v1/chat/completions", Start: time.Now(),
-		Status: 200, Tenant: "acme", ClassAsked: "interactive", ModelAsked: "gpt-4o", Attempt: 1, Class: "batch",
+		Status: 200, Tenant: "acme", Client: "203.0.113.7", ClassAsked: "interactive", ModelAsked: "gpt-4o", Attempt: 1, Class: "batch",
 		Admitted: true, Model: "gpt-4o-mini", Queue: 3*time.Millisecond + 250*time.Microsecond, Upstream: 420 * time.Millisecond,
 		UsageKnown: true, TokensIn: 812, TokensOut: 96, Priced: true, Cost: 0.0025, Outcome: "success",
 		UpstreamAttempts: 2, Deployment: "east", DegradedBy: "degrade", UpstreamID: "req_42",
@@ -45,14 +45,14 @@ func TestLogAccess(t *testing.T) {
 		want string
 	}{
 		{"call", call, `level=INFO msg=request request_id=r1 method=POST path=/v1/chat/completions status=200 tenant=acme ` +
-			`class=batch class_asked=interactive attempt=1 model=gpt-4o-mini model_asked=gpt-4o reason="" queue_ms=3.25 ` +
+			`client=203.0.113.7 class=batch class_asked=interactive attempt=1 model=gpt-4o-mini model_asked=gpt-4o reason="" queue_ms=3.25 ` +
 			`upstream_ms=420 tokens_in=812 tokens_out=96 cost_usd=0.0025 outcome=success upstream_attempts=2 upstream=east ` +
 			`degraded_by=degrade upstream_request_id=req_42 ms=-` + "\n"},
 		{"refusal", refusal, `level=INFO msg=request request_id=r2 method=POST path=/v1/chat/completions status=503 ` +
-			`tenant=acme class=interactive class_asked=interactive attempt=0 model="" model_asked=gpt-4o reason=queue_wait ` +
+			`tenant=acme client="" class=interactive class_asked=interactive attempt=0 model="" model_asked=gpt-4o reason=queue_wait ` +
 			`queue_ms=0 upstream_ms=0 ms=-` + "\n"},
 		{"404", notFound, `level=INFO msg=request request_id=r3 method=GET path=/v1/` + strings.Repeat("a", MaxLoggedPath-4) +
-			`… status=404 tenant="" class="" class_asked="" attempt=0 model="" model_asked="" reason="" error=not_found ` +
+			`… status=404 tenant="" client="" class="" class_asked="" attempt=0 model="" model_asked="" reason="" error=not_found ` +
 			`queue_ms=0 upstream_ms=0 ms=-` + "\n"},
 	} {
 		var b bytes.Buffer

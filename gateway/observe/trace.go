@@ -20,7 +20,7 @@ import (
 // server span, continuing the caller's W3C traceparent when it sends one;
 // its children are the admission wait (Acquire) and each upstream attempt
 // (RoundTrip, a client span, whose traceparent the provider receives).
-// The attributes are the access log's: tenant, class, reason, models,
+// The attributes are the access log's: tenant, client, class, reason, models,
 // tokens, cost, status. Without a provider (or with a noop one) none of
 // this runs: the gateway does not even look at traceparent, which the
 // proxy then forwards as it came.
@@ -55,6 +55,7 @@ const (
 	attrRoute       = attribute.Key("http.route")
 	attrPath        = attribute.Key("url.path")
 	attrServerAddr  = attribute.Key("server.address")
+	attrClientAddr  = attribute.Key("client.address")
 	attrErrorType   = attribute.Key("error.type")
 	attrResend      = attribute.Key("http.request.resend_count")
 	attrModelAsked  = attribute.Key("gen_ai.request.model")
@@ -118,11 +119,14 @@ func EndServerSpan(r *Record) {
 		sp.End()
 		return
 	}
-	attrs := make([]attribute.KeyValue, 0, 16)
+	attrs := make([]attribute.KeyValue, 0, 17)
 	attrs = append(attrs, attrStatus.Int(r.Status), attrTenant.String(r.Tenant), attrClassAsked.String(r.ClassAsked),
 		attrAttempt.Int(r.Attempt))
 	if r.Route != "" {
 		attrs = append(attrs, attrRoute.String(r.Route))
+	}
+	if r.Client != "" {
+		attrs = append(attrs, attrClientAddr.String(r.Client))
 	}
 	if r.Class != "" {
 		attrs = append(attrs, attrClass.String(r.Class))

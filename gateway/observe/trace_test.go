@@ -72,7 +72,7 @@ func TestServerSpan(t *testing.T) {
 		t.Fatal("the request does not carry the span")
 	}
 	rec := Record{RequestID: "r1", Method: r.Method, Path: r.URL.Path, Route: "/v1/chat/completions", Status: 200,
-		Tenant: "acme", ClassAsked: "interactive", Class: "batch", ModelAsked: "gpt-4o", Attempt: 1, Admitted: true,
+		Tenant: "acme", Client: "203.0.113.7", ClassAsked: "interactive", Class: "batch", ModelAsked: "gpt-4o", Attempt: 1, Admitted: true,
 		Model: "gpt-4o-mini", Outcome: "success", Deployment: "east", UsageKnown: true, TokensIn: 3, TokensOut: 5,
 		Priced: true, Cost: 0.5, UpstreamID: "req_42", Span: sp}
 	EndServerSpan(&rec)
@@ -93,6 +93,7 @@ func TestServerSpan(t *testing.T) {
 		"sluice.outcome": attribute.StringValue("success"), "sluice.upstream": attribute.StringValue("east"),
 		"gen_ai.usage.input_tokens": attribute.Int64Value(3), "gen_ai.usage.output_tokens": attribute.Int64Value(5),
 		"sluice.cost_usd": attribute.Float64Value(0.5), "sluice.upstream.request_id": attribute.StringValue("req_42"),
+		"client.address": attribute.StringValue("203.0.113.7"),
 	}
 	got := attrs(s)
 	for k, v := range want {
