@@ -107,8 +107,8 @@ type State struct {
 // back (the capacity in calls did not change; the time per call did).
 //
 // A refusal (429) lowers the limit to 90% of the concurrency it was sent
-// at, at most once a baseline; a remaining count at zero holds it at the
-// concurrency that exhausted it. Neither is the queue's signal, and both
+// at, at most once a baseline; a remaining count at zero stops it rising
+// for a second (or a baseline, if longer). Neither is the queue's signal, and both
 // are faster: a provider that refuses rather than queues is found by them.
 type Concurrency struct {
 	cfg       Config
@@ -206,13 +206,11 @@ func (c *Concurrency) Observe(now time.Time, s Sample) int {
 		// The provider is at its limit at this concurrency: no higher,
 		// for a while. Holding rather than cutting keeps a provider that
 		// reports its headroom (remaining at zero on the call that took
-		// its last slot) at exactly its capacity.
+		// its last slot) at its capacity; the count the shell keeps runs
+		// a little behind the provider's own (a call is counted out when
+		// its answer's headers arrive, before the provider frees its
+		// slot), so the concurrency it was sent at is no bound to cut to.
 		c.heldUntil = now.Add(max(c.base, time.Second))
-		if f := float64(max(s.InFlight, c.cfg.Min)); f < c.limit && c.phase != Probing {
-			c.set(now, f)
-			c.phase = Tracking
-			return c.Limit()
-		}
 		c.w.exhausted = true
 	}
 	lat := max(s.Answered.Sub(s.Sent), 0).Seconds()
