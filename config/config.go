@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sluicehq/sluice/adaptive"
 	"github.com/sluicehq/sluice/admission"
 	"github.com/sluicehq/sluice/chain"
 	"github.com/sluicehq/sluice/gateway/batchapi"
@@ -125,12 +126,20 @@ type UpstreamConfig struct {
 
 // AdmissionConfig configures the gate (see admission.Config).
 type AdmissionConfig struct {
-	// Concurrency is how many upstream calls may be in flight. Required:
-	// 1 to 100000 (no provider grants more to one key; each slot is a
-	// goroutine and a connection). With upstreams it must be absent: each
-	// pool has its own (upstreams[i].concurrency), and the gate's base is
-	// the largest of them.
+	// Concurrency is how many upstream calls may be in flight: 1 to
+	// 100000 (no provider grants more to one key; each slot is a
+	// goroutine and a connection). Zero (absent) means learnt from the
+	// provider's answers (see Learn). With upstreams it must be absent:
+	// each pool has its own (upstreams[i].concurrency), and the gate's
+	// base is the largest of them.
 	Concurrency int `yaml:"concurrency"`
+	// Learn bounds the concurrency learnt from the provider's latencies,
+	// refusals and rate-limit headers (package adaptive): min, max and
+	// initial. A pool whose concurrency is absent learns it within these
+	// bounds; set with a configured concurrency, that number learns too,
+	// as a hard cap. Nil means the defaults (1, 1000, 4) for the pools
+	// without a configured concurrency, and a configured one fixed.
+	Learn *adaptive.Config `yaml:"learn"`
 	// MaxQueue bounds waiting requests; at most 1000000 (each waiting
 	// request holds its body in memory). Nil (absent) means a bound derived
 	// from the rest of the config (see DefaultMaxQueue): without a waiting
@@ -318,7 +327,7 @@ const (
 // that could not be served within its deadline is refused by the wait
 // estimate long before the bound; the bound only caps memory.
 func (c Config) DefaultMaxQueue() int {
-	return c.defaultMaxQueueFor(c.Admission.Concurrency)
+	return c.defaultMaxQueueFor(c.ceilingFor(c.Admission.Concurrency))
 }
 
 // defaultMaxQueueFor is DefaultMaxQueue for a gate of concurrency slots:
@@ -403,6 +412,9 @@ func (c Config) Validate() error {
 	if err := c.UpstreamLimit.validate(); err != nil {
 		return err
 	}
+	if err := c.validateLearn(); err != nil {
+		return err
+	}
 	if err := c.Server.Validate(); err != nil {
 		return err
 	}
@@ -471,7 +483,7 @@ func (a AdmissionConfig) refusalSpread() Duration {
 func (c Config) admissionConfig() (admission.Config, error) {
 	a := c.Admission
 	for _, err := range []error{
-		intIn("admission.concurrency", a.Concurrency, 1, maxConcurrency),
+		intIn("admission.concurrency", a.Concurrency, 0, maxConcurrency),
 		intIn("admission.max_queue", *a.MaxQueue, 0, maxQueue),
 		intIn("admission.max_queue_per_tenant", a.MaxQueuePerTenant, 0, maxQueue),
 		intIn("admission.service_window", a.ServiceWindow, 0, maxServiceWindow),
@@ -518,7 +530,7 @@ func (c Config) admissionConfig() (admission.Config, error) {
 		*r.dst = *r.v
 	}
 	cfg := admission.Config{
-		Concurrency:        a.Concurrency,
+		Concurrency:        c.startConcurrency(a.Concurrency),
 		MaxQueue:           *a.MaxQueue,
 		MaxQueuePerTenant:  a.MaxQueuePerTenant,
 		Ranks:              ranks,

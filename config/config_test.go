@@ -18,7 +18,11 @@ func TestConfigErrorsNameTheField(t *testing.T) {
 		{"upstream: {url: http://x, colour: red}\nadmission: {concurrency: 1}\n", "colour"},
 		{"admission: {concurrency: 1}\n", "upstream.url"},
 		{"upstream: {url: 'ftp://x'}\nadmission: {concurrency: 1}\n", "upstream.url"},
-		{"upstream: {url: http://x}\n", "admission.concurrency"},
+		{"upstream: {url: http://x}\nadmission: {learn: {min: 5, max: 4}}\n", "admission.learn.min"},
+		{"upstream: {url: http://x}\nadmission: {learn: {initial: -1}}\n", "admission.learn.initial"},
+		{"upstream: {url: http://x}\nadmission: {concurrency: 8, learn: {max: 9}}\n", "admission.learn.max"},
+		{"upstream: {url: http://x}\nadmission: {concurrency: 8, learn: {initial: 9}}\n", "admission.learn.initial"},
+		{"upstream: {url: http://x}\nstore: {redis: {url: \"redis://127.0.0.1:1\"}}\n", "admission.concurrency"},
 		{"upstream: {url: http://x}\nadmission: {concurrency: two}\n", "concurrency"},
 		{"upstream: {url: http://x}\nadmission: {concurrency: 1, max_queue: -1}\n", "admission.max_queue"},
 		{"upstream: {url: http://x}\nadmission: {concurrency: 1, wait_estimator: p99}\n", "admission.wait_estimator"},
@@ -94,7 +98,7 @@ func TestConfigNumbersHaveLimits(t *testing.T) {
 		inMessage string // the range as the error writes it
 	}{
 		{"upstream.max_idle_conns", "upstream: {url: http://x, max_idle_conns: %s}\nadmission: {concurrency: 1}\n", "0", "65536", "65537", "-1", "0..65536"},
-		{"admission.concurrency", "upstream: {url: http://x}\nadmission: {concurrency: %s}\n", "1", "100000", "100001", "0", "1..100000"},
+		{"admission.concurrency", "upstream: {url: http://x}\nadmission: {concurrency: %s}\n", "0", "100000", "100001", "-1", "0..100000"},
 		{"admission.max_queue", "upstream: {url: http://x}\nadmission: {concurrency: 1, max_queue: %s}\n", "0", "1000000", "1000001", "-1", "0..1000000"},
 		{"admission.max_queue_per_tenant", "upstream: {url: http://x}\nadmission: {concurrency: 1, max_queue_per_tenant: %s}\n", "0", "1000000", "1000001", "-1", "0..1000000"},
 		{"admission.service_window", "upstream: {url: http://x}\nadmission: {concurrency: 1, service_window: %s}\n", "0", "65536", "65537", "-1", "0..65536"},

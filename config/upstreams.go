@@ -40,7 +40,9 @@ type DeploymentConfig struct {
 	// openai.
 	Flavour string `yaml:"flavour"`
 	// Concurrency is how many calls may be in flight to each of its
-	// models' pools, unless the model sets its own. Required: 1 to 100000.
+	// models' pools, unless the model sets its own: 1 to 100000. Zero
+	// (absent) means each pool without a concurrency of its own learns it
+	// from the deployment's answers, within admission.learn's bounds.
 	Concurrency int `yaml:"concurrency"`
 	// Models are the models it serves. At least one.
 	Models []ModelConfig `yaml:"models"`
@@ -238,7 +240,7 @@ func (c Config) validateUpstreams() error {
 		default:
 			return errorf("%s.flavour: %q, want openai or anthropic", path, d.Flavour)
 		}
-		if err := intIn(path+".concurrency", d.Concurrency, 1, maxConcurrency); err != nil {
+		if err := intIn(path+".concurrency", d.Concurrency, 0, maxConcurrency); err != nil {
 			return err
 		}
 		if len(d.Models) == 0 {
@@ -350,9 +352,9 @@ func (c Config) routingConfig(base admission.Config) (*chain.RoutingConfig, erro
 		for j, m := range d.Models {
 			conc := m.concurrency(d)
 			a := base
-			a.Concurrency = conc
+			a.Concurrency = c.startConcurrency(conc)
 			if c.Admission.MaxQueue == nil || c.Admission.maxQueueDerived {
-				a.MaxQueue = c.defaultMaxQueueFor(conc)
+				a.MaxQueue = c.defaultMaxQueueFor(c.ceilingFor(conc))
 			}
 			if err := a.Validate(); err != nil {
 				return nil, errorf("upstreams[%d].models[%d]: %v", indexOf(c.Upstreams, d.Name), j, err)

@@ -46,7 +46,6 @@ func TestUpstreamsErrorsNameTheField(t *testing.T) {
 		{"no url", twoDeployments("", "url: https://west.example.com/v1", "url: ''"), "upstreams[1].url is required"},
 		{"bad url", twoDeployments("", "url: https://west.example.com/v1", "url: 'ftp://w'"), "upstreams[1].url"},
 		{"bad flavour", twoDeployments("", "flavour: anthropic", "flavour: gemini"), "upstreams[1].flavour"},
-		{"no concurrency", twoDeployments("", "    concurrency: 4\n", ""), "upstreams[1].concurrency"},
 		{"negative concurrency", twoDeployments("", "concurrency: 4\n", "concurrency: -4\n"), "upstreams[1].concurrency"},
 		{"huge concurrency", twoDeployments("", "concurrency: 16", "concurrency: 100001"), "upstreams[0].concurrency"},
 		{"negative model concurrency", twoDeployments("", "concurrency: 8", "concurrency: -8"), "upstreams[0].models[0].concurrency"},
@@ -229,5 +228,34 @@ func TestUpstreamsDeployments(t *testing.T) {
 	}
 	if w.Name != "west" || w.URL.Path != "/v1" || w.APIKeyEnv != "WEST_KEY" || w.Flavour != FlavourAnthropic || w.AuthHeader != "x-api-key" {
 		t.Errorf("west: %+v", w)
+	}
+}
+
+// TestUpstreamsWithoutConcurrencyLearn: a deployment without a
+// concurrency is valid, and its pools (but those of a model with its own)
+// learn theirs from the initial limit, while the other deployment's stay
+// fixed.
+func TestUpstreamsWithoutConcurrencyLearn(t *testing.T) {
+	cfg, err := Parse([]byte(twoDeployments("", "    concurrency: 4\n", "")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := cfg.WithDefaults()
+	learning := d.Learning()
+	rc, err := d.Routing()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(learning) != len(rc.Pools) {
+		t.Fatalf("%d learnings for %d pools", len(learning), len(rc.Pools))
+	}
+	for i, p := range rc.Pools {
+		learns := learning[i] != nil
+		if want := p.Deployment == "west"; learns != want {
+			t.Errorf("pool %s learns: %v, want %v", p.Name, learns, want)
+		}
+		if learns && (p.Admission.Concurrency != 4 || learning[i].Max != 1000) {
+			t.Errorf("pool %s: concurrency %d, learning %+v: want from 4, at most 1000", p.Name, p.Admission.Concurrency, *learning[i])
+		}
 	}
 }

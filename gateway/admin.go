@@ -70,6 +70,9 @@ type State struct {
 	// Pools are the (deployment, model) pools with upstreams:, each with
 	// its own gate and buckets.
 	Pools []PoolStatus `json:"pools,omitempty"`
+	// Learned are the pools whose concurrency is learnt from the
+	// provider's answers (limit.go), with what the learner estimates.
+	Learned []LearnedState `json:"learned,omitempty"`
 }
 
 // PoolStatus is one pool's state in State.
@@ -153,6 +156,7 @@ func (g *Gateway) State() State {
 		}
 		s.Pools = append(s.Pools, e)
 	}
+	s.Learned = g.learnedStates()
 	g.serviceByKey(func(model string, ks admission.KeyStats) {
 		s.Models[model] = ServiceState{P50Ms: ks.P50.Milliseconds(), P95Ms: ks.P95.Milliseconds(), MeanMs: ks.Mean.Milliseconds(), Samples: ks.Samples}
 	})

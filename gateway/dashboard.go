@@ -42,6 +42,9 @@ func (g *Gateway) dashboardReading(now time.Time) dashboard.Reading {
 	if c := g.books.Lease(); c != nil {
 		d.Cluster = c.State().Concurrency
 	}
+	for _, p := range g.pools {
+		d.Learned = d.Learned || p.limit.learn != nil
+	}
 	for i, p := range g.pools {
 		pst, ps := p.info.Gate.Stats(), g.chain.PoolState(i)
 		dp := dashboard.Pool{Name: p.info.Name, InFlight: pst.InFlight, Concurrency: pst.Concurrency, Queued: pst.Queued, Down: ps.Down}

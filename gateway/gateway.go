@@ -119,9 +119,14 @@ func New(cfg config.Config, opts Options) (*Gateway, error) {
 	if g.chain, err = chain.New(ccfg); err != nil {
 		return nil, fmt.Errorf("config: %w", err)
 	}
+	learning := cfg.Learning()
 	for i, p := range g.chain.Pools() {
 		d := g.deps[slices.IndexFunc(g.deps, func(d *deployment) bool { return d.name == p.Deployment })]
-		g.pools = append(g.pools, &gatewayPool{info: p, dep: d, limit: newAIMD(cfg.UpstreamLimit, p.Gate.Stats().Concurrency), set: g.poolSetter(i)})
+		limit, err := newLimit(cfg.UpstreamLimit, p.Gate.Stats().Concurrency, learning[i], time.Now())
+		if err != nil {
+			return nil, err
+		}
+		g.pools = append(g.pools, &gatewayPool{info: p, dep: d, limit: limit, set: g.poolSetter(i)})
 	}
 	if err := g.books.OpenLease(clusterPools{g}); err != nil { // the cluster's concurrency (cluster.go)
 		return nil, err

@@ -1,10 +1,15 @@
 package gateway
 
 import (
+	"fmt"
+	"math"
 	"net/http"
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/sluicehq/sluice/adaptive"
 	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/gateway/wire"
 	"github.com/sluicehq/sluice/spend"
@@ -19,6 +24,11 @@ import (
 // Deriving the level from the clock rather than stepping it on each answer
 // is what lets it recover while idle, with no goroutine of its own: the
 // gateway applies it lazily, on each answer and before each admission.
+//
+// A pool whose concurrency is learnt (config.Config.Learning) has a
+// learner instead (package adaptive): the level is then the learner's,
+// moved by every answer it is fed (observeLearned), and the AIMD above is
+// not used.
 type aimd struct {
 	off      bool
 	factor   float64
@@ -29,6 +39,26 @@ type aimd struct {
 	base    int       // the level right after the last decrease
 	lowered time.Time // when; zero before any
 	applied int       // the level last given to the gate
+
+	learn *adaptive.Concurrency // nil: the configured concurrency
+	// atProvider counts the pool's attempts sent and not yet answered,
+	// when learning: the concurrency each answer was measured at.
+	atProvider int
+}
+
+// newLimit is a pool's controller: the AIMD on the configured ceiling,
+// or, when learn is not nil, a learner within its bounds from now.
+func newLimit(cfg config.UpstreamLimitConfig, ceiling int, learn *adaptive.Config, now time.Time) (*aimd, error) {
+	a := newAIMD(cfg, ceiling)
+	if learn == nil {
+		return a, nil
+	}
+	l, err := adaptive.New(*learn, now)
+	if err != nil {
+		return nil, fmt.Errorf("config: %w", err)
+	}
+	a.learn, a.ceiling, a.base, a.applied = l, learn.Max, l.Limit(), l.Limit()
+	return a, nil
 }
 
 func newAIMD(cfg config.UpstreamLimitConfig, ceiling int) *aimd {
@@ -45,6 +75,9 @@ func newAIMD(cfg config.UpstreamLimitConfig, ceiling int) *aimd {
 // levelLocked is the concurrency at now: the base plus one per whole
 // interval since the last decrease, at most the ceiling.
 func (a *aimd) levelLocked(now time.Time) int {
+	if a.learn != nil {
+		return a.learn.Limit()
+	}
 	if a.lowered.IsZero() || a.base >= a.ceiling {
 		return a.ceiling
 	}
@@ -63,7 +96,7 @@ func (a *aimd) levelLocked(now time.Time) int {
 // it differs from what the gate was last given (set, if not nil, is then
 // called with it), and whether this signal lowered it.
 func (a *aimd) next(now time.Time, limited bool, set func(int)) (level int, changed, lowered bool) {
-	if a.off {
+	if a.off || a.learn != nil {
 		return a.ceiling, false, false
 	}
 	a.mu.Lock()
@@ -91,16 +124,41 @@ func (a *aimd) next(now time.Time, limited bool, set func(int)) (level int, chan
 // each admission, so the first request after a quiet spell is admitted
 // against the recovered concurrency.
 func (a *aimd) refresh(now time.Time, set func(int)) {
-	if a.off {
+	if a.off || a.learn != nil {
 		return
 	}
 	a.next(now, false, set)
 }
 
+// sending counts an attempt of call c sent to its pool's provider at
+// now, for a learnt concurrency, and returns what observe needs of it.
+func (g *Gateway) sending(now time.Time, c *call) sent {
+	a := g.poolOf(c).limit
+	if a.learn == nil {
+		return sent{}
+	}
+	a.mu.Lock()
+	a.atProvider++
+	n := a.atProvider
+	a.mu.Unlock()
+	return sent{at: now, inFlight: n}
+}
+
+// sent is an attempt as sending counted it: when, and the pool's
+// attempts at the provider then, itself included (zero when the pool's
+// concurrency is not learnt).
+type sent struct {
+	at       time.Time
+	inFlight int
+}
+
 // observe feeds one upstream answer (nil after a transport error) of call
-// c to the concurrency controller of its pool, and the provider's
-// rate-limit counts to its pool's buckets.
-func (g *Gateway) observe(now time.Time, resp *http.Response, c *call) {
+// c, sent as s, to the concurrency controller of its pool, and the
+// provider's rate-limit counts to its pool's buckets.
+func (g *Gateway) observe(s sent, now time.Time, resp *http.Response, c *call) {
+	if s.inFlight > 0 {
+		g.observeLearned(s, now, resp, c)
+	}
 	if resp == nil {
 		return
 	}
@@ -112,12 +170,140 @@ func (g *Gateway) observe(now time.Time, resp *http.Response, c *call) {
 	if a.off {
 		return
 	}
+	if a.learn != nil {
+		return // observeLearned has
+	}
 	limited := resp.StatusCode == http.StatusTooManyRequests || wire.Exhausted(resp.Header, c.charge)
 	if n, _, lowered := a.next(now, limited, set); lowered {
 		g.metrics.limitDecreases.Inc()
 		g.log.Warn("the provider is rate limiting: concurrency lowered", "concurrency", n, "upstream", g.deploymentOf(c).name, "model", c.modelName())
 	}
 }
+
+// observeLearned feeds the answer to the learner of c's pool, under its
+// lock, and gives the gate the limit it returns: its latency when a 2xx
+// (to the headers: for a stream, the provider's queue and the first
+// token), a 429 as a refusal, a remaining count at zero as the provider
+// at its limit; nothing else times the provider's queue.
+func (g *Gateway) observeLearned(s sent, now time.Time, resp *http.Response, c *call) {
+	p := g.poolOf(c)
+	a := p.limit
+	smp := adaptive.Sample{Sent: s.at, Answered: now, InFlight: s.inFlight}
+	switch {
+	case resp == nil:
+		smp.Failed = true
+	case resp.StatusCode == http.StatusTooManyRequests:
+		smp.Refused = true
+	case resp.StatusCode < 200 || resp.StatusCode > 299:
+		smp.Failed = true
+	default:
+		smp.Exhausted = wire.Exhausted(resp.Header, c.charge)
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.atProvider--
+	before := a.learn.State()
+	n := a.learn.Observe(now, smp)
+	if n == a.applied {
+		return
+	}
+	a.applied = n
+	p.set(n)
+	if n < before.Limit {
+		g.metrics.limitDecreases.Inc()
+	}
+	after := a.learn.State()
+	if after.Slowdowns > before.Slowdowns || after.Refusals > before.Refusals {
+		g.log.Info("learnt concurrency", "concurrency", n, "was", before.Limit, "phase", after.Phase.String(),
+			"baseline", after.Baseline, "refusals", after.Refusals, "slowdowns", after.Slowdowns,
+			"upstream", g.deploymentOf(c).name, "model", c.modelName())
+	}
+}
+
+// learnedCollector exports the learnt concurrency of each pool that
+// learns it, with what the learner estimates.
+type learnedCollector struct {
+	g                                     *Gateway
+	limit, baseline, queue, capacity, min *prometheus.Desc
+	max                                   *prometheus.Desc
+}
+
+func newLearnedCollector(g *Gateway) *learnedCollector {
+	l := []string{"pool", "deployment", "model"}
+	return &learnedCollector{g: g,
+		limit:    prometheus.NewDesc("sluice_concurrency_learned", "A pool's concurrency learnt from the provider's answers (only pools without a configured concurrency, or with admission.learn).", l, nil),
+		min:      prometheus.NewDesc("sluice_concurrency_learned_min", "The learnt concurrency's floor (admission.learn.min).", l, nil),
+		max:      prometheus.NewDesc("sluice_concurrency_learned_max", "The learnt concurrency's ceiling (admission.learn.max, capped by a configured concurrency).", l, nil),
+		baseline: prometheus.NewDesc("sluice_provider_baseline_seconds", "The provider's latency without a queue, as the learner last measured it.", l, nil),
+		queue:    prometheus.NewDesc("sluice_provider_queue_estimated", "The calls the learner estimates waiting at the provider (Little's law against the baseline), over its last window.", l, nil),
+		capacity: prometheus.NewDesc("sluice_provider_capacity_estimated", "The provider's concurrency the learner estimates: the concurrency used less the estimated queue.", l, nil),
+	}
+}
+
+func (lc *learnedCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{lc.limit, lc.min, lc.max, lc.baseline, lc.queue, lc.capacity} {
+		ch <- d
+	}
+}
+
+func (lc *learnedCollector) Collect(ch chan<- prometheus.Metric) {
+	for _, ls := range lc.g.learnedStates() {
+		l := []string{ls.Pool, ls.Deployment, ls.Model}
+		ch <- prometheus.MustNewConstMetric(lc.limit, prometheus.GaugeValue, float64(ls.Concurrency), l...)
+		ch <- prometheus.MustNewConstMetric(lc.min, prometheus.GaugeValue, float64(ls.Min), l...)
+		ch <- prometheus.MustNewConstMetric(lc.max, prometheus.GaugeValue, float64(ls.Max), l...)
+		ch <- prometheus.MustNewConstMetric(lc.baseline, prometheus.GaugeValue, float64(ls.BaselineMs)/1000, l...)
+		ch <- prometheus.MustNewConstMetric(lc.queue, prometheus.GaugeValue, ls.Queue, l...)
+		ch <- prometheus.MustNewConstMetric(lc.capacity, prometheus.GaugeValue, ls.Capacity, l...)
+	}
+}
+
+// LearnedState is a pool's learnt concurrency in the state dump
+// (State.Learned).
+type LearnedState struct {
+	Pool        string `json:"pool"`
+	Deployment  string `json:"deployment"`
+	Model       string `json:"model"`
+	Concurrency int    `json:"concurrency"`
+	Min         int    `json:"min"`
+	Max         int    `json:"max"`
+	// Phase is starting (a slow start), tracking or probing (lowered for
+	// a window to measure the provider without a queue).
+	Phase string `json:"phase"`
+	// BaselineMs is the provider's latency without a queue, LatencyMs the
+	// last window's mean, Queue and Capacity what it estimated of the
+	// provider (see adaptive.State).
+	BaselineMs int64   `json:"baseline_ms"`
+	LatencyMs  int64   `json:"latency_ms"`
+	Queue      float64 `json:"queue"`
+	Capacity   float64 `json:"capacity"`
+	Windows    uint64  `json:"windows"`
+	Cuts       uint64  `json:"cuts"`
+	Refusals   uint64  `json:"refusals"`
+	Slowdowns  uint64  `json:"slowdowns"`
+}
+
+// learnedStates is the state of every pool that learns its concurrency.
+func (g *Gateway) learnedStates() []LearnedState {
+	var out []LearnedState
+	for _, p := range g.pools {
+		a := p.limit
+		if a.learn == nil {
+			continue
+		}
+		a.mu.Lock()
+		st, cfg := a.learn.State(), a.learn.Config()
+		a.mu.Unlock()
+		out = append(out, LearnedState{Pool: p.info.Name, Deployment: p.info.Deployment, Model: p.info.Model,
+			Concurrency: st.Limit, Min: cfg.Min, Max: cfg.Max, Phase: st.Phase.String(),
+			BaselineMs: st.Baseline.Milliseconds(), LatencyMs: st.Latency.Milliseconds(),
+			Queue: round2(st.Queue), Capacity: round2(st.Capacity),
+			Windows: st.Windows, Cuts: st.Cuts, Refusals: st.Refusals, Slowdowns: st.Slowdowns})
+	}
+	return out
+}
+
+func round2(f float64) float64 { return math.Round(f*100) / 100 }
 
 // charge is what a provider charges the call against a tokens-per-minute
 // limit when it arrives: its prompt, estimated, plus its max_tokens. It is

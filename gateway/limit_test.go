@@ -85,8 +85,8 @@ func TestAdaptiveLimitRecoversWhenIdle(t *testing.T) {
 		t.Helper()
 		past := time.Now().Add(-time.Hour)
 		resp := &http.Response{StatusCode: http.StatusTooManyRequests, Header: http.Header{}}
-		g.observe(past, resp, nil)                  // 16 → 8
-		g.observe(past.Add(time.Second), resp, nil) // 9 → 4
+		g.observe(sent{}, past, resp, nil)                  // 16 → 8
+		g.observe(sent{}, past.Add(time.Second), resp, nil) // 9 → 4
 		if c := g.Gate().Stats().Concurrency; c != 4 {
 			t.Fatalf("after the storm: concurrency %d, want 4", c)
 		}

@@ -172,7 +172,7 @@ func newMetrics(g *Gateway) *metrics {
 		recognised: &recognisedRetries{chain: g.chain},
 		models:     newLabelLimiter(32),
 	}
-	m.reg.MustRegister(m.recognised, m.tokens, m.degraded, m.failovers, newPoolCollector(g), m.attempts, m.upstreamRetries, m.upstreamFailures, m.limitDecreases, m.admissions, m.rejections, m.responses, m.service, m.queue, m.badInput,
+	m.reg.MustRegister(m.recognised, m.tokens, m.degraded, m.failovers, newPoolCollector(g), newLearnedCollector(g), m.attempts, m.upstreamRetries, m.upstreamFailures, m.limitDecreases, m.admissions, m.rejections, m.responses, m.service, m.queue, m.badInput,
 		&gateCollector{g: g, classes: classRanks(g)},
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	for _, cause := range []string{chain.DegradedBySpend, chain.DegradedByLoad} {

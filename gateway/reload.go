@@ -240,6 +240,9 @@ func (g *Gateway) apply(p *pending) error {
 	// chain keeps the gate's slots (zero); they are the controller's to
 	// set, at the level it gives for the new ceiling.
 	ceiling := ccfg.Admission.Concurrency
+	if l := p.cfg.Learning()[0]; l != nil {
+		ceiling = l.Max // the learner's ceiling; its level stays its own
+	}
 	ccfg.Admission.Concurrency = 0
 	pool := g.pools[0]
 	err = pool.limit.rescale(time.Now(), ceiling, func(level int) error {
@@ -295,11 +298,21 @@ func (p *pending) summary(old *config.Config) []any {
 // the new ceiling), which climbs from there to the new ceiling. A refused
 // apply leaves the controller as it was.
 func (a *aimd) rescale(now time.Time, ceiling int, apply func(level int) error) error {
-	if a.off {
+	if a.off && a.learn == nil {
 		return apply(ceiling) // the controller never moves the gate
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	if a.learn != nil {
+		old := a.learn.Config().Max
+		a.learn.SetMax(now, ceiling)
+		if err := apply(a.learn.Limit()); err != nil {
+			a.learn.SetMax(now, old)
+			return err
+		}
+		a.ceiling, a.applied = ceiling, a.learn.Limit()
+		return nil
+	}
 	oldCeiling, oldBase := a.ceiling, a.base
 	a.ceiling, a.base = ceiling, min(a.base, ceiling)
 	level := a.levelLocked(now)
@@ -314,6 +327,11 @@ func (a *aimd) rescale(now time.Time, ceiling int, apply func(level int) error) 
 // restartField names the first field in which next differs from old
 // outside what a reload changes, or returns "". Both have their defaults.
 func restartField(old, next *config.Config) string {
+	if old.Learns() != next.Learns() {
+		// Learning the concurrency or being told it: a controller of
+		// another kind, built at start.
+		return "admission.concurrency"
+	}
 	m := *next
 	// What a reload changes is taken from old: any difference left is in
 	// what it does not.

@@ -53,9 +53,10 @@ func (u *upstream) roundTrip(c *call, req *http.Request) (*http.Response, error)
 			out.ContentLength = int64(len(c.body))
 			out.Header.Set("Content-Length", strconv.Itoa(len(c.body)))
 		}
+		s := u.g.sending(time.Now(), c)
 		resp, err := u.g.attempt(u.base, out, c, attempt) // in a span when tracing (trace.go)
 		now := time.Now()
-		u.g.observe(now, resp, c)
+		u.g.observe(s, now, resp, c)
 		wrote := c.headersWritten.Load() != written
 		wait, why, ok := u.retryable(resp, err, wrote, same)
 		if !ok {

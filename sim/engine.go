@@ -45,6 +45,9 @@ type attempt struct {
 	cost     float64
 	degraded bool
 	replica  int32 // the gateway replica it was sent to (replicas.go)
+	// inflight is the calls at the upstream once it was sent, itself
+	// included (the policy learned's controller reads it).
+	inflight int32
 }
 
 type attemptState uint8
@@ -104,6 +107,11 @@ type engine struct {
 	// provider holds, per model with slots of its own at the provider, the
 	// times its calls in service end (see grant).
 	provider map[*modelInfo]*endHeap
+	// shared holds, for the policy learned, the times the calls in
+	// service at the upstream's own slots end (upstream.concurrency, which
+	// that policy is not told), and waiting the times the calls waiting
+	// for one begin (see grant).
+	shared, waiting *endHeap
 	// heard, when set (by tests that replay a script), is told what the
 	// caller of an attempt learnt of it, when it learnt it: an answer (why
 	// is then meaningless), a refusal, or refTimeout when it stopped
@@ -294,6 +302,22 @@ func (e *engine) grant(a *attempt) {
 		if busy.Len() >= m.slots {
 			begin = max(begin, heap.Pop(busy).(time.Duration))
 		}
+	} else if e.s.policy.gate.learn {
+		// The upstream's own slots, which the policy is not told.
+		if e.shared == nil {
+			e.shared, e.waiting = &endHeap{}, &endHeap{}
+		}
+		busy = e.shared
+		if busy.Len() >= e.s.sc.Upstream.Concurrency {
+			begin = max(begin, heap.Pop(busy).(time.Duration))
+		}
+		for e.waiting.Len() > 0 && (*e.waiting)[0] <= e.now {
+			heap.Pop(e.waiting)
+		}
+		if begin > e.now {
+			heap.Push(e.waiting, begin)
+		}
+		e.m.providerQueue(e.now, e.waiting.Len())
 	}
 	a.end = begin + e.s.sampler.draw(uniform(e.s.seed, saltService, c.seq, uint64(a.n)), begin, a.model.factorFor(begin))
 	if busy != nil {

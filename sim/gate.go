@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/sluicehq/sluice/adaptive"
 	"github.com/sluicehq/sluice/admission"
 	"github.com/sluicehq/sluice/chain"
 )
@@ -38,6 +39,11 @@ type gateServer struct {
 	// hold back (policy pools).
 	paceAt  time.Duration
 	paceSet bool
+	// learn is the concurrency controller of the policy learned (nil for
+	// the others), fed every answer as the gateway feeds its own;
+	// atProvider counts the calls at the upstream.
+	learn      *adaptive.Concurrency
+	atProvider int
 }
 
 func newGateServer(e *engine) (*gateServer, error) {
@@ -73,6 +79,12 @@ func newGateServer(e *engine) (*gateServer, error) {
 		return nil, fmt.Errorf("policy %s: %w", s.policy.Name, err)
 	}
 	g.core = core
+	if s.policy.gate.learn {
+		if g.learn, err = adaptive.New(*s.sc.Sluice.Learn, epoch); err != nil {
+			return nil, fmt.Errorf("policy %s: %w", s.policy.Name, err)
+		}
+		e.m.learnedLimit(0, g.learn.Limit())
+	}
 	return g, nil
 }
 
@@ -194,6 +206,10 @@ func (g *gateServer) start(a *attempt, tk *chain.Ticket) {
 		g.e.fail(fmt.Errorf("policy %s: the chain sent %q as %q without degrading it", g.e.s.policy.Name, src.model.name, r.UpstreamModel))
 		return
 	}
+	if g.learn != nil {
+		g.atProvider++
+		a.inflight = int32(g.atProvider)
+	}
 	g.e.grant(a)
 }
 
@@ -225,8 +241,27 @@ func (g *gateServer) done(now time.Duration, a *attempt) {
 	if err != nil {
 		g.e.fail(fmt.Errorf("policy %s: %w", g.e.s.policy.Name, err))
 	}
+	g.observe(now, a)
 	g.drain()
 	g.schedulePace()
+}
+
+// observe feeds the answer of a's call to the concurrency controller of
+// the policy learned, and gives the gate the limit it returns.
+func (g *gateServer) observe(now time.Duration, a *attempt) {
+	if g.learn == nil {
+		return
+	}
+	g.atProvider--
+	before := g.learn.Limit()
+	n := g.learn.Observe(g.e.s.at(now), adaptive.Sample{Sent: g.e.s.at(a.start), Answered: g.e.s.at(a.end), InFlight: int(a.inflight)})
+	if n == before {
+		return
+	}
+	if err := g.core.SetConcurrency(g.e.s.at(now), n); err != nil {
+		g.e.fail(fmt.Errorf("policy %s: %w", g.e.s.policy.Name, err))
+	}
+	g.e.m.learnedLimit(now, n)
 }
 
 // abandoned settles the call of a caller that left: the gateway hangs up

@@ -168,6 +168,9 @@ type Result struct {
 	// [ProviderResult].
 	Provider *ProviderResult `json:"provider,omitempty"`
 
+	// Learned is set for the policy learned: see [LearnedResult].
+	Learned *LearnedResult `json:"learned,omitempty"`
+
 	// Series is set when Options.Trace asked for it.
 	Series *Series `json:"-"`
 }
@@ -277,6 +280,9 @@ type metrics struct {
 	// spent is the cost of the calls started in each second, in
 	// nano-dollars: [0] all, [1+i] tenant i. Only with a spend section.
 	spent [][]int64
+	// learned is the policy learned's figures (learned.go); nil for the
+	// others.
+	learned *learnedMetrics
 }
 
 // maxBuckets bounds the time series: a bucket far too small for the run is
@@ -475,6 +481,7 @@ func (m *metrics) result(e *engine) *Result {
 			r.WastedCost += ev.a.cost
 		}
 	}
+	r.Learned = m.learnedResult()
 	r.AttemptsPerRequest = ratio(r.Attempts, r.Requests)
 	r.SuccessPct = 100 * ratio(r.OnTime, r.Requests)
 	r.WastePct = 100 * ratio(r.Wasted, r.Billed)

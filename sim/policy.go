@@ -48,6 +48,7 @@ type gateOptions struct {
 	retryBudget bool // per-tenant and global retry budgets before the gate
 	spend       bool // the spend limiter between the retry budgets and the gate
 	pools       bool // the route stage: a pool (a gate) per model
+	learn       bool // the gate's concurrency learnt (package adaptive), not told
 }
 
 // SpendLimiter reports whether the policy runs the spend limiter, and so
@@ -86,6 +87,12 @@ var policies = []Policy{
 	// one run it.
 	{Name: scenario.PolicyPools, Label: "+ pools per model", Sluice: true,
 		gate: gateOptions{estimator: admission.ByMean, expiry: true, lifo: true, early: true, priority: true, retryBudget: true, pools: true}},
+	// Full sluice not told the upstream's concurrency: its gate learns it
+	// from the latencies it sees (package adaptive), as the gateway does
+	// without admission.concurrency. It needs sluice.learn, so only
+	// scenarios with one run it.
+	{Name: scenario.PolicyLearned, Label: "+ learned concurrency", Sluice: true,
+		gate: gateOptions{estimator: admission.ByMean, expiry: true, lifo: true, early: true, priority: true, retryBudget: true, learn: true}},
 }
 
 // Policies returns every policy, in ladder order: one per name of

@@ -118,6 +118,9 @@ func newSetup(sc *scenario.Scenario, policy string, load float64, opt Options) (
 	if p.gate.pools && sc.Replicas != nil {
 		return nil, fmt.Errorf("policy %s is not run with replicas (scenario %s has a replicas section)", policy, sc.Name)
 	}
+	if p.gate.learn && (sc.Sluice.Learn == nil || sc.Replicas != nil) {
+		return nil, fmt.Errorf("policy %s learns the concurrency: scenario %s needs sluice.learn and no replicas", policy, sc.Name)
+	}
 	if !(load > 0) || load > scenario.MaxLoad || math.IsInf(load, 0) {
 		return nil, fmt.Errorf("load: want a factor in (0, %g], got %v", scenario.MaxLoad, load)
 	}
@@ -464,6 +467,17 @@ func (s *setup) ranks(priority bool) *admission.Ranks { return s.sc.Ranks(priori
 
 // coreConfig is the admission configuration of a sluice policy.
 func (s *setup) coreConfig() admission.Config {
+	if s.policy.gate.learn {
+		// Not told the upstream's concurrency: the gate starts at the
+		// learner's initial limit, with the waiting room the gateway
+		// derives for its ceiling (at most 1024).
+		l := s.sc.Sluice.Learn.WithDefaults(0)
+		cfg := s.coreConfigFor(l.Initial, s.mean)
+		if s.sc.Sluice.MaxQueue == 0 {
+			cfg.MaxQueue = min(8*l.Max, 1024)
+		}
+		return cfg
+	}
 	return s.coreConfigFor(s.sc.Upstream.Concurrency, s.mean)
 }
 

@@ -189,8 +189,9 @@ func TestSpendPolicyNeedsASpendSection(t *testing.T) {
 	if _, err := RunSweep(t.Context(), sc, SweepOptions{Policies: []string{"spend"}}); err == nil || !strings.Contains(err.Error(), "spend section") {
 		t.Errorf("RunSweep: %v", err)
 	}
-	// Every policy but pools, which needs a concurrency on every model.
-	if got := parse(t, pricedYAML).PolicyNames(); got[len(got)-1] != "spend" || len(got) != len(scenario.PolicyNames())-1 || slices.Contains(got, "pools") {
+	// Every policy but pools, which needs a concurrency on every model,
+	// and learned, which needs sluice.learn.
+	if got := parse(t, pricedYAML).PolicyNames(); got[len(got)-1] != "spend" || len(got) != len(scenario.PolicyNames())-2 || slices.Contains(got, "pools") {
 		t.Errorf("with a spend section: %v", got)
 	}
 }

@@ -50,7 +50,7 @@ type serveFlags struct {
 func (f *serveFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.config, "config", "", "YAML config `file` (flags below override it)")
 	fs.StringVar(&f.upstream, "upstream", "", "provider base `URL`, e.g. https://api.openai.com")
-	fs.IntVar(&f.concurrency, "concurrency", 0, "upstream calls allowed at once")
+	fs.IntVar(&f.concurrency, "concurrency", 0, "upstream calls allowed at once (default: learnt from the provider's latencies and 429s, from 4, at most 1000; see admission.learn)")
 	fs.StringVar(&f.listen, "listen", "", "proxy `address` (default 127.0.0.1:8080)")
 	fs.StringVar(&f.admin, "admin", "", "admin `address` for /metrics, /healthz, /readyz, /admin/v1/state (default 127.0.0.1:9090)")
 	fs.IntVar(&f.maxQueue, "max-queue", 0, "hard bound on waiting requests; 0: no waiting room (default from the config, else concurrency × the longest class timeout ÷ the initial service time (1s when unset), between the concurrency and 1024)")
@@ -133,9 +133,8 @@ func (f *serveFlags) load(fs *flag.FlagSet) (config.Config, error) {
 	if f.config == "" && cfg.Upstream.URL == "" {
 		return cfg, errors.New("--upstream (or --config) is required")
 	}
-	if f.config == "" && cfg.Admission.Concurrency == 0 {
-		return cfg, errors.New("--concurrency (or --config) is required")
-	}
+	// Without --concurrency (nor admission.concurrency) the gateway learns
+	// it from the provider's answers (admission.learn's bounds).
 	return cfg, cfg.Validate()
 }
 
@@ -145,7 +144,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	var f serveFlags
 	f.register(fs)
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: sluice serve (--upstream URL --concurrency N | --config FILE) [flags]")
+		fmt.Fprintln(stderr, "usage: sluice serve (--upstream URL [--concurrency N] | --config FILE) [flags]")
 		fmt.Fprintln(stderr)
 		fs.PrintDefaults()
 		fmt.Fprintln(stderr)
@@ -207,6 +206,9 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		srv.AdminHandler = withPprof(srv.AdminHandler)
 	}
 	fmt.Fprintf(stdout, "sluice listening on http://%s (admin http://%s)\n", srv.API.Addr(), srv.Admin.Addr())
+	if l := cfg.WithDefaults().Learning(); len(l) == 1 && l[0] != nil {
+		fmt.Fprintf(stdout, "concurrency: learnt from the provider's answers, from %d (between %d and %d; --concurrency N fixes it)\n", l[0].Initial, l[0].Min, l[0].Max)
+	}
 	return srv.Serve(ctx)
 }
 

@@ -21,7 +21,6 @@ func TestServeFlagErrorsNameTheFlag(t *testing.T) {
 		want string
 	}{
 		{[]string{"--concurrency", "4"}, "--upstream"},
-		{[]string{"--upstream", "http://127.0.0.1:1"}, "--concurrency"},
 		{[]string{"--upstream", "http://127.0.0.1:1", "--concurrency", "0"}, "--concurrency"},
 		{[]string{"--upstream", "http://127.0.0.1:1", "--concurrency", "2", "--max-queue", "-1"}, "--max-queue"},
 		{[]string{"--upstream", "ftp://x", "--concurrency", "2"}, "upstream.url"},
@@ -59,6 +58,27 @@ func TestServeFlagsOverrideTheFile(t *testing.T) {
 	}
 	if st.Concurrency != 7 || st.MaxQueue != 5 {
 		t.Fatalf("state %+v: want concurrency 7 from the flag, max_queue 5 from the file", st)
+	}
+	stop()
+}
+
+// TestServeLearnsTheConcurrency: `sluice serve --upstream URL` and no
+// other flag starts, and its gate runs at the learner's initial limit,
+// which the state dump reports with its bounds.
+func TestServeLearnsTheConcurrency(t *testing.T) {
+	admin, stop := startServe(t, "--upstream", "http://127.0.0.1:1", "--listen", "127.0.0.1:0", "--admin", "127.0.0.1:0", "--batch-db", filepath.Join(t.TempDir(), "b.db"))
+	resp, err := http.Get(admin + "/admin/v1/state")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var st gateway.State
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err := jsonUnmarshal(b, &st); err != nil {
+		t.Fatal(err)
+	}
+	if st.Concurrency != 4 || len(st.Learned) != 1 || st.Learned[0].Concurrency != 4 || st.Learned[0].Min != 1 || st.Learned[0].Max != 1000 {
+		t.Fatalf("state: concurrency %d, learned %+v: want 4, learnt between 1 and 1000", st.Concurrency, st.Learned)
 	}
 	stop()
 }

@@ -29,6 +29,7 @@
       id: "inflight", title: "In flight and the concurrency limit", why: "slots",
       series: () => [
         { label: "in flight", get: (s) => s.in_flight },
+        // Learnt from the provider's answers when none is configured.
         { label: "concurrency", get: (s) => s.concurrency, dash: [6, 4] },
         // With replicas leasing on Redis, concurrency is this replica's
         // lease of the cluster's.
@@ -205,7 +206,7 @@
     $("n-goodput").textContent = fmt(s.goodput);
     $("n-capacity").textContent = s.capacity > 0 ? fmt(s.capacity) : "–";
     $("n-in-flight").textContent = String(s.in_flight);
-    $("n-concurrency").textContent = String(s.concurrency);
+    $("n-concurrency").textContent = String(s.concurrency) + (s.learned ? " (learnt)" : "");
     $("n-queued").textContent = String(s.queued);
     $("n-served").textContent = String(s.served);
     $("n-refused").textContent = String(s.refused);

@@ -40,6 +40,9 @@ type Sample struct {
 	// Cluster is the cluster's concurrency, of which Concurrency is this
 	// replica's lease, with replicas leasing on Redis; 0 otherwise.
 	Cluster int `json:"cluster,omitempty"`
+	// Learned says Concurrency is learnt from the provider's answers
+	// (no concurrency configured), not configured.
+	Learned bool `json:"learned,omitempty"`
 	// Pools are the (deployment, model) pools with upstreams: (absent
 	// with one upstream), each with its gate and buckets.
 	Pools []Pool `json:"pools,omitempty"`

@@ -30,8 +30,9 @@ var layers = [][]string{
 	// budgets; lease, the division of a cluster's concurrency among its
 	// replicas, in Go without Redis so that the simulator runs it too;
 	// batch, the durable job store and its executor; gateway/guard, the
-	// API listener's connection caps and timeouts.
-	{"admission", "retrybudget", "lease", "batch", "gateway/guard"},
+	// API listener's connection caps and timeouts; adaptive, the
+	// concurrency learnt from the provider's latencies.
+	{"admission", "retrybudget", "lease", "batch", "gateway/guard", "adaptive"},
 	{"spend"}, // prices and budgets in the gate's ranks and reasons
 	// The admission chain, which runs the policies in order; store, their
 	// Redis side (the ledger, the lease table, the job store); the tests

@@ -22,12 +22,15 @@ const (
 	// PolicyPools runs a pool per model: only with a concurrency on every
 	// model of upstream.models, and without replicas.
 	PolicyPools = "pools"
+	// PolicyLearned learns the upstream's concurrency instead of being
+	// told it: only with sluice.learn, and without replicas.
+	PolicyLearned = "learned"
 )
 
 var policyNames = []string{
 	PolicyFIFO, PolicyDepthThreshold, PolicyQueueTimeout, PolicySmallQueue,
 	PolicyWaitP50, PolicyWaitMean, PolicyExpiry, PolicyLIFO, PolicyEarly,
-	PolicyPriority, PolicySluice, PolicySpend, PolicyPools,
+	PolicyPriority, PolicySluice, PolicySpend, PolicyPools, PolicyLearned,
 }
 
 // PolicyNames lists every policy, in ladder order; a scenario runs those
@@ -35,12 +38,14 @@ var policyNames = []string{
 func PolicyNames() []string { return slices.Clone(policyNames) }
 
 // PolicyNames lists the policies a scenario runs when it names none: every
-// policy, but the spend limiter's only with a spend section, and pools only
-// with a concurrency on every model and no replicas.
+// policy, but the spend limiter's only with a spend section, pools only
+// with a concurrency on every model and no replicas, and learned only with
+// sluice.learn and no replicas.
 func (s *Scenario) PolicyNames() []string {
 	var out []string
 	for _, p := range policyNames {
-		if (p != PolicySpend || s.Spend != nil) && (p != PolicyPools || (s.Upstream.HasPools() && s.Replicas == nil)) {
+		if (p != PolicySpend || s.Spend != nil) && (p != PolicyPools || (s.Upstream.HasPools() && s.Replicas == nil)) &&
+			(p != PolicyLearned || (s.Sluice.Learn != nil && s.Replicas == nil)) {
 			out = append(out, p)
 		}
 	}

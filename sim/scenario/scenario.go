@@ -18,6 +18,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/sluicehq/sluice/adaptive"
 	"github.com/sluicehq/sluice/admission"
 	"github.com/sluicehq/sluice/chain"
 	"github.com/sluicehq/sluice/internal/yamlpath"
@@ -409,6 +410,16 @@ type SluiceConfig struct {
 	// Both its ladder (models of upstream.models) and its classes are
 	// required.
 	Degrade *chain.DegradeConfig `yaml:"degrade"`
+	// Learn runs the policy learned (learn): full sluice whose gate is
+	// not told the upstream's concurrency but learns it from the
+	// latencies it sees, within these bounds, as the gateway does
+	// without admission.concurrency (package adaptive). The upstream then
+	// has upstream.concurrency slots of its own, first come first
+	// served, as a model with a concurrency does: a call sent when they
+	// are all busy waits at the provider, its wait part of the latency.
+	// Max zero means adaptive.DefaultMax. Nil means the policy is not
+	// run.
+	Learn *adaptive.Config `yaml:"learn"`
 }
 
 // Timeseries asks for time-series plots: queue depth, estimated wait and
@@ -604,6 +615,11 @@ func (s *Scenario) Validate() error {
 			return yamlpath.At("sluice.degrade", err)
 		}
 	}
+	if l := sl.Learn; l != nil {
+		if err := l.Validate(); err != nil {
+			return yamlpath.At("sluice.learn", err)
+		}
+	}
 	if ts := s.Timeseries; ts != nil {
 		if ts.Load < 0 || ts.Load > MaxLoad || math.IsNaN(ts.Load) {
 			return ferr("timeseries.load", "want 0 (for 1) to %g, got %v", MaxLoad, ts.Load)
@@ -638,6 +654,12 @@ func (s *Scenario) checkPolicy(field, policy string) error {
 		return ferr(field, "policy %q runs a pool per model: every model of upstream.models needs a concurrency", policy)
 	}
 	if policy == PolicyPools && s.Replicas != nil {
+		return ferr(field, "policy %q is not run with a replicas section", policy)
+	}
+	if policy == PolicyLearned && s.Sluice.Learn == nil {
+		return ferr(field, "policy %q learns the concurrency: the scenario needs a sluice.learn section", policy)
+	}
+	if policy == PolicyLearned && s.Replicas != nil {
 		return ferr(field, "policy %q is not run with a replicas section", policy)
 	}
 	return nil

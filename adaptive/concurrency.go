@@ -1,0 +1,381 @@
+package adaptive
+
+import (
+	"fmt"
+	"math"
+	"time"
+)
+
+// Sample is one answer of the provider, as the shell saw it.
+type Sample struct {
+	// Sent is when the attempt was sent, Answered when its answer's
+	// headers came back: the latency is the difference.
+	Sent, Answered time.Time
+	// InFlight is the pool's attempts at the provider once this one was
+	// sent, itself included: the concurrency the answer was measured at.
+	InFlight int
+	// Refused: the provider refused the call for its limits (a 429).
+	Refused bool
+	// Exhausted: the provider said its next call would be refused (a
+	// remaining-requests or -tokens header at zero, see
+	// wire.Exhausted).
+	Exhausted bool
+	// Failed: no answer worth timing (a 5xx, a transport error). It says
+	// nothing about the provider's queue and is not counted.
+	Failed bool
+}
+
+// Phase is what the controller is doing.
+type Phase uint8
+
+const (
+	// Starting: multiplying the limit by 1.5 a window until the
+	// provider's queue shows (a slow start, as TCP's).
+	Starting Phase = iota
+	// Tracking: holding the estimated queue at the provider between two
+	// small bounds, one slot a window up, straight to the estimate down.
+	Tracking
+	// Probing: the limit is lowered for one window to measure the
+	// provider's latency without a queue (the baseline).
+	Probing
+)
+
+func (p Phase) String() string {
+	switch p {
+	case Starting:
+		return "starting"
+	case Tracking:
+		return "tracking"
+	case Probing:
+		return "probing"
+	}
+	return fmt.Sprintf("Phase(%d)", p)
+}
+
+// State is what the controller knows, for the dashboard and the state dump.
+type State struct {
+	Limit int
+	Phase Phase
+	// Baseline is the provider's latency without a queue, as last
+	// measured; zero before the first window.
+	Baseline time.Duration
+	// Latency is the mean latency of the last window, Queue the calls
+	// it estimated waiting at the provider (Little's law against the
+	// baseline) and Capacity the provider's concurrency it estimated:
+	// the concurrency used less Queue.
+	Latency  time.Duration
+	Queue    float64
+	Capacity float64
+	// Windows counts the windows closed; Cuts the decreases for a queue,
+	// Refusals those for the provider's refusals, Slowdowns the times a
+	// decrease did not shorten the latency and the baseline was moved
+	// instead (the provider got slower, not queued).
+	Windows, Cuts, Refusals, Slowdowns uint64
+}
+
+// Concurrency learns the provider's concurrency from its answers: how
+// many calls a pool may have at the provider at once, within Config's
+// bounds. Time is an input: the shell feeds it each answer and the time,
+// and applies the limit it returns; it starts nothing and reads no clock.
+// Not safe for concurrent use: the shell serialises its calls.
+//
+// The signal is Little's law. At a concurrency L the provider answers X
+// calls a second after a latency R = L/X; below its capacity c, R is its
+// latency without a queue, the baseline B, and X grows with L; above it X
+// stays at c/B and R grows with L: the calls beyond c wait at the
+// provider. So L·(1 − B/R) estimates the calls waiting there and L·B/R the
+// capacity (TCP Vegas's estimate, and Netflix's VegasLimit). The
+// controller keeps that queue between alpha and beta (one to four calls
+// at small limits, a few percent of the limit at large ones): enough that
+// the provider never idles between two calls, few enough that a call
+// waits there no more than a fraction of a call.
+//
+// Everything is measured over windows of answers (at least 24, and twice
+// the limit), because an LLM's latencies vary several-fold from call to
+// call: a window's mean is within about 10% of the truth. Only answers to
+// calls sent after the limit last changed count, so that a window
+// measures one limit.
+//
+// The baseline is the lowest window mean (plus its standard error, which
+// keeps the minimum of noisy means from drifting low) since the last
+// probe: every probeEvery windows the limit is lowered to three quarters
+// of the estimated capacity for one window, which measures the provider
+// without a queue (Envoy's gradient controller measures its minRTT the
+// same way). Between probes, a decrease that does not shorten the
+// latency as a queue's would tells that the provider got slower rather
+// than fuller: the baseline moves to the new latency and the limit goes
+// back (the capacity in calls did not change; the time per call did).
+//
+// A refusal (429) lowers the limit to 90% of the concurrency it was sent
+// at, at most once a baseline; a remaining count at zero stops it rising
+// for a second (or a baseline, if longer). Neither is the queue's signal, and both
+// are faster: a provider that refuses rather than queues is found by them.
+type Concurrency struct {
+	cfg       Config
+	limit     float64
+	phase     Phase
+	changed   time.Time // samples sent before are of an earlier limit
+	base      time.Duration
+	last      State
+	lastCut   time.Time // the last decrease for a refusal
+	w         window
+	windows   int // since the last probe
+	resume    float64
+	cut       *cut
+	grown     int       // windows in a row that raised the limit
+	heldUntil time.Time // no increase before (an exhausted answer)
+}
+
+// cut is a decrease for a queue, remembered until the next window tells
+// whether it shortened the latency.
+type cut struct {
+	limit, inflight float64
+	latency         time.Duration
+}
+
+// window accumulates the samples of one window.
+type window struct {
+	n                  int
+	sum, sumSq         float64 // latency, seconds
+	inflight           float64 // sum of InFlight
+	maxInflight        int
+	exhausted, refused bool
+}
+
+// Tuning. Windows of at least minWindow answers and twice the limit; a
+// probe every probeEvery windows at probeShare of the estimated capacity;
+// a slow start of growth a window; decrease on a refusal to refuseShare.
+const (
+	minWindow   = 24
+	probeEvery  = 20
+	probeShare  = 0.75
+	growth      = 1.5
+	refuseShare = 0.9
+)
+
+// New returns a controller at cfg.Initial (cfg with its defaults, see
+// Config.WithDefaults), starting at now.
+func New(cfg Config, now time.Time) (*Concurrency, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("adaptive: %w", err)
+	}
+	cfg = cfg.WithDefaults(0)
+	return &Concurrency{cfg: cfg, limit: float64(cfg.Initial), changed: now, last: State{Limit: cfg.Initial}}, nil
+}
+
+// Limit is the concurrency to run at.
+func (c *Concurrency) Limit() int { return int(c.limit) }
+
+// Config is the controller's bounds, with their defaults.
+func (c *Concurrency) Config() Config { return c.cfg }
+
+// State is what the controller knows now.
+func (c *Concurrency) State() State {
+	s := c.last
+	s.Limit, s.Phase, s.Baseline = c.Limit(), c.phase, c.base
+	return s
+}
+
+// SetMax changes the ceiling (a reloaded admission.concurrency): the
+// limit is cut to it at once, and climbs no higher.
+func (c *Concurrency) SetMax(now time.Time, n int) {
+	c.cfg.Max = max(1, n)
+	c.cfg.Min = min(c.cfg.Min, c.cfg.Max)
+	if c.limit > float64(c.cfg.Max) {
+		c.set(now, float64(c.cfg.Max))
+	}
+	c.resume = min(c.resume, float64(c.cfg.Max))
+}
+
+// Observe feeds one answer at now and returns the limit after it.
+func (c *Concurrency) Observe(now time.Time, s Sample) int {
+	if s.Failed {
+		return c.Limit()
+	}
+	if s.Refused {
+		c.refused(now, s)
+		return c.Limit()
+	}
+	if s.Sent.Before(c.changed) {
+		return c.Limit() // measured at an earlier limit
+	}
+	if c.phase == Probing && float64(s.InFlight) > c.limit {
+		return c.Limit()
+	}
+	if s.Exhausted {
+		// The provider is at its limit at this concurrency: no higher,
+		// for a while. Holding rather than cutting keeps a provider that
+		// reports its headroom (remaining at zero on the call that took
+		// its last slot) at its capacity; the count the shell keeps runs
+		// a little behind the provider's own (a call is counted out when
+		// its answer's headers arrive, before the provider frees its
+		// slot), so the concurrency it was sent at is no bound to cut to.
+		c.heldUntil = now.Add(max(c.base, time.Second))
+		c.w.exhausted = true
+	}
+	lat := max(s.Answered.Sub(s.Sent), 0).Seconds()
+	c.w.n++
+	c.w.sum += lat
+	c.w.sumSq += lat * lat
+	c.w.inflight += float64(s.InFlight)
+	c.w.maxInflight = max(c.w.maxInflight, s.InFlight)
+	// Starting, a window of twice the limit: the queue shows soon
+	// enough. Tracking and probing, four times: a queue of two calls at
+	// a limit of sixteen is a latency 12% above the baseline, which
+	// needs about a hundred answers to tell from the noise.
+	need := max(minWindow, int(4*c.limit))
+	if c.phase == Starting {
+		need = max(minWindow, int(2*c.limit))
+	}
+	if c.w.n >= need {
+		c.close(now)
+	}
+	return c.Limit()
+}
+
+// refused lowers the limit after a 429, at most once a baseline (the
+// calls sent together are refused together; one is the signal).
+func (c *Concurrency) refused(now time.Time, s Sample) {
+	gap := max(c.base, time.Second)
+	if !c.lastCut.IsZero() && now.Sub(c.lastCut) < gap {
+		return
+	}
+	c.lastCut = now
+	c.last.Refusals++
+	at := min(c.limit, float64(max(s.InFlight, 1)))
+	next := max(float64(c.cfg.Min), at*refuseShare)
+	if c.phase == Probing {
+		c.resume = min(c.resume, next)
+		return
+	}
+	c.phase = Tracking
+	c.cut = nil
+	if next < c.limit {
+		c.set(now, next)
+	}
+}
+
+// close ends a window: the estimate, then the decision.
+func (c *Concurrency) close(now time.Time) {
+	w := c.w
+	c.w = window{}
+	n := float64(w.n)
+	mean := w.sum / n
+	sd := math.Sqrt(max(w.sumSq/n-mean*mean, 0))
+	se := sd / math.Sqrt(n)
+	inflight := w.inflight / n
+	rtt := seconds(mean)
+	c.last.Windows++
+	c.last.Latency = rtt
+
+	switch {
+	case c.phase == Probing:
+		// The provider without a queue: the baseline, averaged with the
+		// last probe's to halve a window's noise.
+		if c.base == 0 {
+			c.base = rtt
+		} else {
+			c.base = (c.base + rtt) / 2
+		}
+		c.windows = 0
+		c.phase = Tracking
+		c.set(now, max(c.resume, c.limit))
+		c.estimate(inflight, rtt)
+		return
+	case c.phase == Starting || c.base == 0:
+		// Rising from a few calls: the lowest window is the provider
+		// without a queue until the queue shows.
+		if b := seconds(mean + se); c.base == 0 || b < c.base {
+			c.base = b
+		}
+	case seconds(mean+2*se) < c.base:
+		// Faster than the baseline, beyond a window's noise: the
+		// provider got faster.
+		c.base = seconds(mean + se)
+	}
+	c.windows++
+	q := c.estimate(inflight, rtt)
+	capacity := inflight - q
+	alpha, beta, target := 1+c.limit/64, 3+c.limit/32, 2+c.limit/48
+
+	if cut := c.cut; cut != nil && inflight <= 0.8*cut.inflight {
+		// A queue's latency falls with the concurrency; a slower
+		// provider's does not. Nearer (in ratio) to the latency before
+		// the cuts than to the one a queue would leave: the latency rose
+		// for another reason, and the baseline moves to it.
+		expect := max(float64(c.base), float64(cut.latency)*inflight/cut.inflight)
+		if float64(rtt) > math.Sqrt(expect*float64(cut.latency)) {
+			c.cut = nil
+			c.last.Slowdowns++
+			c.base = rtt
+			c.windows = probeEvery - 3 // measure it soon without a queue
+			c.grown = 0
+			c.set(now, cut.limit)
+			c.estimate(inflight, rtt)
+			return
+		}
+	}
+
+	switch {
+	case q > beta:
+		// Far above the bound the estimate is sure: straight to it.
+		// Near it, half the way, so that a window's noise moves the
+		// limit by a slot or two.
+		next := c.limit - (q-target)/2
+		if q > 2*beta {
+			next = capacity + target
+		}
+		next = max(float64(c.cfg.Min), next)
+		c.phase, c.grown = Tracking, 0
+		if next < c.limit {
+			c.last.Cuts++
+			if c.cut == nil {
+				// The first of a run of cuts: what they are judged by.
+				c.cut = &cut{limit: c.limit, inflight: inflight, latency: rtt}
+			}
+			c.set(now, next)
+			return
+		}
+	case q < alpha && inflight >= 0.8*c.limit && !w.exhausted && !now.Before(c.heldUntil):
+		// Only a window that used its limit says more would be used:
+		// one slot, then twice as many each window in a row, at most a
+		// quarter of the limit; half again a window while starting.
+		c.grown++
+		next := c.limit + min(math.Exp2(float64(c.grown-1)), max(1, c.limit/4))
+		if c.phase == Starting {
+			next = c.limit * growth
+		}
+		c.cut = nil
+		if next = min(next, float64(c.cfg.Max)); next > c.limit {
+			c.set(now, next)
+			return
+		}
+	default:
+		c.cut, c.grown = nil, 0
+	}
+	if c.phase == Tracking && c.windows >= probeEvery && capacity*probeShare >= float64(c.cfg.Min) {
+		c.resume = c.limit
+		c.phase = Probing
+		c.set(now, max(float64(c.cfg.Min), math.Floor(capacity*probeShare)))
+	}
+}
+
+// estimate records and returns the queue estimated at the provider for
+// a window at concurrency inflight and mean latency rtt.
+func (c *Concurrency) estimate(inflight float64, rtt time.Duration) float64 {
+	q := 0.0
+	if c.base > 0 && rtt > c.base {
+		q = inflight * (1 - float64(c.base)/float64(rtt))
+	}
+	c.last.Queue, c.last.Capacity = q, inflight-q
+	return q
+}
+
+// set moves the limit, clamped to the bounds, and starts a new window.
+func (c *Concurrency) set(now time.Time, l float64) {
+	c.limit = max(float64(c.cfg.Min), min(l, float64(c.cfg.Max)))
+	c.changed = now
+	c.w = window{}
+}
+
+func seconds(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }

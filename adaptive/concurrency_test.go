@@ -1,0 +1,176 @@
+package adaptive
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/internal/yamlpath"
+)
+
+var epoch = time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
+
+// provider is a deterministic provider of slots slots and service time
+// service, FIFO beyond them, seen through the controller: a fluid model
+// in which every call of a window at concurrency L takes
+// service·max(1, L/slots), with a ±10% wobble so that windows differ.
+type provider struct {
+	slots   int
+	service time.Duration
+	refuse  bool // refuse (429) beyond the slots instead of queueing
+	exhaust bool // say remaining 0 on the call that takes the last slot
+}
+
+// run feeds c answers for d of virtual time from now and returns the
+// time reached and the limits seen after each answer.
+func (p *provider) run(c *Concurrency, now time.Time, d time.Duration) (time.Time, []int) {
+	var limits []int
+	end := now.Add(d)
+	for i := 0; now.Before(end); i++ {
+		l := c.Limit()
+		inflight := l
+		lat := p.service
+		if l > p.slots {
+			if p.refuse {
+				// One call in l is the one beyond the slots, refused at once.
+				if i%l == 0 {
+					c.Observe(now, Sample{Sent: now, Answered: now, InFlight: l, Refused: true})
+					continue
+				}
+				inflight = p.slots
+			} else {
+				lat = time.Duration(float64(p.service) * float64(l) / float64(p.slots))
+			}
+		}
+		lat = time.Duration(float64(lat) * (0.9 + 0.2*float64(i%5)/4))
+		// Answers come at rate inflight/lat.
+		step := lat / time.Duration(max(inflight, 1))
+		now = now.Add(step)
+		s := Sample{Sent: now.Add(-lat), Answered: now, InFlight: inflight}
+		if p.exhaust && inflight >= p.slots {
+			s.Exhausted = true
+		}
+		limits = append(limits, c.Observe(now, s))
+	}
+	return now, limits
+}
+
+func tail(l []int, n int) (lo, hi int) {
+	lo, hi = 1<<30, 0
+	for _, v := range l[max(0, len(l)-n):] {
+		lo, hi = min(lo, v), max(hi, v)
+	}
+	return lo, hi
+}
+
+// TestFindsAQueueingProvider: from 4, the limit finds a provider of 16
+// slots that queues beyond them, and then stays within its bounds: below
+// the slots only for a probe (three quarters of them), never more than 5
+// above (calls would wait there).
+func TestFindsAQueueingProvider(t *testing.T) {
+	c, err := New(Config{}, epoch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &provider{slots: 16, service: 200 * time.Millisecond}
+	now, limits := p.run(c, epoch, 60*time.Second)
+	lo, hi := tail(limits, 2000)
+	if lo < 11 || hi > 21 {
+		t.Errorf("limit over the last 2000 answers in [%d, %d], want within [11, 21]; state %+v", lo, hi, c.State())
+	}
+	// The provider halves its slots: the limit follows.
+	p.slots = 8
+	_, limits = p.run(c, now, 30*time.Second)
+	if lo, hi := tail(limits, 1000); lo < 6 || hi > 13 {
+		t.Errorf("after halving the slots, limit in [%d, %d], want within [6, 13]; state %+v", lo, hi, c.State())
+	}
+}
+
+// TestASlowerProviderKeepsItsSlots: every call taking twice as long is
+// not a queue: the limit comes back to the slots once the controller
+// sees that cutting it did not shorten the latency.
+func TestASlowerProviderKeepsItsSlots(t *testing.T) {
+	c, _ := New(Config{}, epoch)
+	p := &provider{slots: 16, service: 200 * time.Millisecond}
+	now, _ := p.run(c, epoch, 60*time.Second)
+	p.service *= 2
+	_, limits := p.run(c, now, 30*time.Second)
+	if lo, hi := tail(limits, 1000); lo < 11 || hi > 21 {
+		t.Errorf("after the slowdown, limit in [%d, %d], want within [11, 21]; state %+v", lo, hi, c.State())
+	}
+	if c.State().Slowdowns == 0 {
+		t.Errorf("no slowdown told apart from a queue: %+v", c.State())
+	}
+}
+
+// TestARefusingProviderIsHeldAtItsSlots: a provider that refuses beyond
+// its slots and says when it is full holds the limit at its slots, with
+// few refusals.
+func TestARefusingProviderIsHeldAtItsSlots(t *testing.T) {
+	c, _ := New(Config{}, epoch)
+	p := &provider{slots: 16, service: 200 * time.Millisecond, refuse: true, exhaust: true}
+	_, limits := p.run(c, epoch, 60*time.Second)
+	if lo, hi := tail(limits, 2000); lo < 11 || hi > 17 {
+		t.Errorf("limit in [%d, %d], want within [11, 17]; state %+v", lo, hi, c.State())
+	}
+	if r := c.State().Refusals; r > 3 {
+		t.Errorf("%d refusals in a minute, want at most 3: the exhausted answers hold the limit", r)
+	}
+}
+
+// TestBounds: the limit never leaves [min, max], a lowered max cuts it at
+// once, and a refusal lowers it at most once a baseline.
+func TestBounds(t *testing.T) {
+	c, _ := New(Config{Min: 2, Max: 10, Initial: 8}, epoch)
+	p := &provider{slots: 64, service: 100 * time.Millisecond}
+	now, limits := p.run(c, epoch, 20*time.Second)
+	if _, hi := tail(limits, len(limits)); hi > 10 {
+		t.Errorf("limit reached %d, above max 10", hi)
+	}
+	c.SetMax(now, 5)
+	if c.Limit() != 5 {
+		t.Errorf("after SetMax(5), limit %d", c.Limit())
+	}
+	c.Observe(now, Sample{Sent: now, Answered: now, InFlight: 5, Refused: true})
+	c.Observe(now, Sample{Sent: now, Answered: now, InFlight: 4, Refused: true})
+	if got := c.Limit(); got != 4 { // 5 × 0.9, once
+		t.Errorf("after two refusals at once, limit %d, want 4 (one cut)", got)
+	}
+	for range 100 {
+		now = now.Add(2 * time.Second)
+		c.Observe(now, Sample{Sent: now, Answered: now, InFlight: 1, Refused: true})
+	}
+	if got := c.Limit(); got != 2 {
+		t.Errorf("after many refusals, limit %d, want min 2", got)
+	}
+}
+
+// TestConfigNamesTheField: a bad bound is an error naming its key.
+func TestConfigNamesTheField(t *testing.T) {
+	for _, tc := range []struct {
+		cfg   Config
+		field string
+	}{
+		{Config{Min: -1}, "min"},
+		{Config{Max: MaxLimit + 1}, "max"},
+		{Config{Min: 5, Max: 4}, "min"},
+		{Config{Min: 3, Initial: 2}, "initial"},
+		{Config{Max: 8, Initial: 9}, "initial"},
+	} {
+		err := tc.cfg.Validate()
+		var fe *yamlpath.FieldError
+		if !errors.As(err, &fe) || !strings.HasPrefix(fe.Error(), tc.field) {
+			t.Errorf("%+v: %v, want an error naming %s", tc.cfg, err, tc.field)
+		}
+	}
+	if err := (Config{}).Validate(); err != nil {
+		t.Errorf("the zero Config: %v", err)
+	}
+	if got := (Config{}).WithDefaults(12); got.Max != 12 || got.Initial != 4 || got.Min != 1 {
+		t.Errorf("defaults under a ceiling of 12: %+v", got)
+	}
+	if got := (Config{Max: 50, Initial: 30}).WithDefaults(20); got.Max != 20 || got.Initial != 20 {
+		t.Errorf("a ceiling of 20 caps max and initial: %+v", got)
+	}
+}
