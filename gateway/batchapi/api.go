@@ -244,6 +244,27 @@ func (a *API) invalid(w http.ResponseWriter, status int, code, param, msg string
 	a.deps.WriteError(w, status, contract.ErrorBody{Error: contract.ErrorDetail{Message: msg, Type: contract.ErrorTypeInvalidRequest, Param: p, Code: code}})
 }
 
+// bodyError answers a body that could not be read whole (wire.BodyError),
+// its cause in the log with the request id. A stalled body may get through
+// a second time, so only that one leaves the SDKs' own retry rule alone.
+func (a *API) bodyError(w http.ResponseWriter, br *wire.BadRequest) {
+	a.logCause(w, br.Code, br.Cause)
+	if br.Code == wire.CodeBodyStalled {
+		a.deps.BadInput(br.Code)
+		a.deps.WriteError(w, br.Status, contract.ErrorBody{Error: contract.ErrorDetail{Message: br.Msg, Type: contract.ErrorTypeInvalidRequest, Code: br.Code}})
+		return
+	}
+	a.invalid(w, br.Status, br.Code, "", br.Msg)
+}
+
+// logCause logs the error behind a refusal, which its body does not
+// carry, with the request's id.
+func (a *API) logCause(w http.ResponseWriter, code string, err error) {
+	if err != nil {
+		a.deps.Log.Info("bad request", "code", code, "request_id", w.Header().Get(contract.HeaderRequestID), "err", err)
+	}
+}
+
 // headerShouldRetry is the header the OpenAI SDKs read before their own
 // rule (retry 408, 409, 429, 5xx): "false" means the answer would not
 // change.

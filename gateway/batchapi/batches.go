@@ -15,6 +15,7 @@ import (
 
 	"github.com/sluicehq/sluice/batch"
 	"github.com/sluicehq/sluice/contract"
+	"github.com/sluicehq/sluice/gateway/wire"
 )
 
 // batchCreate is POST /v1/batches's body: OpenAI's parameters, and
@@ -93,7 +94,7 @@ func decodeParams(raw []byte, known []string, v any) (code, param, msg string) {
 		if errors.As(err, &te) && te.Field != "" {
 			return "invalid_type", te.Field, fmt.Sprintf("%s: a JSON %s where the parameter takes %s", te.Field, te.Value, te.Type)
 		}
-		return "invalid_json", "", "the body is not valid JSON: " + err.Error()
+		return "invalid_json", "", wire.InvalidJSON(err).Msg
 	}
 	return "", "", ""
 }
@@ -106,7 +107,7 @@ func decodeParams(raw []byte, known []string, v any) (code, param, msg string) {
 func (a *API) createBatch(w http.ResponseWriter, r *http.Request, tenant string) {
 	raw, err := io.ReadAll(http.MaxBytesReader(w, r.Body, 64<<10))
 	if err != nil {
-		a.invalid(w, http.StatusBadRequest, "invalid_request", "", "reading the body: "+err.Error())
+		a.bodyError(w, wire.BodyError(err, "what POST /v1/batches takes", 64<<10))
 		return
 	}
 	var req batchCreate

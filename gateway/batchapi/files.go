@@ -12,6 +12,7 @@ import (
 
 	"github.com/sluicehq/sluice/batch"
 	"github.com/sluicehq/sluice/contract"
+	"github.com/sluicehq/sluice/gateway/wire"
 )
 
 // fileJSON is OpenAI's file object.
@@ -53,10 +54,11 @@ func (a *API) uploadFile(w http.ResponseWriter, r *http.Request, tenant string) 
 		return
 	}
 	limit := a.cfg.MaxFileBytes
-	r.Body = http.MaxBytesReader(w, r.Body, limit+1<<20) // the file plus the form's other parts
+	body := &bodyReader{ReadCloser: http.MaxBytesReader(w, r.Body, limit+1<<20)} // the file plus the form's other parts
+	r.Body = body
 	mr, err := r.MultipartReader()
-	if err != nil {
-		a.invalid(w, http.StatusBadRequest, "invalid_request", "", "reading the multipart form: "+err.Error())
+	if err != nil { // no boundary: nothing was read
+		a.invalid(w, http.StatusBadRequest, "invalid_request", "", "POST /v1/files takes multipart/form-data with a boundary parameter")
 		return
 	}
 	var purpose, filename, anchor, seconds string
@@ -65,18 +67,28 @@ func (a *API) uploadFile(w http.ResponseWriter, r *http.Request, tenant string) 
 		a.invalid(w, http.StatusBadRequest, "file_too_large", "file",
 			fmt.Sprintf("the file is larger than batch.max_file_bytes (%d bytes)", limit))
 	}
+	// readFailed answers a body that could not be read: a fixed message
+	// in the caller's terms (wire.BodyError), the error itself, which may
+	// name both socket addresses, in the log.
+	readFailed := func(err error) {
+		var mbe *http.MaxBytesError
+		switch {
+		case errors.As(body.err, &mbe):
+			tooBig()
+		case body.err != nil:
+			a.bodyError(w, wire.BodyError(body.err, "batch.max_file_bytes", limit))
+		default: // the body arrived whole: the form itself is malformed
+			a.logCause(w, "invalid_request", err)
+			a.invalid(w, http.StatusBadRequest, "invalid_request", "", "the request body is not a valid multipart/form-data form (a part's headers are malformed, or it ends before its closing boundary)")
+		}
+	}
 	for {
 		p, err := mr.NextPart()
 		if errors.Is(err, io.EOF) {
 			break
 		}
 		if err != nil {
-			var mbe *http.MaxBytesError
-			if errors.As(err, &mbe) {
-				tooBig()
-				return
-			}
-			a.invalid(w, http.StatusBadRequest, "invalid_request", "", "reading the multipart form: "+err.Error())
+			readFailed(err)
 			return
 		}
 		name := p.FormName()
@@ -84,7 +96,7 @@ func (a *API) uploadFile(w http.ResponseWriter, r *http.Request, tenant string) 
 		case "purpose", "expires_after[anchor]", "expires_after.anchor", "expires_after[seconds]", "expires_after.seconds":
 			v, err := io.ReadAll(io.LimitReader(p, 64))
 			if err != nil {
-				a.invalid(w, http.StatusBadRequest, "invalid_request", name, "reading "+name+": "+err.Error())
+				readFailed(err)
 				return
 			}
 			switch name {
@@ -99,12 +111,7 @@ func (a *API) uploadFile(w http.ResponseWriter, r *http.Request, tenant string) 
 			filename = p.FileName()
 			content, err = io.ReadAll(io.LimitReader(p, limit+1))
 			if err != nil {
-				var mbe *http.MaxBytesError
-				if errors.As(err, &mbe) {
-					tooBig()
-					return
-				}
-				a.invalid(w, http.StatusBadRequest, "invalid_request", "file", "reading the file: "+err.Error())
+				readFailed(err)
 				return
 			}
 			if int64(len(content)) > limit {
@@ -192,4 +199,21 @@ func (a *API) fileContent(w http.ResponseWriter, r *http.Request, tenant, id str
 		w.Header().Set("Content-Length", strconv.Itoa(len(content)))
 		_, _ = w.Write(content)
 	}
+}
+
+// bodyReader keeps the first error of the body's own reads other than its
+// end: the multipart reader wraps it, or turns it into io.ErrUnexpectedEOF,
+// and a body that stalled or was cut is told from a form that is malformed
+// by this, not by the multipart reader's error.
+type bodyReader struct {
+	io.ReadCloser
+	err error
+}
+
+func (b *bodyReader) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if err != nil && err != io.EOF && b.err == nil {
+		b.err = err
+	}
+	return n, err
 }
