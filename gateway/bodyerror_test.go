@@ -105,3 +105,55 @@ func TestBodyErrorsSayNothingOfTheSocket(t *testing.T) {
 		}
 	}
 }
+
+// TestTooLargeBeforeReading: a Content-Length over the route's limit is
+// a 413 naming the limit before any of the body is read (the body here
+// never comes, so an answer at all shows nothing waited for it), and a
+// chunked body that passes the limit while read is a 413 too.
+func TestTooLargeBeforeReading(t *testing.T) {
+	_, up := startMock(t, mockllm.Config{})
+	cfg := batchConfig(t, up.URL)
+	cfg.Limits.MaxBodyBytes = 64 << 10
+	cfg.Batch.MaxFileBytes = 1 << 20
+	cfg.Server.ReadBodyTimeout = config.Duration(30 * time.Second) // nothing may wait for it
+	s := serve(t, cfg)
+	addr := strings.TrimPrefix(s.url, "http://")
+	head := func(path, ctype, framing string) string {
+		return "POST " + path + " HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer sk-acme\r\nContent-Type: " + ctype + "\r\n" + framing + "\r\n"
+	}
+	const boundary = "XyZ"
+	multipart := "multipart/form-data; boundary=" + boundary
+	for _, c := range []struct{ path, ctype, limit string }{
+		{"/v1/chat/completions", "application/json", "limits.max_body_bytes (65536 bytes)"},
+		{"/v1/files", multipart, "batch.max_file_bytes (1048576 bytes)"},
+		{"/v1/batches", "application/json", "(65536 bytes)"},
+	} {
+		t.Run(c.path+"/declared", func(t *testing.T) {
+			start := time.Now()
+			resp, body := rawExchange(t, addr, head(c.path, c.ctype, "Content-Length: 209715200\r\n"), "", false)
+			took := time.Since(start)
+			if resp.StatusCode != http.StatusRequestEntityTooLarge || !strings.Contains(body, c.limit) {
+				t.Errorf("%d %s; want 413 naming %s", resp.StatusCode, body, c.limit)
+			}
+			if took > 100*time.Millisecond {
+				t.Errorf("answered after %v, want under 100ms", took)
+			}
+		})
+		t.Run(c.path+"/chunked", func(t *testing.T) {
+			payload := strings.Repeat("a", 3<<20)
+			if c.path == "/v1/files" {
+				payload = "--" + boundary + "\r\nContent-Disposition: form-data; name=\"file\"; filename=\"a.jsonl\"\r\n\r\n" + payload
+			}
+			var b strings.Builder
+			for len(payload) > 0 {
+				n := min(len(payload), 32<<10)
+				b.WriteString(strconv.FormatInt(int64(n), 16) + "\r\n" + payload[:n] + "\r\n")
+				payload = payload[n:]
+			}
+			resp, body := rawExchange(t, addr, head(c.path, c.ctype, "Transfer-Encoding: chunked\r\n"), b.String(), true)
+			if resp.StatusCode != http.StatusRequestEntityTooLarge || !strings.Contains(body, c.limit) {
+				t.Errorf("%d %s; want 413 naming %s", resp.StatusCode, body, c.limit)
+			}
+		})
+	}
+}

@@ -178,12 +178,18 @@ var bodyFields = map[string]bool{
 	"max_tokens": true, "max_completion_tokens": true, "max_output_tokens": true,
 }
 
-// readBody reads a JSON body up to the limit: too large is 413, malformed or
+// readBody reads a JSON body up to the limit: too large is 413 (at once
+// when its Content-Length says so, else when the limit is passed), malformed or
 // not an object is 400, nothing is forwarded in either case.
 // A body that is not billed (a pass-through call) is read, bounded, and
 // forwarded as it is.
 func (g *Gateway) readBody(w http.ResponseWriter, r *http.Request, billed bool) (callBody, error) {
 	limit := g.cfg.Limits.MaxBodyBytes
+	if r.ContentLength > limit {
+		// Refused before a byte is read: the declared size is enough,
+		// and net/http closes the connection rather than drain it.
+		return callBody{}, wire.BodyTooLarge("limits.max_body_bytes", limit)
+	}
 	raw, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
 	if err != nil {
 		// A fixed message: err may name both socket addresses.

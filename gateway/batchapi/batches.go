@@ -99,15 +99,23 @@ func decodeParams(raw []byte, known []string, v any) (code, param, msg string) {
 	return "", "", ""
 }
 
+// maxParamsBytes bounds the body of POST /v1/batches: a few parameters
+// and up to 16 metadata pairs.
+const maxParamsBytes = 64 << 10
+
 // createBatch stores a batch, validating: its file's lines are checked
 // after the answer, by the settle loop (settle.go), which starts it or
 // fails it. What can be told at once is answered at once: the parameters,
 // the file's existence, and sluice's own refusals — the backlog bounds and
 // the estimate of its end — on the file's count of lines.
 func (a *API) createBatch(w http.ResponseWriter, r *http.Request, tenant string) {
-	raw, err := io.ReadAll(http.MaxBytesReader(w, r.Body, 64<<10))
+	if r.ContentLength > maxParamsBytes {
+		a.bodyError(w, wire.BodyTooLarge("what POST /v1/batches takes", maxParamsBytes))
+		return
+	}
+	raw, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxParamsBytes))
 	if err != nil {
-		a.bodyError(w, wire.BodyError(err, "what POST /v1/batches takes", 64<<10))
+		a.bodyError(w, wire.BodyError(err, "what POST /v1/batches takes", maxParamsBytes))
 		return
 	}
 	var req batchCreate

@@ -33,6 +33,11 @@ func fileOf(f batch.File) fileJSON {
 		Filename: f.Filename, Purpose: f.Purpose, Status: "processed"}
 }
 
+// formAllowance is what an upload's body may hold beyond
+// batch.max_file_bytes: the form's other parts (purpose, expires_after)
+// and its boundaries and part headers.
+const formAllowance = 1 << 20
+
 // liveFile is the tenant's file, or ErrNotFound once it has expired.
 func (a *API) liveFile(ctx context.Context, tenant, id string) (batch.File, error) {
 	f, err := a.store.File(ctx, tenant, id)
@@ -45,8 +50,9 @@ func (a *API) liveFile(ctx context.Context, tenant, id string) (batch.File, erro
 // uploadFile takes a multipart upload (purpose=batch, file=JSONL, and
 // OpenAI's expires_after), checks that the file is JSONL at all
 // (batch.CheckFile) and stores it; the lines are checked when a batch of
-// it validates. A refusal is a 400 naming the part, and nothing is
-// stored.
+// it validates. A refusal is a 400 naming the part, or a 413 when the
+// body is over batch.max_file_bytes plus formAllowance (at once, before a
+// byte is read, when its Content-Length says so), and nothing is stored.
 func (a *API) uploadFile(w http.ResponseWriter, r *http.Request, tenant string) {
 	mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
 	if err != nil || mt != "multipart/form-data" {
@@ -54,7 +60,15 @@ func (a *API) uploadFile(w http.ResponseWriter, r *http.Request, tenant string) 
 		return
 	}
 	limit := a.cfg.MaxFileBytes
-	body := &bodyReader{ReadCloser: http.MaxBytesReader(w, r.Body, limit+1<<20)} // the file plus the form's other parts
+	if r.ContentLength > limit+formAllowance {
+		// Refused before a byte is read: net/http then closes the
+		// connection rather than drain the body.
+		a.invalid(w, http.StatusRequestEntityTooLarge, "file_too_large", "file",
+			fmt.Sprintf("the request body (%d bytes) is larger than batch.max_file_bytes (%d bytes) plus %d bytes for the form's other parts",
+				r.ContentLength, limit, formAllowance))
+		return
+	}
+	body := &bodyReader{ReadCloser: http.MaxBytesReader(w, r.Body, limit+formAllowance)}
 	r.Body = body
 	mr, err := r.MultipartReader()
 	if err != nil { // no boundary: nothing was read
@@ -64,7 +78,7 @@ func (a *API) uploadFile(w http.ResponseWriter, r *http.Request, tenant string) 
 	var purpose, filename, anchor, seconds string
 	var content []byte
 	tooBig := func() {
-		a.invalid(w, http.StatusBadRequest, "file_too_large", "file",
+		a.invalid(w, http.StatusRequestEntityTooLarge, "file_too_large", "file",
 			fmt.Sprintf("the file is larger than batch.max_file_bytes (%d bytes)", limit))
 	}
 	// readFailed answers a body that could not be read: a fixed message

@@ -38,6 +38,11 @@ func Middleware(next http.Handler, l Limits, identified func(*http.Request) bool
 		// body ends and it starts that pending read.
 		_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(l.ReadBody))
 		if known {
+			// On a shallow copy: the server's own request keeps its
+			// body, whose unread size tells net/http, once a handler
+			// answers without reading it (a 413 from Content-Length),
+			// to close the connection rather than wait to drain it.
+			r = r.WithContext(r.Context())
 			r.Body = &authBody{ReadCloser: r.Body, tc: tc}
 		}
 		next.ServeHTTP(w, r)
