@@ -5,6 +5,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"regexp"
 	"strconv"
 	"strings"
@@ -155,5 +156,25 @@ func TestTooLargeBeforeReading(t *testing.T) {
 				t.Errorf("%d %s; want 413 naming %s", resp.StatusCode, body, c.limit)
 			}
 		})
+	}
+}
+
+// TestUploadBodyDeadlineIsTheUploads: the body deadline of POST /v1/files
+// is derived from batch.max_file_bytes, every other one from
+// limits.max_body_bytes.
+func TestUploadBodyDeadlineIsTheUploads(t *testing.T) {
+	g, _ := startGateway(t, batchConfig(t, "http://127.0.0.1:1"))
+	for _, c := range []struct {
+		method, path string
+		want         int64
+	}{
+		{"POST", "/v1/files", 101 << 20},
+		{"GET", "/v1/files", 10 << 20},
+		{"POST", "/v1/chat/completions", 10 << 20},
+	} {
+		r := httptest.NewRequest(c.method, c.path, nil)
+		if got := g.maxBodyBytes(r); got != c.want {
+			t.Errorf("%s %s: %d, want %d", c.method, c.path, got, c.want)
+		}
 	}
 }

@@ -38,6 +38,10 @@ func fileOf(f batch.File) fileJSON {
 // and its boundaries and part headers.
 const formAllowance = 1 << 20
 
+// MaxUploadBytes is the most POST /v1/files reads of a body: the file
+// and the form around it.
+func (a *API) MaxUploadBytes() int64 { return a.cfg.MaxFileBytes + formAllowance }
+
 // liveFile is the tenant's file, or ErrNotFound once it has expired.
 func (a *API) liveFile(ctx context.Context, tenant, id string) (batch.File, error) {
 	f, err := a.store.File(ctx, tenant, id)

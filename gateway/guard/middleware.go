@@ -15,7 +15,12 @@ import (
 // NewListener's (handed over by ConnContext) that still counts as
 // unauthenticated; it decides the accounting only, and next still answers
 // every request, a 401 included.
-func Middleware(next http.Handler, l Limits, identified func(*http.Request) bool) http.Handler {
+//
+// maxBody says the most a request's route takes of a body; with a derived
+// read_body_timeout (l.ReadBodyPerRequest) the deadline fits the body:
+// BodyTimeout of its Content-Length, or of maxBody when it is chunked. Nil
+// means l.ReadBody for every body.
+func Middleware(next http.Handler, l Limits, identified func(*http.Request) bool, maxBody func(*http.Request) int64) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		tc, _ := r.Context().Value(connKey{}).(*trackedConn)
 		// Identify only while the connection still counts as
@@ -36,7 +41,7 @@ func Middleware(next http.Handler, l Limits, identified func(*http.Request) bool
 		// and a deadline passing under it would cancel the answer, a stream
 		// included. For a body, net/http lifts the deadline itself when the
 		// body ends and it starts that pending read.
-		_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(l.ReadBody))
+		_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(l.bodyTimeout(r, maxBody)))
 		if known {
 			// On a shallow copy: the server's own request keeps its
 			// body, whose unread size tells net/http, once a handler
@@ -63,4 +68,18 @@ func (b *authBody) Read(p []byte) (int, error) {
 		b.tc.authenticate()
 	}
 	return n, err
+}
+
+// bodyTimeout is r's body's read deadline, from the end of its headers.
+// A Content-Length over what the route takes is answered 413 before the
+// body is read, so the smaller of the two is what may be read.
+func (l Limits) bodyTimeout(r *http.Request, maxBody func(*http.Request) int64) time.Duration {
+	if !l.ReadBodyPerRequest || maxBody == nil {
+		return l.ReadBody
+	}
+	size := maxBody(r)
+	if r.ContentLength >= 0 {
+		size = min(size, r.ContentLength)
+	}
+	return BodyTimeout(size)
 }
