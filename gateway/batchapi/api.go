@@ -89,6 +89,7 @@ type API struct {
 	close sync.Once
 	err   error // of the store's Close
 
+	uploads    *uploads // the uploads being read (uploads.go)
 	hooks      atomic.Pointer[Hooks]
 	settleKick chan struct{} // wakes the settle loop (settle.go)
 }
@@ -144,7 +145,8 @@ func New(cfg Config, deps Deps) (*API, error) {
 		// and another takes it over.
 		lease = deps.MaxTimeout + leaseMargin
 	}
-	a := &API{cfg: cfg, deps: deps, store: js, now: time.Now, settleKick: make(chan struct{}, 1)}
+	a := &API{cfg: cfg, deps: deps, store: js, now: time.Now, settleKick: make(chan struct{}, 1),
+		uploads: newUploads(cfg.MaxUploads, cfg.MaxTenantUploads)}
 	// Claimed items are what a crash runs again: no more than the slots
 	// and the waiting places, counting those whose answer is being
 	// written — the slots as they are now, moved by a reload or the

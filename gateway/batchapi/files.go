@@ -72,6 +72,12 @@ func (a *API) uploadFile(w http.ResponseWriter, r *http.Request, tenant string) 
 				r.ContentLength, limit, formAllowance))
 		return
 	}
+	release, field, bound, ok := a.uploads.acquire(tenant)
+	if !ok {
+		a.tooManyUploads(w, field, bound)
+		return
+	}
+	defer release()
 	body := &bodyReader{ReadCloser: http.MaxBytesReader(w, r.Body, limit+formAllowance)}
 	r.Body = body
 	mr, err := r.MultipartReader()
