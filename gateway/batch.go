@@ -113,3 +113,13 @@ func (g *Gateway) RunBatch(ctx context.Context) error {
 	}
 	return g.batch.Run(ctx)
 }
+
+// maxBodyBytes is the most r's route takes of a body, for the body's read
+// deadline (guard.Middleware): an upload to the Batch API's files, its
+// file and form; any other request, limits.max_body_bytes.
+func (g *Gateway) maxBodyBytes(r *http.Request) int64 {
+	if g.batch != nil && r.Method == http.MethodPost && r.URL.Path == "/v1/files" {
+		return g.batch.MaxUploadBytes()
+	}
+	return g.cfg.Limits.MaxBodyBytes
+}

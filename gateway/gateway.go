@@ -588,6 +588,9 @@ func (g *Gateway) badInput(w http.ResponseWriter, err error) {
 	var br *wire.BadRequest
 	if errors.As(err, &br) {
 		code = br.Code
+		if br.Cause != nil { // the detail the caller is not shown
+			g.log.Info("bad request", "code", code, "request_id", w.Header().Get(contract.HeaderRequestID), "err", br.Cause)
+		}
 	}
 	g.metrics.badInput.WithLabelValues(code).Inc()
 	wire.WriteBadRequest(w, err)

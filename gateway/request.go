@@ -10,7 +10,6 @@ import (
 	"math"
 	"net/http"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
@@ -179,20 +178,22 @@ var bodyFields = map[string]bool{
 	"max_tokens": true, "max_completion_tokens": true, "max_output_tokens": true,
 }
 
-// readBody reads a JSON body up to the limit: too large is 413, malformed or
+// readBody reads a JSON body up to the limit: too large is 413 (at once
+// when its Content-Length says so, else when the limit is passed), malformed or
 // not an object is 400, nothing is forwarded in either case.
 // A body that is not billed (a pass-through call) is read, bounded, and
 // forwarded as it is.
 func (g *Gateway) readBody(w http.ResponseWriter, r *http.Request, billed bool) (callBody, error) {
 	limit := g.cfg.Limits.MaxBodyBytes
+	if r.ContentLength > limit {
+		// Refused before a byte is read: the declared size is enough,
+		// and net/http closes the connection rather than drain it.
+		return callBody{}, wire.BodyTooLarge("limits.max_body_bytes", limit)
+	}
 	raw, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
 	if err != nil {
-		var tooBig *http.MaxBytesError
-		if errors.As(err, &tooBig) {
-			return callBody{}, &wire.BadRequest{Status: http.StatusRequestEntityTooLarge, Code: "body_too_large",
-				Msg: "request body is larger than limits.max_body_bytes (" + strconv.FormatInt(limit, 10) + " bytes)"}
-		}
-		return callBody{}, &wire.BadRequest{Status: http.StatusBadRequest, Code: "invalid_body", Msg: "reading the request body: " + err.Error()}
+		// A fixed message: err may name both socket addresses.
+		return callBody{}, wire.BodyError(err, "limits.max_body_bytes", limit)
 	}
 	if !billed {
 		return callBody{raw: raw}, nil
@@ -266,7 +267,7 @@ func topLevel(raw []byte, visit func(key string, value json.RawMessage) error) e
 	}
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	syntax := func(err error) error {
-		return invalidBody("request body is not valid JSON: " + err.Error())
+		return wire.InvalidJSON(err)
 	}
 	if _, err := dec.Token(); err != nil { // '{'
 		return syntax(err)
@@ -280,7 +281,7 @@ func topLevel(raw []byte, visit func(key string, value json.RawMessage) error) e
 		}
 		key, ok := tok.(string)
 		if !ok {
-			return syntax(fmt.Errorf("object key %v is not a string", tok))
+			return invalidBody(fmt.Sprintf("request body is not valid JSON: malformed at byte %d (an object key that is not a string)", before))
 		}
 		if bytes.IndexByte(raw[before:dec.InputOffset()], '\\') >= 0 {
 			return invalidBody(fmt.Sprintf("%s: a top-level key must be written without escapes", contract.Echo(key)))

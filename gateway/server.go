@@ -73,7 +73,7 @@ func (s *Server) Serve(ctx context.Context) error {
 	// from the end of the headers, where ReadTimeout would count the time
 	// the headers took too.
 	api := &http.Server{
-		Handler:           guard.Middleware(s.Gateway, s.limits, s.Gateway.identified),
+		Handler:           guard.Middleware(s.Gateway, s.limits, s.Gateway.identified, s.Gateway.maxBodyBytes),
 		ReadHeaderTimeout: s.limits.ReadHeader,
 		IdleTimeout:       s.limits.Idle,
 		MaxHeaderBytes:    s.Gateway.ServerMaxHeaderBytes(),

@@ -89,6 +89,7 @@ type API struct {
 	close sync.Once
 	err   error // of the store's Close
 
+	uploads    *uploads // the uploads being read (uploads.go)
 	hooks      atomic.Pointer[Hooks]
 	settleKick chan struct{} // wakes the settle loop (settle.go)
 }
@@ -144,7 +145,8 @@ func New(cfg Config, deps Deps) (*API, error) {
 		// and another takes it over.
 		lease = deps.MaxTimeout + leaseMargin
 	}
-	a := &API{cfg: cfg, deps: deps, store: js, now: time.Now, settleKick: make(chan struct{}, 1)}
+	a := &API{cfg: cfg, deps: deps, store: js, now: time.Now, settleKick: make(chan struct{}, 1),
+		uploads: newUploads(cfg.MaxUploads, cfg.MaxTenantUploads)}
 	// Claimed items are what a crash runs again: no more than the slots
 	// and the waiting places, counting those whose answer is being
 	// written — the slots as they are now, moved by a reload or the
@@ -242,6 +244,27 @@ func (a *API) invalid(w http.ResponseWriter, status int, code, param, msg string
 		p = &param
 	}
 	a.deps.WriteError(w, status, contract.ErrorBody{Error: contract.ErrorDetail{Message: msg, Type: contract.ErrorTypeInvalidRequest, Param: p, Code: code}})
+}
+
+// bodyError answers a body that could not be read whole (wire.BodyError),
+// its cause in the log with the request id. A stalled body may get through
+// a second time, so only that one leaves the SDKs' own retry rule alone.
+func (a *API) bodyError(w http.ResponseWriter, br *wire.BadRequest) {
+	a.logCause(w, br.Code, br.Cause)
+	if br.Code == wire.CodeBodyStalled {
+		a.deps.BadInput(br.Code)
+		a.deps.WriteError(w, br.Status, contract.ErrorBody{Error: contract.ErrorDetail{Message: br.Msg, Type: contract.ErrorTypeInvalidRequest, Code: br.Code}})
+		return
+	}
+	a.invalid(w, br.Status, br.Code, "", br.Msg)
+}
+
+// logCause logs the error behind a refusal, which its body does not
+// carry, with the request's id.
+func (a *API) logCause(w http.ResponseWriter, code string, err error) {
+	if err != nil {
+		a.deps.Log.Info("bad request", "code", code, "request_id", w.Header().Get(contract.HeaderRequestID), "err", err)
+	}
 }
 
 // headerShouldRetry is the header the OpenAI SDKs read before their own

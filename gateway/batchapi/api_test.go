@@ -211,9 +211,13 @@ func TestBatchBadInput(t *testing.T) {
 				Error struct{ Message, Type, Code, Param string }
 			}
 			_ = json.Unmarshal([]byte(body), &e)
-			if status != 400 || e.Error.Code != tc.code || e.Error.Param != tc.param || e.Error.Type != "invalid_request_error" ||
+			wantStatus := 400
+			if tc.code == "file_too_large" {
+				wantStatus = 413
+			}
+			if status != wantStatus || e.Error.Code != tc.code || e.Error.Param != tc.param || e.Error.Type != "invalid_request_error" ||
 				!strings.Contains(e.Error.Message, tc.want) || strings.Contains(e.Error.Message, `\\"`) {
-				t.Fatalf("%d %s; want 400 %s (param %s) with %q", status, body, tc.code, tc.param, tc.want)
+				t.Fatalf("%d %s; want %d %s (param %s) with %q", status, body, wantStatus, tc.code, tc.param, tc.want)
 			}
 		})
 	}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/sluicehq/sluice/batch"
 	"github.com/sluicehq/sluice/contract"
+	"github.com/sluicehq/sluice/gateway/wire"
 )
 
 // batchCreate is POST /v1/batches's body: OpenAI's parameters, and
@@ -93,10 +94,14 @@ func decodeParams(raw []byte, known []string, v any) (code, param, msg string) {
 		if errors.As(err, &te) && te.Field != "" {
 			return "invalid_type", te.Field, fmt.Sprintf("%s: a JSON %s where the parameter takes %s", te.Field, te.Value, te.Type)
 		}
-		return "invalid_json", "", "the body is not valid JSON: " + err.Error()
+		return "invalid_json", "", wire.InvalidJSON(err).Msg
 	}
 	return "", "", ""
 }
+
+// maxParamsBytes bounds the body of POST /v1/batches: a few parameters
+// and up to 16 metadata pairs.
+const maxParamsBytes = 64 << 10
 
 // createBatch stores a batch, validating: its file's lines are checked
 // after the answer, by the settle loop (settle.go), which starts it or
@@ -104,9 +109,13 @@ func decodeParams(raw []byte, known []string, v any) (code, param, msg string) {
 // the file's existence, and sluice's own refusals — the backlog bounds and
 // the estimate of its end — on the file's count of lines.
 func (a *API) createBatch(w http.ResponseWriter, r *http.Request, tenant string) {
-	raw, err := io.ReadAll(http.MaxBytesReader(w, r.Body, 64<<10))
+	if r.ContentLength > maxParamsBytes {
+		a.bodyError(w, wire.BodyTooLarge("what POST /v1/batches takes", maxParamsBytes))
+		return
+	}
+	raw, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxParamsBytes))
 	if err != nil {
-		a.invalid(w, http.StatusBadRequest, "invalid_request", "", "reading the body: "+err.Error())
+		a.bodyError(w, wire.BodyError(err, "what POST /v1/batches takes", maxParamsBytes))
 		return
 	}
 	var req batchCreate

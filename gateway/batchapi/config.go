@@ -48,6 +48,14 @@ type Config struct {
 	// once. Zero means 2: enough that an idle slot is filled without
 	// delay, few enough that items never crowd the queue.
 	MaxWaiting int `yaml:"max_waiting"`
+	// MaxUploads bounds the uploads (POST /v1/files) read at once, all
+	// tenants together; the next is refused with 429 and Retry-After
+	// before its body is read. Each holds up to max_file_bytes of memory
+	// while it is read and checked. Zero means 4.
+	MaxUploads int `yaml:"max_uploads"`
+	// MaxTenantUploads bounds one tenant's uploads read at once. Zero
+	// means 2.
+	MaxTenantUploads int `yaml:"max_tenant_uploads"`
 }
 
 const (
@@ -108,6 +116,12 @@ func (c Config) WithDefaults() Config {
 	if c.MaxWaiting == 0 {
 		c.MaxWaiting = 2
 	}
+	if c.MaxUploads == 0 {
+		c.MaxUploads = 4
+	}
+	if c.MaxTenantUploads == 0 {
+		c.MaxTenantUploads = 2
+	}
 	return c
 }
 
@@ -123,6 +137,8 @@ func (c Config) Validate() error {
 		intIn("batch.max_tenant_backlog", c.MaxTenantBacklog, 1, 100000000),
 		intIn("batch.max_tenant_backlog_bytes", c.MaxTenantBacklogBytes, 1, 1<<40),
 		intIn("batch.max_waiting", c.MaxWaiting, 1, 1024),
+		intIn("batch.max_uploads", c.MaxUploads, 1, 1024),
+		intIn("batch.max_tenant_uploads", c.MaxTenantUploads, 1, 1024),
 		intIn("batch.rank", *c.Rank, 0, admission.MaxRanks-1),
 		durationIn("batch.max_window", c.MaxWindow, time.Second, 365*24*time.Hour),
 	} {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/sluicehq/sluice/batch"
 	"github.com/sluicehq/sluice/contract"
+	"github.com/sluicehq/sluice/gateway/wire"
 )
 
 // fileJSON is OpenAI's file object.
@@ -32,6 +33,15 @@ func fileOf(f batch.File) fileJSON {
 		Filename: f.Filename, Purpose: f.Purpose, Status: "processed"}
 }
 
+// formAllowance is what an upload's body may hold beyond
+// batch.max_file_bytes: the form's other parts (purpose, expires_after)
+// and its boundaries and part headers.
+const formAllowance = 1 << 20
+
+// MaxUploadBytes is the most POST /v1/files reads of a body: the file
+// and the form around it.
+func (a *API) MaxUploadBytes() int64 { return a.cfg.MaxFileBytes + formAllowance }
+
 // liveFile is the tenant's file, or ErrNotFound once it has expired.
 func (a *API) liveFile(ctx context.Context, tenant, id string) (batch.File, error) {
 	f, err := a.store.File(ctx, tenant, id)
@@ -44,8 +54,9 @@ func (a *API) liveFile(ctx context.Context, tenant, id string) (batch.File, erro
 // uploadFile takes a multipart upload (purpose=batch, file=JSONL, and
 // OpenAI's expires_after), checks that the file is JSONL at all
 // (batch.CheckFile) and stores it; the lines are checked when a batch of
-// it validates. A refusal is a 400 naming the part, and nothing is
-// stored.
+// it validates. A refusal is a 400 naming the part, or a 413 when the
+// body is over batch.max_file_bytes plus formAllowance (at once, before a
+// byte is read, when its Content-Length says so), and nothing is stored.
 func (a *API) uploadFile(w http.ResponseWriter, r *http.Request, tenant string) {
 	mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
 	if err != nil || mt != "multipart/form-data" {
@@ -53,17 +64,47 @@ func (a *API) uploadFile(w http.ResponseWriter, r *http.Request, tenant string) 
 		return
 	}
 	limit := a.cfg.MaxFileBytes
-	r.Body = http.MaxBytesReader(w, r.Body, limit+1<<20) // the file plus the form's other parts
+	if r.ContentLength > limit+formAllowance {
+		// Refused before a byte is read: net/http then closes the
+		// connection rather than drain the body.
+		a.invalid(w, http.StatusRequestEntityTooLarge, "file_too_large", "file",
+			fmt.Sprintf("the request body (%d bytes) is larger than batch.max_file_bytes (%d bytes) plus %d bytes for the form's other parts",
+				r.ContentLength, limit, formAllowance))
+		return
+	}
+	release, field, bound, ok := a.uploads.acquire(tenant)
+	if !ok {
+		a.tooManyUploads(w, field, bound)
+		return
+	}
+	defer release()
+	body := &bodyReader{ReadCloser: http.MaxBytesReader(w, r.Body, limit+formAllowance)}
+	r.Body = body
 	mr, err := r.MultipartReader()
-	if err != nil {
-		a.invalid(w, http.StatusBadRequest, "invalid_request", "", "reading the multipart form: "+err.Error())
+	if err != nil { // no boundary: nothing was read
+		a.invalid(w, http.StatusBadRequest, "invalid_request", "", "POST /v1/files takes multipart/form-data with a boundary parameter")
 		return
 	}
 	var purpose, filename, anchor, seconds string
 	var content []byte
 	tooBig := func() {
-		a.invalid(w, http.StatusBadRequest, "file_too_large", "file",
+		a.invalid(w, http.StatusRequestEntityTooLarge, "file_too_large", "file",
 			fmt.Sprintf("the file is larger than batch.max_file_bytes (%d bytes)", limit))
+	}
+	// readFailed answers a body that could not be read: a fixed message
+	// in the caller's terms (wire.BodyError), the error itself, which may
+	// name both socket addresses, in the log.
+	readFailed := func(err error) {
+		var mbe *http.MaxBytesError
+		switch {
+		case errors.As(body.err, &mbe):
+			tooBig()
+		case body.err != nil:
+			a.bodyError(w, wire.BodyError(body.err, "batch.max_file_bytes", limit))
+		default: // the body arrived whole: the form itself is malformed
+			a.logCause(w, "invalid_request", err)
+			a.invalid(w, http.StatusBadRequest, "invalid_request", "", "the request body is not a valid multipart/form-data form (a part's headers are malformed, or it ends before its closing boundary)")
+		}
 	}
 	for {
 		p, err := mr.NextPart()
@@ -71,12 +112,7 @@ func (a *API) uploadFile(w http.ResponseWriter, r *http.Request, tenant string) 
 			break
 		}
 		if err != nil {
-			var mbe *http.MaxBytesError
-			if errors.As(err, &mbe) {
-				tooBig()
-				return
-			}
-			a.invalid(w, http.StatusBadRequest, "invalid_request", "", "reading the multipart form: "+err.Error())
+			readFailed(err)
 			return
 		}
 		name := p.FormName()
@@ -84,7 +120,7 @@ func (a *API) uploadFile(w http.ResponseWriter, r *http.Request, tenant string) 
 		case "purpose", "expires_after[anchor]", "expires_after.anchor", "expires_after[seconds]", "expires_after.seconds":
 			v, err := io.ReadAll(io.LimitReader(p, 64))
 			if err != nil {
-				a.invalid(w, http.StatusBadRequest, "invalid_request", name, "reading "+name+": "+err.Error())
+				readFailed(err)
 				return
 			}
 			switch name {
@@ -99,12 +135,7 @@ func (a *API) uploadFile(w http.ResponseWriter, r *http.Request, tenant string) 
 			filename = p.FileName()
 			content, err = io.ReadAll(io.LimitReader(p, limit+1))
 			if err != nil {
-				var mbe *http.MaxBytesError
-				if errors.As(err, &mbe) {
-					tooBig()
-					return
-				}
-				a.invalid(w, http.StatusBadRequest, "invalid_request", "file", "reading the file: "+err.Error())
+				readFailed(err)
 				return
 			}
 			if int64(len(content)) > limit {
@@ -192,4 +223,21 @@ func (a *API) fileContent(w http.ResponseWriter, r *http.Request, tenant, id str
 		w.Header().Set("Content-Length", strconv.Itoa(len(content)))
 		_, _ = w.Write(content)
 	}
+}
+
+// bodyReader keeps the first error of the body's own reads other than its
+// end: the multipart reader wraps it, or turns it into io.ErrUnexpectedEOF,
+// and a body that stalled or was cut is told from a form that is malformed
+// by this, not by the multipart reader's error.
+type bodyReader struct {
+	io.ReadCloser
+	err error
+}
+
+func (b *bodyReader) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if err != nil && err != io.EOF && b.err == nil {
+		b.err = err
+	}
+	return n, err
 }

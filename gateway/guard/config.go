@@ -30,9 +30,12 @@ type Config struct {
 	// ReadBodyTimeout bounds reading a request's body, from the end of its
 	// headers. It is one deadline for the whole body, not a minimum rate: a
 	// client sending at any chosen rate still lets go of the connection by
-	// then. Zero means 10s plus 1s per MiB of limits.max_body_bytes (20s at
-	// the default 10 MiB, a 1 MiB/s floor for the largest body); at most 1h.
-	// Pass-through uploads (other paths) are bound by it too.
+	// then. Zero means derived per request from the size of the body it may
+	// send (BodyTimeout: 10s plus 1s per MiB, a 1 MiB/s floor): its
+	// Content-Length, or, chunked, the most its route takes
+	// (limits.max_body_bytes, 20s at the default 10 MiB; on POST /v1/files
+	// batch.max_file_bytes plus 1 MiB, 111s at the default 100 MiB); at
+	// most 1h. Set, it is the same for every body, uploads included.
 	ReadBodyTimeout Duration `yaml:"read_body_timeout"`
 	// IdleTimeout is how long a keep-alive connection may wait for its next
 	// request. Zero means 60s; at most 1h.
@@ -119,8 +122,13 @@ func (c Config) Validate() error {
 // returns them; a zero value is no policy.
 type Limits struct {
 	// The timeouts: read_header_timeout, read_body_timeout, idle_timeout
-	// and write_timeout.
+	// and write_timeout. ReadBody, when derived, is the one of the largest
+	// body limits.max_body_bytes lets a call send.
 	ReadHeader, ReadBody, Idle, Write time.Duration
+	// ReadBodyPerRequest is set when read_body_timeout is derived: the
+	// middleware then derives each body's deadline from its size
+	// (BodyTimeout).
+	ReadBodyPerRequest bool
 	// The caps: max_connections and max_unauthenticated_per_ip.
 	MaxConns, MaxUnauthPerIP int
 	// TrustedProxies is trusted_proxies parsed: a single address is a
@@ -169,7 +177,7 @@ func (c Config) effective(maxBody int64, fdLimit uint64) (Limits, error) {
 		l.ReadHeader = 10 * time.Second
 	}
 	if l.ReadBody == 0 {
-		l.ReadBody = min(10*time.Second+time.Duration(maxBody>>20)*time.Second, maxServerTimeout)
+		l.ReadBody, l.ReadBodyPerRequest = BodyTimeout(maxBody), true
 	}
 	if l.Idle == 0 {
 		l.Idle = 60 * time.Second
@@ -193,6 +201,23 @@ func (c Config) effective(maxBody int64, fdLimit uint64) (Limits, error) {
 		return l, fmt.Errorf("config: server.max_unauthenticated_per_ip: %d, want at most server.max_connections (%d)", l.MaxUnauthPerIP, l.MaxConns)
 	}
 	return l, nil
+}
+
+// The derived body deadline: a base for the round trips and pauses any
+// client has, plus the body's size at the slowest rate a legitimate client
+// is expected to send at. A client slower than that (a byte a second) is
+// cut; one at 2 MiB/s has twice the time it needs.
+const (
+	BodyTimeoutBase = 10 * time.Second
+	BodyMinRate     = 1 << 20 // bytes a second
+)
+
+// BodyTimeout is the derived read deadline of a body of size bytes:
+// BodyTimeoutBase plus size at BodyMinRate, at most 1h.
+func BodyTimeout(size int64) time.Duration {
+	size = max(size, 0)
+	return min(BodyTimeoutBase+time.Duration(size/BodyMinRate)*time.Second+
+		time.Duration(size%BodyMinRate)*time.Second/BodyMinRate, maxServerTimeout)
 }
 
 // fdLimit returns the soft RLIMIT_NOFILE, or 0 when it cannot be read. The

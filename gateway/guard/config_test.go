@@ -14,7 +14,7 @@ func TestLimitsDefaults(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := Limits{ReadHeader: 10 * time.Second, ReadBody: 20 * time.Second, Idle: time.Minute, Write: time.Minute,
+	want := Limits{ReadHeader: 10 * time.Second, ReadBody: 20 * time.Second, ReadBodyPerRequest: true, Idle: time.Minute, Write: time.Minute,
 		MaxConns: 480, MaxUnauthPerIP: 60, FDLimit: 1024}
 	if !reflect.DeepEqual(l, want) {
 		t.Errorf("defaults at 1024 descriptors: %+v, want %+v", l, want)

@@ -212,8 +212,8 @@ func TestSlowBodyIsCutAtTheReadBodyTimeout(t *testing.T) {
 	if took < timeout-50*time.Millisecond || took > timeout+2*time.Second {
 		t.Errorf("closed after %v, want about %v", took, timeout)
 	}
-	if !bytes.HasPrefix(got, []byte("HTTP/1.1 400")) || !bytes.Contains(got, []byte("timeout")) {
-		t.Errorf("answer %q, want a 400 naming the timeout", got)
+	if !bytes.HasPrefix(got, []byte("HTTP/1.1 408")) || !bytes.Contains(got, []byte("read_body_timeout")) {
+		t.Errorf("answer %q, want a 408 naming the timeout", got)
 	}
 }
 

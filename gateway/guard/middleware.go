@@ -26,11 +26,16 @@ import (
 // is answered a 429 in the canned refusal's shape, and the connection is
 // closed after it, since its body is not read; identified is asked about
 // every such request.
-func Middleware(next http.Handler, l Limits, identified func(*http.Request) bool) http.Handler {
+//
+// maxBody says the most a request's route takes of a body; with a derived
+// read_body_timeout (l.ReadBodyPerRequest) the deadline fits the body:
+// BodyTimeout of its Content-Length, or of maxBody when it is chunked. Nil
+// means l.ReadBody for every body.
+func Middleware(next http.Handler, l Limits, identified func(*http.Request) bool, maxBody func(*http.Request) int64) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		tc, _ := r.Context().Value(connKey{}).(*trackedConn)
 		if tc != nil && tc.perRequest() {
-			serveForwarded(next, w, r, tc, l, identified)
+			serveForwarded(next, w, r, tc, l, identified, maxBody)
 			return
 		}
 		// Identify only while the connection still counts as
@@ -44,8 +49,13 @@ func Middleware(next http.Handler, l Limits, identified func(*http.Request) bool
 			next.ServeHTTP(w, r)
 			return
 		}
-		setBodyDeadline(w, l)
+		setBodyDeadline(w, r, l, maxBody)
 		if known {
+			// On a shallow copy: the server's own request keeps its
+			// body, whose unread size tells net/http, once a handler
+			// answers without reading it (a 413 from Content-Length),
+			// to close the connection rather than wait to drain it.
+			r = r.WithContext(r.Context())
 			r.Body = &authBody{ReadCloser: r.Body, done: tc.authenticate}
 		}
 		next.ServeHTTP(w, r)
@@ -54,7 +64,7 @@ func Middleware(next http.Handler, l Limits, identified func(*http.Request) bool
 
 // serveForwarded serves a request on a trusted proxy's connection: it
 // counts under its X-Forwarded-For client while it is unauthenticated.
-func serveForwarded(next http.Handler, w http.ResponseWriter, r *http.Request, tc *trackedConn, l Limits, identified func(*http.Request) bool) {
+func serveForwarded(next http.Handler, w http.ResponseWriter, r *http.Request, tc *trackedConn, l Limits, identified func(*http.Request) bool, maxBody func(*http.Request) int64) {
 	client := forwardedClient(l.TrustedProxies, tc.ip, r.Header.Values("X-Forwarded-For"))
 	r = withClient(r, client)
 	slot := tc.l.claim(client)
@@ -72,16 +82,17 @@ func serveForwarded(next http.Handler, w http.ResponseWriter, r *http.Request, t
 		next.ServeHTTP(w, r)
 		return
 	}
-	setBodyDeadline(w, l)
+	setBodyDeadline(w, r, l, maxBody)
 	if known {
-		r.Body = &authBody{ReadCloser: r.Body, done: slot.release}
+		r.Body = &authBody{ReadCloser: r.Body, done: slot.release} // on withClient's copy of the request
 	}
 	next.ServeHTTP(w, r)
 }
 
 func hasBody(r *http.Request) bool { return r.Body != nil && r.Body != http.NoBody }
 
-// setBodyDeadline sets the request body's read deadline.
+// setBodyDeadline sets the request body's read deadline: l.bodyTimeout,
+// which fits it to the body's size when read_body_timeout is derived.
 //
 // A deadline on the connection, not a timer per read: the poller enforces
 // it, and a blocked read returns as soon as it passes. It is never set on
@@ -90,8 +101,8 @@ func hasBody(r *http.Request) bool { return r.Body != nil && r.Body != http.NoBo
 // it would cancel the answer, a stream included. For a body, net/http
 // lifts the deadline itself when the body ends and it starts that pending
 // read.
-func setBodyDeadline(w http.ResponseWriter, l Limits) {
-	_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(l.ReadBody))
+func setBodyDeadline(w http.ResponseWriter, r *http.Request, l Limits, maxBody func(*http.Request) int64) {
+	_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(l.bodyTimeout(r, maxBody)))
 }
 
 // writeRefusal answers a request as the listener's canned refusal answers
@@ -123,4 +134,18 @@ func (b *authBody) Read(p []byte) (int, error) {
 		b.done()
 	}
 	return n, err
+}
+
+// bodyTimeout is r's body's read deadline, from the end of its headers.
+// A Content-Length over what the route takes is answered 413 before the
+// body is read, so the smaller of the two is what may be read.
+func (l Limits) bodyTimeout(r *http.Request, maxBody func(*http.Request) int64) time.Duration {
+	if !l.ReadBodyPerRequest || maxBody == nil {
+		return l.ReadBody
+	}
+	size := maxBody(r)
+	if r.ContentLength >= 0 {
+		size = min(size, r.ContentLength)
+	}
+	return BodyTimeout(size)
 }

@@ -114,9 +114,16 @@ type BadRequest struct {
 	Status int
 	Code   string
 	Msg    string
+	// Cause is the error behind the answer, for the log only: never
+	// written to the caller (it may name socket addresses or be a Go
+	// runtime string). Nil when Msg says everything.
+	Cause error
 }
 
 func (e *BadRequest) Error() string { return e.Msg }
+
+// Unwrap returns Cause.
+func (e *BadRequest) Unwrap() error { return e.Cause }
 
 // BadHeader is a 400 invalid_header naming the header.
 func BadHeader(name, format string, args ...any) *BadRequest {
@@ -174,7 +181,7 @@ func anthropicErrorType(status int) string {
 		return "rate_limit_error"
 	case http.StatusServiceUnavailable, 529:
 		return "overloaded_error"
-	case http.StatusGatewayTimeout:
+	case http.StatusGatewayTimeout, http.StatusRequestTimeout:
 		return "timeout_error"
 	}
 	if status >= 500 {
