@@ -195,6 +195,7 @@ func pastDeadline(rep *loadgen.Report) int { return rep.Late + rep.Rejections[lo
 // caller's deadline. The baseline in the same test, the single upstream
 // pointing at the primary alone, is held to the primary's capacity.
 func TestPrimarySlowedGoodputIsBothDeployments(t *testing.T) {
+	measuresThroughput(t)
 	const (
 		median = 200 * time.Millisecond
 		sigma  = 0.5
@@ -363,6 +364,7 @@ func TestPrimaryDownSecondaryServesAndProbeIsBounded(t *testing.T) {
 // here: interactive calls overtake the batch calls queued at gpt-4o, whose
 // estimate did not count them; see docs/perf.md, "Degrade under load for `batch`".)
 func TestDegradeUnderLoadKeepsBatchAndInteractive(t *testing.T) {
+	measuresThroughput(t)
 	const (
 		median = 50 * time.Millisecond
 		sigma  = 0.5

@@ -179,3 +179,13 @@ func decodeJSON(t *testing.T, resp *http.Response, v any) {
 }
 
 func testutilValue(c prometheus.Collector) float64 { return testutil.ToFloat64(c) }
+
+// measuresThroughput skips a test that checks a throughput or latency
+// floor over real HTTP under the race detector (see raceBuild); .ci/run
+// runs it without.
+func measuresThroughput(t *testing.T) {
+	t.Helper()
+	if raceBuild {
+		t.Skip("measures throughput over real HTTP: run without -race (.ci/run)")
+	}
+}

@@ -58,6 +58,7 @@ func twoModelsConfig(url string, pools bool) config.Config {
 // so that what differs between the halves is the slow model alone. Each
 // model is loaded at 0.8 of its pool's capacity.
 func TestTwoModelsSlowOneKeepsTheFastModelsGoodputAndP99(t *testing.T) {
+	measuresThroughput(t)
 	const (
 		median = 200 * time.Millisecond
 		phase  = 3 * time.Second
@@ -209,6 +210,7 @@ func TestTokensPerMinuteConfiguredPacesToTheLimit(t *testing.T) {
 // provider's x-ratelimit-* headers (the first answer gives them) and paces
 // the same.
 func TestTokensPerMinuteLearnedFromTheHeadersPacesToTheLimit(t *testing.T) {
+	measuresThroughput(t)
 	tokensPerMinuteThreshold(t, runTokensPerMinute(t, tpmPool(0)))
 }
 
