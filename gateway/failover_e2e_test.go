@@ -536,6 +536,7 @@ func TestEastKilledQueuedCallsMoveToWest(t *testing.T) {
 // quantiles, scaled to the new level, are those of a mixture of the two
 // levels, and east is left idle while they overshoot.
 func TestEastSlowedQueuedCallsMoveToWest(t *testing.T) {
+	measuresThroughput(t)
 	ew := newEastWest(t)
 	by := newAnswers(contract.HeaderUpstream)
 	load := eastWestLoadConfig(10*time.Second, by)

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"strconv"
 	"time"
 
 	"github.com/sluicehq/sluice/gateway/guard"
@@ -107,7 +108,7 @@ func (s *Server) Serve(ctx context.Context) error {
 	}()
 	defer func() { <-batchDone }()
 	s.log.Info("sluice gateway serving", "listen", s.API.Addr().String(), "admin", s.Admin.Addr().String(),
-		"upstream", s.Gateway.deps[0].url.Redacted(), "deployments", len(s.Gateway.deps), "pools", len(s.Gateway.pools), "concurrency", s.Gateway.cfg.Admission.Concurrency, "max_queue", *s.Gateway.cfg.Admission.MaxQueue,
+		"upstream", s.Gateway.deps[0].url.Redacted(), "deployments", len(s.Gateway.deps), "pools", len(s.Gateway.pools), "concurrency", concurrencyText(s.Gateway.cfg.Admission.Concurrency), "max_queue", *s.Gateway.cfg.Admission.MaxQueue,
 		"read_header_timeout", s.limits.ReadHeader, "read_body_timeout", s.limits.ReadBody, "idle_timeout", s.limits.Idle,
 		"write_timeout", s.limits.Write, "max_connections", s.limits.MaxConns, "max_unauthenticated_per_ip", s.limits.MaxUnauthPerIP,
 		"fd_limit", s.limits.FDLimit)
@@ -148,4 +149,14 @@ func (s *Server) Serve(ctx context.Context) error {
 	}
 	s.log.Info("stopped")
 	return err
+}
+
+// concurrencyText is the start line's concurrency: the number configured,
+// or "learned" when none is and each pool learns its own (package
+// adaptive), rather than a 0 that reads as no slots at all.
+func concurrencyText(n int) string {
+	if n == 0 {
+		return "learned"
+	}
+	return strconv.Itoa(n)
 }
