@@ -605,6 +605,18 @@ var batchFields = []string{"rec", "tenant", "status", "total", "completed", "fai
 	"finalizing_at", "completed_at", "expired_at", "cancelling_at", "cancelled_at",
 	"model", "failed_at", "errors", "in_progress_at", "in_tok", "out_tok", "cached_tok", "reason_tok"}
 
+// readBatches reads the records of the batches ids in one pipeline.
+func (j *Jobs) readBatches(ctx context.Context, c redis.UniversalClient, ids []string) ([]*redis.SliceCmd, error) {
+	cmds := make([]*redis.SliceCmd, len(ids))
+	_, err := c.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, id := range ids {
+			cmds[i] = j.readBatch(ctx, p, id)
+		}
+		return nil
+	})
+	return cmds, err
+}
+
 func (j *Jobs) readBatch(ctx context.Context, c redis.Cmdable, id string) *redis.SliceCmd {
 	return c.HMGet(ctx, j.key("b", id), batchFields...)
 }
@@ -694,13 +706,8 @@ func (j *Jobs) Pending(ctx context.Context) ([]batch.Batch, error) {
 		if err != nil || len(ids) == 0 {
 			return err
 		}
-		cmds := make([]*redis.SliceCmd, len(ids))
-		if _, err := c.Pipelined(ctx, func(p redis.Pipeliner) error {
-			for i, id := range ids {
-				cmds[i] = j.readBatch(ctx, p, id)
-			}
-			return nil
-		}); err != nil {
+		cmds, err := j.readBatches(ctx, c, ids)
+		if err != nil {
 			return err
 		}
 		for i, cmd := range cmds {
@@ -765,13 +772,8 @@ func (j *Jobs) Batches(ctx context.Context, tenant, after string, limit int) ([]
 		if err != nil || len(ids) == 0 {
 			return err
 		}
-		cmds := make([]*redis.SliceCmd, len(ids))
-		if _, err := c.Pipelined(ctx, func(p redis.Pipeliner) error {
-			for i, id := range ids {
-				cmds[i] = j.readBatch(ctx, p, id)
-			}
-			return nil
-		}); err != nil {
+		cmds, err := j.readBatches(ctx, c, ids)
+		if err != nil {
 			return err
 		}
 		for _, cmd := range cmds {
