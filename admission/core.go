@@ -1064,3 +1064,60 @@ func (g *grantRates) above(now time.Time, rank int, window time.Duration) float6
 	}
 	return n / g.length.Seconds()
 }
+
+// Observe decides req at now as Arrive would, with wait, and enforces
+// nothing of it: a call Arrive would refuse takes nothing and gets the
+// refusal it would have had in the Decision; any other call is granted a
+// slot at once, beyond the concurrency if need be, and its Decision says
+// whether it would have been granted or queued (with the wait it would
+// have had). The slots taken past the concurrency stand, in every later
+// estimate, for the queue those calls would have waited in: the
+// decisions that follow are the ones a gate enforcing the same policy
+// would make while that queue drained. Nothing is counted as admitted or
+// refused: observe mode's counts are the shell's. It is what a shell runs
+// for a call in observe mode (see the chain's mode).
+func (c *Core) Observe(now time.Time, req Request, wait bool) (Decision, error) {
+	d, _, err := c.observe(now, &req, wait)
+	return d, err
+}
+
+func (c *Core) observe(now time.Time, req *Request, wait bool) (Decision, *tenantState, error) {
+	rank, err := c.ranks.Rank(req)
+	if err != nil {
+		return Decision{}, nil, err
+	}
+	cost, err := req.cost()
+	if err != nil {
+		return Decision{}, nil, err
+	}
+	ts := c.tenant(req.Tenant)
+	d := c.decide(now, req, rank, ts, cost)
+	if d.Verdict == Queued {
+		// The waiting room's bounds, with the slots taken past the
+		// concurrency as its occupants.
+		waiting := c.queued + max(c.inFlight-c.concurrency, 0)
+		switch {
+		case !wait:
+			d.Verdict, d.Reason = Rejected, ReasonQueueWait
+			d.RetryAfter = max(d.EstimatedWait, c.perSlot())
+		case waiting >= c.cfg.MaxQueue:
+			d.Verdict, d.Reason = Rejected, ReasonQueueFull
+			d.RetryAfter = c.retryAfterFor(now, d.Rank, req.Tenant, req)
+		}
+	}
+	if d.Verdict == Rejected {
+		if d.Reason == ReasonQueueWait && budget(now, req) > 0 {
+			// Refused callers that come back are refused early, as
+			// they would be when enforced.
+			ts.refusingAt(rank).refused(now, standingInterval(budget(now, req)))
+		}
+		return d, ts, nil
+	}
+	c.granted(now, ts, c.servedAt(rank, ts, cost))
+	c.inFlight++
+	c.holdRank(rank, 1)
+	ts.inFlight++
+	ts.inFlightCost += cost
+	c.changed(ts)
+	return d, ts, nil
+}

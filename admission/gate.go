@@ -252,6 +252,26 @@ func (g *Gate) Shed(reason Reason, retry time.Duration) int {
 	return n
 }
 
+// Observe decides req as Acquire would and enforces nothing of it (see
+// [Core.Observe]): a call Acquire would refuse gets a nil Permit and the
+// refusal it would have had in the Decision; any other call gets a slot at
+// once, beyond the concurrency if need be, which the caller releases with
+// Done as for Acquire. wait false decides as TryAcquire would. It never
+// blocks.
+func (g *Gate) Observe(req Request, wait bool) (*Permit, Decision, error) {
+	now := g.now()
+	g.mu.Lock()
+	d, ts, err := g.mu.core.observe(now, &req, wait)
+	g.mu.Unlock()
+	if err != nil || d.Verdict == Rejected {
+		return nil, d, err
+	}
+	cost, _ := req.cost() // valid: observe accepted it
+	p := &Permit{}
+	p.grant(g, req.Key, ts, cost, d.Rank, now, 0)
+	return p, d, nil
+}
+
 // Estimate says what would happen to req if it arrived now, without queuing
 // it. A zero Deadline means none.
 func (g *Gate) Estimate(req Request) (Decision, error) {
@@ -266,6 +286,13 @@ func (g *Gate) Interval() time.Duration {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	return g.mu.core.Interval()
+}
+
+// Concurrency is the number of slots.
+func (g *Gate) Concurrency() int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.mu.core.Concurrency()
 }
 
 // Stats returns a snapshot of the gate's state and counters.

@@ -15,10 +15,13 @@ import (
 // gate; the Permit's Done settles the call with every stage and releases
 // its slot. Safe for concurrent use.
 type Chain struct {
-	gates  []*admission.Gate // the pools', in RoutingConfig.Pools order
-	stages *stages
-	now    func() time.Time
-	reconf sync.Mutex // serializes Reconfigure
+	gates []*admission.Gate // the pools', in RoutingConfig.Pools order
+	// shadows are the pools' pictures of their slots for calls in
+	// observe mode (shadow.go), in the order of gates.
+	shadows []*shadow
+	stages  *stages
+	now     func() time.Time
+	reconf  sync.Mutex // serializes Reconfigure
 }
 
 // New returns a Chain for cfg, or an error naming the invalid field.
@@ -29,6 +32,10 @@ func New(cfg Config) (*Chain, error) {
 		return nil, err
 	}
 	c.gates = gates
+	c.shadows = make([]*shadow, len(gates))
+	for i := range c.shadows {
+		c.shadows[i] = new(shadow)
+	}
 	st, err := newStages(cfg, rt)
 	if err != nil {
 		return nil, err
@@ -73,6 +80,9 @@ func (c *Chain) Acquire(ctx context.Context, req Request) (*Permit, error) {
 		c.stages.spread.assign(c.now(), d.Rejection, &p.req, c.gateOf(&p.req))
 		return nil, d.Rejection
 	}
+	if p.req.Observe {
+		return c.observe(p)
+	}
 	gate := c.gateOf(&p.req)
 	if !pace(ctx, p.req.NotBefore, c.now) {
 		p.holds.cancel(c.now(), ctx.Err())
@@ -101,6 +111,35 @@ func (c *Chain) Acquire(ctx context.Context, req Request) (*Permit, error) {
 		return nil, err
 	}
 	p.gp = gp
+	return p, nil
+}
+
+// observe gives an observed call (Request.Observe) its gate's decision
+// without enforcing it: no pacing, no wait, no refusal. A call its gate
+// would take gets a slot now, beyond the concurrency if need be, so that
+// the calls after it are decided as they would be behind it; one its gate
+// would refuse takes no slot — enforced, it would not be there for the
+// calls after it — and is sent all the same, the refusal recorded.
+func (c *Chain) observe(p *Permit) (*Permit, error) {
+	p.req.NotBefore = time.Time{}
+	gate := c.gateOf(&p.req)
+	gp, d, err := gate.Observe(p.req.admission(), p.req.overRetryBudget == nil)
+	now := c.now()
+	if err != nil {
+		p.holds.cancel(now, err)
+		return nil, err
+	}
+	if rej := d.Rejection(); rej != nil {
+		rej = p.req.refusal(rej)
+		c.stages.spread.assign(now, rej, &p.req, gate)
+		p.req.would(rej)
+	}
+	if gp != nil {
+		p.slot = &shadowSlot{release: func(_ time.Time, o admission.Outcome) { gp.Done(o) }}
+		c.shadows[p.req.Pool].take(now, p.slot, gate.Concurrency())
+	}
+	p.req.WouldWait = d.EstimatedWait
+	p.start = now
 	return p, nil
 }
 
@@ -142,6 +181,11 @@ type Permit struct {
 	holds holds
 	done  atomic.Bool
 	moved time.Duration // waited at pools the call left (Chain.wait)
+	// An observed call (Request.Observe) has no gp: its slot, if its
+	// gate would have let it through, is slot, in its pool's picture
+	// (shadow.go); start is when it was sent, its service time's start.
+	slot  *shadowSlot
+	start time.Time
 }
 
 // Request returns the call as the stages left it: its tenant and tier, the
@@ -149,7 +193,12 @@ type Permit struct {
 func (p *Permit) Request() *Request { return &p.req }
 
 // QueueTime is how long the call waited for its slot.
-func (p *Permit) QueueTime() time.Duration { return p.moved + p.gp.QueueTime() }
+func (p *Permit) QueueTime() time.Duration {
+	if p.gp == nil {
+		return p.moved
+	}
+	return p.moved + p.gp.QueueTime()
+}
 
 // Done books the call's outcome with every stage, then releases its slot.
 // A zero ServiceTime is measured from the grant. An error is a stage's
@@ -159,10 +208,17 @@ func (p *Permit) Done(o Outcome) error {
 		return nil
 	}
 	now := p.c.now()
-	if o.ServiceTime <= 0 {
+	if o.ServiceTime <= 0 && p.gp == nil {
+		o.ServiceTime = now.Sub(p.start)
+	} else if o.ServiceTime <= 0 {
 		o.ServiceTime = now.Sub(p.gp.Start())
 	}
 	err := p.holds.settle(now, o)
+	if p.req.Observe {
+		c := p.c
+		c.shadows[p.req.Pool].end(now, p.slot, gateResult(o), c.gates[p.req.Pool].Concurrency())
+		return err
+	}
 	p.gp.Done(admission.Outcome{Result: gateResult(o), ServiceTime: o.ServiceTime})
 	return err
 }
@@ -183,7 +239,12 @@ func (p *Permit) Drop() {
 	if !p.done.CompareAndSwap(false, true) {
 		return
 	}
-	p.holds.cancel(p.c.now(), nil)
+	now := p.c.now()
+	p.holds.cancel(now, nil)
+	if p.req.Observe {
+		p.c.shadows[p.req.Pool].end(now, p.slot, admission.Unused, p.c.gates[p.req.Pool].Concurrency())
+		return
+	}
 	p.gp.Drop()
 }
 
@@ -206,6 +267,8 @@ type TenantInfo struct {
 	Name string
 	Tier admission.Tier
 	Keys int // how many keys it has
+	// Mode is the mode its calls are in: its own, or the chain's.
+	Mode string
 }
 
 // Tenants lists the configured tenants, in configuration order.
@@ -219,7 +282,18 @@ func (c *Chain) Tenants() []TenantInfo {
 				n++
 			}
 		}
-		out = append(out, TenantInfo{Name: t.name, Tier: t.tier, Keys: n})
+		out = append(out, TenantInfo{Name: t.name, Tier: t.tier, Keys: n, Mode: modeName(t.observe)})
 	}
 	return out
+}
+
+// Mode is the chain's mode (Config.Mode, as last reconfigured): the mode
+// of calls whose tenant names none of its own.
+func (c *Chain) Mode() string { return modeName(c.stages.identify.table.Load().anonymous.observe) }
+
+func modeName(observe bool) string {
+	if observe {
+		return ModeObserve
+	}
+	return ModeEnforce
 }

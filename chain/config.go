@@ -36,6 +36,10 @@ type Config struct {
 	// (Admission is then unused). Nil means one pool, DefaultPool: the gate
 	// of Admission, for every model.
 	Routing *RoutingConfig
+	// Mode is the chain's mode, and its tenants' unless they name their
+	// own: ModeEnforce or ModeObserve (see ModeObserve). Empty means
+	// enforce.
+	Mode string
 }
 
 // stages are a chain's stages before the gate.
@@ -54,7 +58,7 @@ type stages struct {
 // view of the pools' gates the other stages get.
 func newStages(cfg Config, rt *router) (*stages, error) {
 	gate := rt.gateView
-	id, err := newIdentify(cfg.Tenants, gate)
+	id, err := newIdentify(cfg.Tenants, cfg.Mode, gate)
 	if err != nil {
 		return nil, err
 	}

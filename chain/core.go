@@ -14,9 +14,12 @@ import (
 // Release, Cancel, SetConcurrency). It is what the simulator drives. Not
 // safe for concurrent use.
 type Core struct {
-	gates  []*admission.Core // the pools', in RoutingConfig.Pools order
-	stages *stages
-	events []*Ticket
+	gates []*admission.Core // the pools', in RoutingConfig.Pools order
+	// shadows are the pools' pictures of their slots for calls in observe
+	// mode (shadow.go), in the order of gates.
+	shadows []*shadow
+	stages  *stages
+	events  []*Ticket
 	// paced are the tickets waiting for their pool's requests or tokens
 	// per minute (Request.NotBefore) before they reach its gate; due are
 	// those Advance decided at once, for Events.
@@ -41,6 +44,9 @@ type Ticket struct {
 	// paced: waiting for its NotBefore; granted: granted by the gate when
 	// its pacing ended.
 	paced, granted bool
+	// slot is an observed call's slot in its pool's picture (shadow.go);
+	// nil for one its gate would have refused, let through without one.
+	slot *shadowSlot
 }
 
 // Request returns the call as the stages left it (tenant, tier, model).
@@ -76,6 +82,10 @@ func NewCore(cfg Config) (*Core, error) {
 		return nil, err
 	}
 	c.gates = gates
+	c.shadows = make([]*shadow, len(gates))
+	for i := range c.shadows {
+		c.shadows[i] = new(shadow)
+	}
 	st, err := newStages(cfg, rt)
 	if err != nil {
 		return nil, err
@@ -115,12 +125,15 @@ func (c *Core) Arrive(now time.Time, req Request, t *Ticket, wait bool) (Decisio
 	t.req = req
 	t.gt.Owner = t
 	t.rej = nil
-	t.paced, t.granted = false, false
+	t.paced, t.granted, t.slot = false, false, nil
 	if d, err := c.stages.admit(now, &t.req, &t.holds); d.Verdict != 0 || err != nil {
 		if d.Rejection != nil {
 			c.stages.spread.assign(now, d.Rejection, &t.req, c.gateOf(&t.req))
 		}
 		return d, err
+	}
+	if t.req.Observe {
+		return c.observe(now, t)
 	}
 	// A recognised retry past its budgets runs only on a slot nobody
 	// waits for (retries.Admit).
@@ -141,6 +154,30 @@ func (c *Core) Arrive(now time.Time, req Request, t *Ticket, wait bool) (Decisio
 		return Decision{Verdict: admission.Queued}, nil
 	}
 	return c.enter(now, t, wait)
+}
+
+// observe gives an observed call its gate's decision without enforcing it
+// (see Chain.observe): it is Granted, with a slot unless its gate would
+// have refused it.
+func (c *Core) observe(now time.Time, t *Ticket) (Decision, error) {
+	t.req.NotBefore = time.Time{}
+	gate := c.gateOf(&t.req)
+	d, err := gate.Observe(now, t.req.admission(), t.req.overRetryBudget == nil)
+	if err != nil {
+		t.holds.cancel(now, err)
+		return Decision{}, err
+	}
+	if rej := d.Rejection(); rej != nil {
+		rej = t.req.refusal(rej)
+		c.stages.spread.assign(now, rej, &t.req, gate)
+		t.req.would(rej)
+	} else {
+		req := t.req.admission()
+		t.slot = &shadowSlot{release: func(now time.Time, o admission.Outcome) { gate.Release(now, req, o) }}
+		c.shadows[t.req.Pool].take(now, t.slot, gate.Concurrency())
+	}
+	t.req.WouldWait = d.EstimatedWait
+	return Decision{Verdict: admission.Granted}, nil
 }
 
 // enter presents a ticket the stages admitted to its pool's gate.
@@ -266,6 +303,11 @@ func (c *Core) Release(now time.Time, t *Ticket, o Outcome) error {
 	c.now = now
 	err := t.holds.settle(now, o)
 	t.granted = false
+	if t.req.Observe {
+		c.shadows[t.req.Pool].end(now, t.slot, gateResult(o), c.gateOf(&t.req).Concurrency())
+		t.slot = nil
+		return err
+	}
 	c.gateOf(&t.req).Release(now, t.req.admission(), admission.Outcome{Result: gateResult(o), ServiceTime: o.ServiceTime})
 	return err
 }

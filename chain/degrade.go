@@ -112,6 +112,10 @@ func (d *degrader) degrade(now time.Time, r *Request) {
 	}
 	lower := rt.ladder[r.Model]
 	if lc, err := rt.pick(now, r, lower, nil); err == nil && lc.fits {
+		if r.Observe {
+			r.WouldDegrade = lower
+			return
+		}
 		r.AskedModel, r.Model, r.Degraded, r.DegradedBy = r.Model, lower, true, DegradedByLoad
 	}
 }

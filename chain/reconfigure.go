@@ -92,7 +92,7 @@ func (s *stages) reconfigure(now time.Time, cfg Config, gate func() error) error
 	if cfg.Retries.Disabled != (s.retries == nil) {
 		return errors.New("chain: Config.Retries.Disabled cannot change while the chain runs")
 	}
-	table, err := s.identify.newTable(cfg.Tenants)
+	table, err := s.identify.newTable(cfg.Tenants, cfg.Mode)
 	if err != nil {
 		return err
 	}

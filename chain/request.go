@@ -100,6 +100,37 @@ type Request struct {
 	NotBefore     time.Time
 	// EstimatedUSD is the cost the spend stage reserved (zero without one).
 	EstimatedUSD float64
+
+	// Observe says the call's tenant is in observe mode (the identify
+	// stage sets it from TenantConfig.Mode and Config.Mode): every stage
+	// and the gate decide about it as they would, and nothing of what
+	// they decide is enforced — it is forwarded now, unchanged, and what
+	// would have been done to it is recorded here instead.
+	Observe bool
+	// Would is, for an observed call, the first refusal it would have
+	// had: a *admission.Rejection (a stage's or its gate's) or a
+	// *ClassError. Nil when it would have been let through.
+	Would error
+	// WouldDegrade is, for an observed call, the cheaper model it would
+	// have been sent to (by the degrade stage under load, or for money),
+	// and WouldWait how long it would have waited for its slot.
+	WouldDegrade string
+	WouldWait    time.Duration
+}
+
+// WouldRejection is the observed call's would-be refusal as a
+// *admission.Rejection, nil when it would have been let through or
+// refused for its class (Would holds the *ClassError then).
+func (r *Request) WouldRejection() *admission.Rejection {
+	rej, _ := r.Would.(*admission.Rejection)
+	return rej
+}
+
+// would records an observed call's would-be refusal: the first one counts.
+func (r *Request) would(err error) {
+	if r.Would == nil {
+		r.Would = err
+	}
 }
 
 func (r *Request) admission() admission.Request {

@@ -342,6 +342,11 @@ func (rt *router) route(now time.Time, r *Request) (choice, error) {
 func (rt *router) Admit(now time.Time, r *Request) (Hold, error) {
 	c, err := rt.route(now, r)
 	if err != nil {
+		if r.Observe && c.p != nil {
+			// Sent anyway: it takes its requests and tokens, and
+			// the calls after it see the pool as it will be.
+			return rt.reserve(now, r, c), err
+		}
 		return nil, err
 	}
 	return rt.reserve(now, r, c), nil

@@ -31,7 +31,9 @@ import (
 func (p *Permit) Failover(ctx context.Context, o Outcome) bool {
 	rt := p.c.stages.route
 	i := p.routeHold()
-	if rt == nil || i < 0 {
+	if rt == nil || i < 0 || p.req.Observe {
+		// An observed call is answered as its deployment answered it:
+		// moving it would wait, or be refused, where it was not.
 		return false
 	}
 	old := p.holds.h[i].(*routeHold)

@@ -28,10 +28,11 @@ func (s *spendStage) Admit(now time.Time, r *Request) (Hold, error) {
 		return nil, nil
 	}
 	d, err := s.decide(now, r, s.l.Admit)
-	if err != nil {
+	if d.Reservation == nil {
 		return nil, err
 	}
-	return &spendHold{s: s, res: d.Reservation, tenant: r.Tenant, model: d.Model, estimate: d.EstimatedUSD}, nil
+	// Allowed; or, for an observed call, reserved and refused (err).
+	return &spendHold{s: s, res: d.Reservation, tenant: r.Tenant, model: d.Model, estimate: d.EstimatedUSD}, err
 }
 
 // decide asks the limiter about the call — ask is its Admit, or its Peek
@@ -51,6 +52,7 @@ func (s *spendStage) decide(now time.Time, r *Request, ask func(time.Time, spend
 		Class:                r.Class,
 		EstimatedInputTokens: r.InputTokens,
 		MaxOutputTokens:      r.MaxOutputTokens,
+		Observe:              r.Observe,
 	}
 	d, err := ask(now, req)
 	if err != nil && r.DegradedBy == DegradedByLoad && errors.Is(err, spend.ErrUnknownModel) {
@@ -64,8 +66,11 @@ func (s *spendStage) decide(now time.Time, r *Request, ask func(time.Time, spend
 	switch {
 	case err != nil:
 		return d, err
-	case !d.Allow:
+	case !d.Allow && d.Reservation == nil:
 		return d, d.Rejection
+	}
+	if d.WouldDegrade != "" {
+		r.WouldDegrade = d.WouldDegrade
 	}
 	if d.OverQuota {
 		r.OverQuota = true
@@ -79,6 +84,10 @@ func (s *spendStage) decide(now time.Time, r *Request, ask func(time.Time, spend
 		r.Model, r.Degraded, r.DegradedBy = d.Model, true, DegradedBySpend
 	}
 	r.EstimatedUSD = d.EstimatedUSD
+	if !d.Allow {
+		// Observed: reserved, and refused.
+		return d, d.Rejection
+	}
 	return d, nil
 }
 

@@ -1,6 +1,7 @@
 package chain
 
 import (
+	"errors"
 	"time"
 
 	"github.com/sluicehq/sluice/admission"
@@ -110,9 +111,19 @@ type holds struct {
 
 // admit asks every stage in turn. On a refusal or an error, what the
 // earlier stages took is given back, newest first, and the error returned.
+//
+// An observed call (Request.Observe) is refused by no stage: a stage's
+// refusal is recorded (Request.Would) and the call goes on to the next,
+// keeping what the refusing stage took for it nonetheless (a stage may
+// return a hold with its refusal of an observed call: spend books what
+// the call will cost, route the requests and tokens it will use).
 func (hs *holds) admit(stages []Stage, now time.Time, r *Request) error {
 	for _, st := range stages {
 		h, err := st.Admit(now, r)
+		if err != nil && r.Observe && isRefusal(err) {
+			r.would(err)
+			err = nil
+		}
 		if err != nil {
 			hs.cancel(now, err)
 			return err
@@ -147,4 +158,12 @@ func (hs *holds) settle(now time.Time, o Outcome) error {
 	}
 	hs.n = 0
 	return first
+}
+
+// isRefusal says err is a policy's refusal of a call — what observe mode
+// records instead of enforcing — rather than bad input.
+func isRefusal(err error) bool {
+	var rej *admission.Rejection
+	var ce *ClassError
+	return errors.As(err, &rej) || errors.As(err, &ce)
 }

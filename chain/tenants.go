@@ -55,6 +55,31 @@ type TenantConfig struct {
 	// admission.TenantShare). Written inline: weight, max_concurrency,
 	// queue_share.
 	Share admission.TenantShare `yaml:",inline"`
+	// Mode is the tenant's mode: "enforce" or "observe" (see Mode). Empty
+	// means the chain's (Config.Mode).
+	Mode string `yaml:"mode"`
+}
+
+// The modes of a chain and of its tenants (Config.Mode, TenantConfig.Mode).
+// In observe mode every stage and the gate decide about a call as they
+// would in enforce mode, and nothing is enforced: the call is sent at
+// once, unchanged, what it would have had (a refusal, a cheaper model, a
+// wait) is recorded on it (Request.Would…) for the shell to count and log,
+// and what it takes — its slot, its spend, its requests and tokens — is
+// taken as it would be, so that the decisions about the calls after it
+// are the ones an enforcing chain would make.
+const (
+	ModeEnforce = "enforce"
+	ModeObserve = "observe"
+)
+
+// validMode checks a mode's spelling; empty is valid (the default).
+func validMode(m string) error {
+	switch m {
+	case "", ModeEnforce, ModeObserve:
+		return nil
+	}
+	return fmt.Errorf("%q, want enforce or observe", m)
 }
 
 // Validate checks t on its own, naming the first bad field by its YAML key
@@ -78,6 +103,9 @@ func (t TenantConfig) Validate() error {
 	default:
 		return yamlpath.Errorf("disallowed_class", "%q, want demote or refuse", t.DisallowedClass)
 	}
+	if err := validMode(t.Mode); err != nil {
+		return yamlpath.Errorf("mode", "%v", err)
+	}
 	return t.Share.Validate()
 }
 
@@ -86,6 +114,7 @@ type tenant struct {
 	tier    admission.Tier
 	classes []string // allowed; nil: any
 	refuse  bool
+	observe bool // its mode, or the chain's when it names none
 }
 
 // ClassError refuses a call in a class its tenant may not use (the
@@ -119,14 +148,17 @@ type tenantTable struct {
 	keys   []tenantKey
 	byName map[string]*tenant
 	order  []*tenant
+	// anonymous is the tenant of calls no configured tenant claims, in
+	// the chain's mode.
+	anonymous *tenant
 }
 
-func newIdentify(cfgs []TenantConfig, gate GateView) (*identify, error) {
+func newIdentify(cfgs []TenantConfig, mode string, gate GateView) (*identify, error) {
 	id := &identify{rank: func(class string) (int, bool) {
 		r, err := gate.Rank(admission.Request{Class: class})
 		return r, err == nil
 	}}
-	tb, err := id.newTable(cfgs)
+	tb, err := id.newTable(cfgs, mode)
 	if err != nil {
 		return nil, err
 	}
@@ -134,15 +166,21 @@ func newIdentify(cfgs []TenantConfig, gate GateView) (*identify, error) {
 	return id, nil
 }
 
-// newTable builds the table of cfgs, or an error naming the invalid field.
-func (id *identify) newTable(cfgs []TenantConfig) (*tenantTable, error) {
+// newTable builds the table of cfgs in the chain's mode, or an error
+// naming the invalid field.
+func (id *identify) newTable(cfgs []TenantConfig, mode string) (*tenantTable, error) {
+	if err := validMode(mode); err != nil {
+		return nil, yamlpath.Errorf("mode", "%v", err)
+	}
 	if err := ValidateTenants(cfgs); err != nil {
 		return nil, err
 	}
-	tb := &tenantTable{byName: map[string]*tenant{}}
+	observe := mode == ModeObserve
+	tb := &tenantTable{byName: map[string]*tenant{}, anonymous: &tenant{name: AnonymousTenant, observe: observe}}
 	for i, c := range cfgs {
 		tier, _ := admission.ParseTier(c.Tier)
-		t := &tenant{name: c.Name, tier: tier, refuse: c.DisallowedClass == "refuse"}
+		t := &tenant{name: c.Name, tier: tier, refuse: c.DisallowedClass == "refuse",
+			observe: c.Mode == ModeObserve || (c.Mode == "" && observe)}
 		for j, class := range c.Classes {
 			if _, ok := id.rank(class); !ok {
 				return nil, yamlpath.Errorf(fmt.Sprintf("tenants[%d].classes[%d]", i, j), "%q is not a class of the gate", class)
@@ -213,14 +251,18 @@ func HashKey(key string) string {
 // nothing.
 func (id *identify) Admit(_ time.Time, r *Request) (Hold, error) {
 	var t *tenant
+	tb := id.table.Load()
 	if r.Tenant != "" {
-		if t = id.table.Load().byName[r.Tenant]; t == nil {
-			return nil, nil // a tenant the shell vouches for, as it is
+		if t = tb.byName[r.Tenant]; t == nil {
+			// A tenant the shell vouches for, as it is, in the
+			// chain's mode.
+			r.Observe = tb.anonymous.observe
+			return nil, nil
 		}
-	} else if t = id.byKey(r.APIKey); t == nil {
+	} else if t = tb.byKey(r.APIKey); t == nil {
 		return nil, ErrUnknownKey
 	}
-	r.Tenant, r.Tier = t.name, t.tier
+	r.Tenant, r.Tier, r.Observe = t.name, t.tier, t.observe
 	return nil, id.holdToClass(t, r)
 }
 
@@ -254,8 +296,6 @@ func (id *identify) holdToClass(t *tenant, r *Request) error {
 	return nil
 }
 
-var anonymous = &tenant{name: AnonymousTenant}
-
 // byKey returns the tenant of key, the anonymous tenant when no tenant has
 // keys, or nil.
 func (id *identify) byKey(key string) *tenant {
@@ -264,7 +304,7 @@ func (id *identify) byKey(key string) *tenant {
 
 func (tb *tenantTable) byKey(key string) *tenant {
 	if len(tb.keys) == 0 {
-		return anonymous
+		return tb.anonymous
 	}
 	if key == "" {
 		return nil

@@ -18,7 +18,7 @@ func (c Config) Chain(l *spend.Limiter) (chain.Config, error) {
 	if err != nil {
 		return chain.Config{}, err
 	}
-	cc := chain.Config{Admission: acfg, Tenants: c.Tenants, Retries: c.Retries, Spend: l, RefusalSpread: c.Admission.refusalSpread().D()}
+	cc := chain.Config{Admission: acfg, Tenants: c.Tenants, Retries: c.Retries, Spend: l, RefusalSpread: c.Admission.refusalSpread().D(), Mode: c.Mode}
 	if cc.RefusalSpread == 0 {
 		cc.RefusalSpread = -1 // configured off
 	}

@@ -68,6 +68,13 @@ type Config struct {
 	// Empty means interactive.
 	DefaultClass string      `yaml:"default_class"`
 	Ranks        RanksConfig `yaml:"ranks"`
+	// Mode is the gateway's mode, and every tenant's that names none
+	// (tenants[i].mode): enforce, or observe — every call is decided as in
+	// enforce mode and forwarded regardless, its would-be refusal, degrade
+	// and wait counted (sluice_would_refuse_total…), logged
+	// (would_refuse=…) and answered in X-Sluice-Would-Refuse; its spend is
+	// booked. Empty means enforce. A reload switches it.
+	Mode string `yaml:"mode"`
 	// Tenants identify callers by API key. Empty means one anonymous
 	// tenant: the Authorization header is not checked (and is forwarded
 	// upstream unless upstream.api_key_env is set).

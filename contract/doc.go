@@ -41,6 +41,11 @@
 // [HeaderEstimatedWaitMs], and an [ErrorBody] that repeats the reason, the
 // estimated wait and the retry delay.
 //
+// In observe mode (mode: observe, the gateway's or a tenant's) no call is
+// refused, queued or degraded: each is decided as in enforce mode and
+// forwarded at once, and its answer says what enforce mode would have done
+// in [HeaderWouldRefuse], [HeaderWouldModel] and [HeaderWouldQueueMs].
+//
 // [HeaderUpstream] names the deployment that answered (upstreams[].name;
 // "default" for a gateway with one upstream); after a failover it is the
 // deployment the call moved to. [HeaderModel] is the model the call was

@@ -60,6 +60,22 @@ const (
 	HeaderUpstreamRequestID = "X-Sluice-Upstream-Request-Id"
 )
 
+// Response headers of a proxied answer to a call in observe mode (the
+// gateway's, or its tenant's), which sluice decided about and let through.
+const (
+	// HeaderWouldRefuse is the reason the call would have been refused in
+	// enforce mode (a Reason, or class_not_allowed); absent when it would
+	// have been let through.
+	HeaderWouldRefuse = "X-Sluice-Would-Refuse"
+	// HeaderWouldModel is the cheaper model the call would have been
+	// degraded to; absent when none.
+	HeaderWouldModel = "X-Sluice-Would-Model"
+	// HeaderWouldQueueMs is how long, in milliseconds, the call would have
+	// waited for its slot; absent when it would not have waited or would
+	// have been refused.
+	HeaderWouldQueueMs = "X-Sluice-Would-Queue-Ms"
+)
+
 // Response headers of every rejection.
 const (
 	// HeaderRetryAfter is the standard retry delay, in whole seconds and at

@@ -163,7 +163,11 @@ func (g *Gateway) record(x *exchange) observe.Record {
 	rec.Cost, rec.Priced = g.cost(c)
 	rec.Outcome, rec.UpstreamAttempts = c.ended.String(), c.attempts
 	rec.Deployment, rec.UpstreamID = g.deploymentOf(c).name, c.upstreamID
-	rec.DegradedBy = c.permit.Request().DegradedBy
+	r := c.permit.Request()
+	rec.DegradedBy = r.DegradedBy
+	if r.Observe {
+		rec.Observed, rec.WouldRefuse, rec.WouldModel, rec.WouldQueue = true, wouldReason(r), r.WouldDegrade, wouldQueue(r)
+	}
 	return rec
 }
 

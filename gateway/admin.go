@@ -47,15 +47,19 @@ func (g *Gateway) AdminHandler() http.Handler {
 // State is the JSON state dump. It never contains a key: tenants are named,
 // the provider key only by the variable that holds it.
 type State struct {
-	Time        time.Time               `json:"time"`
-	Draining    bool                    `json:"draining"`
-	Upstream    string                  `json:"upstream"`
-	APIKeyEnv   string                  `json:"api_key_env,omitempty"`
-	Concurrency int                     `json:"concurrency"`
-	InFlight    int                     `json:"in_flight"`
-	Queued      int                     `json:"queued"`
-	MaxQueue    int                     `json:"max_queue"`
-	Mode        string                  `json:"mode"`
+	Time        time.Time `json:"time"`
+	Draining    bool      `json:"draining"`
+	Upstream    string    `json:"upstream"`
+	APIKeyEnv   string    `json:"api_key_env,omitempty"`
+	Concurrency int       `json:"concurrency"`
+	InFlight    int       `json:"in_flight"`
+	Queued      int       `json:"queued"`
+	MaxQueue    int       `json:"max_queue"`
+	Mode        string    `json:"mode"`
+	// Enforcement is the gateway's mode (mode:): enforce, or observe —
+	// decisions counted and logged, nothing refused. A tenant's own is in
+	// its TenantState.
+	Enforcement string                  `json:"enforcement"`
 	LIFOQueues  int                     `json:"lifo_queues"`
 	Ranks       []RankState             `json:"ranks"`
 	Service     ServiceState            `json:"service"`
@@ -111,6 +115,7 @@ type TenantState struct {
 	Name string `json:"name"`
 	Tier string `json:"tier"`
 	Keys int    `json:"keys"`
+	Mode string `json:"mode"` // enforce or observe: its own, or the gateway's
 }
 
 // State returns the gateway's state.
@@ -126,6 +131,7 @@ func (g *Gateway) State() State {
 		Queued:      st.Queued,
 		MaxQueue:    g.maxQueue(), // the bound in force, which a reload may change
 		Mode:        st.Mode.String(),
+		Enforcement: g.chain.Mode(),
 		LIFOQueues:  st.LIFOQueues,
 		Service: ServiceState{P50Ms: st.ServiceP50.Milliseconds(), P95Ms: st.ServiceP95.Milliseconds(),
 			MeanMs: st.ServiceMean.Milliseconds(), Samples: st.ServiceSamples},
@@ -169,7 +175,7 @@ func (g *Gateway) State() State {
 		s.Classes[name] = ClassState{Rank: rank, DefaultTimeoutMs: timeout.Milliseconds()}
 	}
 	for _, t := range g.chain.Tenants() {
-		s.Tenants = append(s.Tenants, TenantState{Name: t.Name, Tier: t.Tier.String(), Keys: t.Keys})
+		s.Tenants = append(s.Tenants, TenantState{Name: t.Name, Tier: t.Tier.String(), Keys: t.Keys, Mode: t.Mode})
 	}
 	sort.Slice(s.Tenants, func(i, j int) bool { return s.Tenants[i].Name < s.Tenants[j].Name })
 	if g.spend != nil {

@@ -79,7 +79,8 @@ func (g *Gateway) dashboardReading(now time.Time) dashboard.Reading {
 			}
 		}
 	}
-	return dashboard.Reading{Sample: d, Refusals: dashboard.RefusalTotals(g.metrics.rejections)}
+	return dashboard.Reading{Sample: d, Refusals: dashboard.RefusalTotals(g.metrics.rejections),
+		WouldRefuse: dashboard.RefusalTotals(g.metrics.would.refuse)}
 }
 
 // RunDashboard samples the gateway for the admin dashboard once a second

@@ -414,6 +414,9 @@ func (g *Gateway) serveCall(w http.ResponseWriter, r *http.Request, rt *route, t
 	if admitted.Degraded {
 		g.metrics.degraded.WithLabelValues(admitted.DegradedBy).Inc()
 	}
+	if admitted.Observe {
+		g.metrics.would.count(admitted, hdr.class)
+	}
 	c := &call{g: g, permit: permit, class: hdr.class, tenant: tenant, model: body.model, body: body.raw, maxTokens: body.maxTokens,
 		unbilled: !rt.billed, deadline: deadline, budget: hdr.timeout, start: time.Now(), queue: permit.QueueTime(), caller: r.Context(),
 		idem: idem, x: x, in: r}
@@ -524,6 +527,9 @@ func (c *call) modifyResponse(resp *http.Response) error {
 	c.stampUpstream(resp.Header)
 	c.stampUpstreamID(resp.Header) // the provider's X-Request-Id (accesslog.go)
 	g.stampHeadroom(resp.Header, c.permit.Request(), c.budget, true)
+	if r := c.permit.Request(); r.Observe {
+		stampWould(resp.Header, r)
+	}
 	g.metrics.response(c.class, resp.StatusCode).Inc()
 	c.idem.Respond(resp.StatusCode, resp.Header) // Idempotency-Key: after the stamps, so replays carry them
 	result := admission.Success

@@ -31,6 +31,7 @@ type metrics struct {
 	tokens           *prometheus.CounterVec // model, kind
 	degraded         *prometheus.CounterVec // cause: spend, load
 	failovers        *prometheus.CounterVec // pool: the pool a call left
+	would            *wouldMetrics          // observe mode (observemode.go)
 	// ended counts admitted calls by who ended them (ending.go), its
 	// children made once, every ending's series present from the start.
 	ended      [numEndings]prometheus.Counter
@@ -189,6 +190,7 @@ func newMetrics(g *Gateway) *metrics {
 	for e := endCompleted; e < numEndings; e++ {
 		m.ended[e] = ended.WithLabelValues(e.String())
 	}
+	m.would = newWouldMetrics(m.reg)
 	m.dash = newDashboard(g)
 	return m
 }

@@ -335,7 +335,7 @@ func restartField(old, next *config.Config) string {
 	m := *next
 	// What a reload changes is taken from old: any difference left is in
 	// what it does not.
-	m.Tenants = old.Tenants
+	m.Tenants, m.Mode = old.Tenants, old.Mode
 	m.Admission.Concurrency = old.Admission.Concurrency
 	m.Admission.MaxQueue = old.Admission.MaxQueue
 	m.Admission.MaxQueuePerTenant = old.Admission.MaxQueuePerTenant

@@ -111,6 +111,13 @@ type Request struct {
 	// mean output observed for the model, or Config.DefaultOutputTokens
 	// before any is observed. Negative is an error.
 	MaxOutputTokens int64
+	// Observe decides the request without enforcing the decision (the
+	// chain's observe mode): a request Admit would refuse is reserved
+	// all the same (Allow false, Rejection the refusal, Reservation
+	// set), and one it would degrade keeps its model (WouldDegrade the
+	// rung). Nothing is counted as refused or degraded: the books see
+	// the spend, the counters only what was enforced.
+	Observe bool
 }
 
 // Errors of Admit and Cost, for errors.Is. Both are the caller's bad input
@@ -221,8 +228,11 @@ type Decision struct {
 	EstimatedUSD float64
 	// Reservation must be settled exactly once the call is over: with
 	// Reconcile when it went upstream, Cancel when it never did. Nil when
-	// refused. Settling it twice is harmless.
+	// refused (but for an observed request). Settling it twice is harmless.
 	Reservation *Reservation
+	// WouldDegrade is, for an observed request (Request.Observe), the
+	// rung it would have been degraded to; Model stays the requested one.
+	WouldDegrade string
 }
 
 // Err returns the refusal as an error (a *admission.Rejection), or nil.
@@ -366,6 +376,12 @@ func (l *Limiter) admit(now time.Time, req Request, dry bool) (Decision, error) 
 		}
 	}
 	if reason != 0 {
+		ra := retryAfter(wait)
+		d.Rejection = &admission.Rejection{Reason: reason, RetryAfter: ra, EstimatedWait: ra, Rank: rank, Interval: interval}
+		if req.Observe && priced {
+			// Booked as though allowed; not counted as refused.
+			return l.reserveLocked(now, d, req, c, t, p, est, dry), nil
+		}
 		if !dry {
 			if reason == admission.ReasonTenantBudget {
 				t.refusedBudget++
@@ -375,21 +391,27 @@ func (l *Limiter) admit(now time.Time, req Request, dry bool) (Decision, error) 
 				l.mu.global.refusedCeiling++
 			}
 		}
-		ra := retryAfter(wait)
-		d.Rejection = &admission.Rejection{Reason: reason, RetryAfter: ra, EstimatedWait: ra, Rank: rank, Interval: interval}
 		return d, nil
 	}
 	d.Allow = true
 	if !priced {
 		return d, nil
 	}
+	return l.reserveLocked(now, d, req, c, t, p, est, dry), nil
+}
 
+// reserveLocked degrades a request it may (for an observed one, says to
+// which rung) and reserves its estimated cost est at price p; a dry run
+// reserves nothing.
+func (l *Limiter) reserveLocked(now time.Time, d Decision, req Request, c *compiled, t *scopeStats, p price, est int64, dry bool) Decision {
 	m := l.mu.models.peek(req.Model)
 	if !dry {
 		m = l.mu.models.get(req.Model)
 	}
 	if max(d.Stage, d.TenantStage) >= StageDegrade {
-		if rung, ok := c.ladder[req.Model]; ok {
+		if rung, ok := c.ladder[req.Model]; ok && req.Observe {
+			d.WouldDegrade = rung
+		} else if ok {
 			d.Model, d.Degraded = rung, true
 			p = c.prices[rung]
 			if dry {
@@ -408,14 +430,14 @@ func (l *Limiter) admit(now time.Time, req Request, dry bool) (Decision, error) 
 	}
 	d.EstimatedUSD = toUSD(est)
 	if dry {
-		return d, nil
+		return d
 	}
 	r := &Reservation{l: l, tenant: t, model: m, price: p, at: now, nano: est}
 	l.bookLocked(now, r, est)
 	l.mu.outstanding++
 	l.mu.reserved += est
 	d.Reservation = r
-	return d, nil
+	return d
 }
 
 // spacing is the time between two calls of nano nano-dollars that a spend

@@ -40,6 +40,7 @@ type serveFlags struct {
 	pprof       bool
 	logFormat   string
 	batchDB     string
+	mode        string
 
 	// batchDefaulted: batch.path was unset and load filled in the state
 	// directory's; batchFallback: that file was in use by another sluice,
@@ -58,6 +59,7 @@ func (f *serveFlags) register(fs *flag.FlagSet) {
 	fs.DurationVar(&f.initial, "initial-service-time", 0, "service time assumed before the first call completes")
 	fs.BoolVar(&f.pprof, "admin-pprof", false, "serve the Go runtime's profiles at /debug/pprof/ on the admin listener (admin_pprof)")
 	fs.StringVar(&f.logFormat, "log-format", "", "logs on standard error, one access-log line per request among them: `text` or json (log.format; default text)")
+	fs.StringVar(&f.mode, "mode", "", "`enforce` or observe: decide every call and forward it regardless, counting and logging what would have been refused (mode; default enforce)")
 	fs.StringVar(&f.batchDB, "batch-db", "", "`file` of the Batch API's store (batch.path; default $XDG_STATE_HOME/sluice/batch.db, else ~/.local/state/sluice/batch.db)")
 }
 
@@ -114,6 +116,11 @@ func (f *serveFlags) load(fs *flag.FlagSet) (config.Config, error) {
 			cfg.Log.Format = f.logFormat
 		case "batch-db":
 			cfg.Batch.Path = f.batchDB
+		case "mode":
+			if f.mode != chain.ModeEnforce && f.mode != chain.ModeObserve {
+				bad = fmt.Errorf("--mode: %q, want enforce or observe", f.mode)
+			}
+			cfg.Mode = f.mode
 		}
 	})
 	// The Batch API is on by default: its store lives in the state

@@ -28,6 +28,7 @@ func TestServeFlagErrorsNameTheFlag(t *testing.T) {
 		{[]string{"--config", "/does/not/exist.yaml"}, "exist.yaml"},
 		{[]string{"--upstream", "http://127.0.0.1:1", "--concurrency", "2", "extra"}, "extra"},
 		{[]string{"--upstream", "http://127.0.0.1:1", "--concurrency", "2", "--log-format", "xml"}, "--log-format"},
+		{[]string{"--upstream", "http://127.0.0.1:1", "--mode", "shadow"}, "--mode"},
 	} {
 		var out, errOut bytes.Buffer
 		err := runServe(context.Background(), tc.args, &out, &errOut)

@@ -70,6 +70,10 @@
       series: (m, ss) => keysOf(ss, "refused_reason").map((k) => ({ label: k, get: (s) => perSecond(s, s.refused_reason[k] || 0) })),
     },
     {
+      id: "would_refuse", title: "Would refuse (observe mode)", why: "per second: let through, refused when enforced",
+      series: (m, ss) => keysOf(ss, "would_refuse_reason").map((k) => ({ label: k, get: (s) => perSecond(s, (s.would_refuse_reason || {})[k] || 0) })),
+    },
+    {
       id: "refusals_class", title: "Refusals by class", why: "per second",
       series: (m, ss) => keysOf(ss, "refused_class").map((k) => ({ label: k, get: (s) => perSecond(s, s.refused_class[k] || 0) })),
     },

@@ -30,6 +30,9 @@ type Reading struct {
 	// reason and class (RefusalTotals reads them from a counter): a new
 	// map each time, which the Board keeps until the next reading.
 	Refusals map[Refusal]float64
+	// WouldRefuse are, likewise, the refusals observe mode would have
+	// made and did not (sluice_would_refuse_total).
+	WouldRefuse map[Refusal]float64
 }
 
 // Refusal is a reason and a class of Reading.Refusals.
@@ -53,6 +56,7 @@ type Board struct {
 		at      time.Time
 		served  uint64
 		refused map[Refusal]float64
+		would   map[Refusal]float64
 		wasted  float64
 		ok      bool
 	}
@@ -142,8 +146,17 @@ func (b *Board) Sample(now time.Time) Sample {
 				}
 			}
 		}
+		for k, n := range r.WouldRefuse {
+			if delta := n - p.would[k]; delta > 0 {
+				if d.WouldRefuseReason == nil {
+					d.WouldRefuseReason = map[string]float64{}
+				}
+				d.WouldRefuseReason[k.Reason] += delta
+			}
+		}
 	}
 	b.prev.at, b.prev.served, b.prev.refused, b.prev.wasted, b.prev.ok = now, d.Served, r.Refusals, wasted, true
+	b.prev.would = r.WouldRefuse
 
 	b.mu.Lock()
 	defer b.mu.Unlock()

@@ -19,6 +19,7 @@ type fakeGateway struct {
 	wasted   float64 // USD since start; with spend set
 	spend    bool
 	refusals map[Refusal]float64
+	would    map[Refusal]float64 // observe mode's
 }
 
 func (f *fakeGateway) read(time.Time) Reading {
@@ -26,7 +27,7 @@ func (f *fakeGateway) read(time.Time) Reading {
 	if f.spend {
 		d.Spend = &Spend{Stage: spend.StageNormal.String(), Tenants: map[string]float64{}, WastedUSD: f.wasted}
 	}
-	return Reading{Sample: d, Refusals: maps.Clone(f.refusals)}
+	return Reading{Sample: d, Refusals: maps.Clone(f.refusals), WouldRefuse: maps.Clone(f.would)}
 }
 
 // testClasses are the default classes' ranks and deadlines.
@@ -162,5 +163,25 @@ func BenchmarkSample(b *testing.B) {
 	b.ReportAllocs()
 	for i := 0; b.Loop(); i++ {
 		s.Sample(now.Add(time.Duration(i) * time.Second))
+	}
+}
+
+// Observe mode's would-be refusals are counted per interval on a chart of
+// their own, and are not refusals: the status does not see them.
+func TestSamplerCountsWouldBeRefusalsApart(t *testing.T) {
+	f := &fakeGateway{refusals: map[Refusal]float64{}, would: map[Refusal]float64{}}
+	s := New(testClasses, nil, f.read)
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	s.Sample(t0)
+	f.would[Refusal{"queue_wait", "interactive"}] += 4
+	d := s.Sample(t0.Add(2 * time.Second))
+	if d.WouldRefuseReason["queue_wait"] != 4 || len(d.RefusedReason) != 0 {
+		t.Fatalf("would refuse %v, refused %v; want 4 queue_wait and no refusal", d.WouldRefuseReason, d.RefusedReason)
+	}
+	if d.Status.Level != "ok" {
+		t.Fatalf("status %+v after would-be refusals only, want ok", d.Status)
+	}
+	if d := s.Sample(t0.Add(3 * time.Second)); d.WouldRefuseReason != nil {
+		t.Fatalf("a quiet second after: %v", d.WouldRefuseReason)
 	}
 }

@@ -30,6 +30,10 @@ type Sample struct {
 	// capacity (queue_wait, queue_full, evicted, expired): not those of
 	// spend, the retry budget or draining, which have other causes.
 	ShedClass map[string]float64 `json:"shed_class"`
+	// WouldRefuseReason counts, by reason, the interval's calls observe
+	// mode let through that enforce mode would have refused; absent when
+	// there were none.
+	WouldRefuseReason map[string]float64 `json:"would_refuse_reason,omitempty"`
 	// ServiceMs is each model's service time: p50 and p95.
 	ServiceMs   map[string][2]int64 `json:"service_ms"`
 	RetryBudget *float64            `json:"retry_budget,omitempty"` // absent with retries disabled

@@ -60,6 +60,13 @@ type Record struct {
 	Deployment       string // the deployment called
 	DegradedBy       string // the stage that degraded the call; "" when none
 	UpstreamID       string // the provider's own request id
+	// Observed says the call was in observe mode: decided, not enforced.
+	// WouldRefuse is the reason enforce mode would have refused it,
+	// WouldModel the rung it would have been degraded to, WouldQueue how
+	// long it would have waited ("" and zero: none).
+	Observed                bool
+	WouldRefuse, WouldModel string
+	WouldQueue              time.Duration
 
 	// Span is the request's server span (StartServerSpan); nil when
 	// tracing is off.
@@ -84,7 +91,7 @@ func LogAccess(log *slog.Logger, r *Record) {
 	if !log.Enabled(ctx, slog.LevelInfo) {
 		return
 	}
-	var buf [25]slog.Attr
+	var buf [29]slog.Attr
 	a := append(buf[:0],
 		slog.String("request_id", r.RequestID),
 		slog.String("method", r.Method),
@@ -117,6 +124,13 @@ func LogAccess(log *slog.Logger, r *Record) {
 		}
 		if r.UpstreamID != "" {
 			a = append(a, slog.String("upstream_request_id", r.UpstreamID))
+		}
+		if r.Observed {
+			a = append(a, slog.String("mode", "observe"), slog.String("would_refuse", r.WouldRefuse),
+				slog.Float64("would_queue_ms", ms(r.WouldQueue)))
+			if r.WouldModel != "" {
+				a = append(a, slog.String("would_model", r.WouldModel))
+			}
 		}
 	}
 	a = append(a, slog.Float64("ms", ms(time.Since(r.Start))))
