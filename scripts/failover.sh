@@ -25,6 +25,8 @@
 #
 #   scripts/failover.sh [slowed|down|all] [duration] [seed]
 #   DOWN_FOR=10 (seconds the primary is down in `down`)
+#   GATEWAY_BIN=path (run `sluice serve` from this binary — a build of an
+#               older commit, as a baseline against the same mock and load)
 #   SLOW_AT=10  (`slowed`: slow the primary this many seconds into the run
 #               instead of from the start; the ideal is then the load
 #               until SLOW_AT — below both deployments' unslowed capacity —
@@ -40,6 +42,7 @@ slots=8
 tmp=$(mktemp -d)
 bin=$tmp/sluice
 go build -o "$bin" ./cmd/sluice
+gw=${GATEWAY_BIN:-$bin}
 secs=${duration%s}
 mean=$(python3 -c "import math; print(0.2 * 0.5 * math.exp(0.125))")
 
@@ -66,7 +69,7 @@ start_mocks() { # primary-port secondary-port: both deployments, primary listed 
 }
 
 start_gateway() { # config-file admin-port listen-port
-  "$bin" serve --config "$1" >/dev/null 2>&1 &
+  "$gw" serve --config "$1" >/dev/null 2>&1 &
   spid=$!
   pids+=($spid)
   ready "http://127.0.0.1:$2/readyz"
