@@ -136,8 +136,8 @@ func (c *Chain) observe(p *Permit) (*Permit, error) {
 	}
 	if gp != nil {
 		p.slot = &shadowSlot{release: func(_ time.Time, o admission.Outcome) { gp.Done(o) }}
-		c.shadows[p.req.Pool].take(now, p.slot, gate.Concurrency())
 	}
+	c.shadows[p.req.Pool].take(now, p.slot, gate.Concurrency())
 	p.req.WouldWait = d.EstimatedWait
 	p.start = now
 	return p, nil

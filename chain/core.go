@@ -174,8 +174,8 @@ func (c *Core) observe(now time.Time, t *Ticket) (Decision, error) {
 	} else {
 		req := t.req.admission()
 		t.slot = &shadowSlot{release: func(now time.Time, o admission.Outcome) { gate.Release(now, req, o) }}
-		c.shadows[t.req.Pool].take(now, t.slot, gate.Concurrency())
 	}
+	c.shadows[t.req.Pool].take(now, t.slot, gate.Concurrency())
 	t.req.WouldWait = d.EstimatedWait
 	return Decision{Verdict: admission.Granted}, nil
 }

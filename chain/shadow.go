@@ -32,25 +32,36 @@ import (
 // slot, running or waiting, as it would leave an enforcing gate's slot or
 // queue; a failure is no measure of the provider's pace.
 //
-// Every slot taken is given back: each call that holds one completes
-// after taking it, and each completion ends one while any is held.
+// Every slot taken is given back. A slot can outlive its call (a call
+// that completes while its slot waits ends another), so the picture holds
+// no more slots than it has calls in flight: past that, the slots of
+// calls already completed end, unused — at the latest when the last
+// observed call completes, which a reload to enforce mode may make the
+// last for good.
 type shadow struct {
 	mu      sync.Mutex
 	running []*shadowSlot
 	waiting []*shadowSlot
+	calls   int // observed calls in flight, with a slot or without
 }
 
 // shadowSlot is one observed call's slot of the gate, and how to give it
 // back: release books o with the gate (with the outcome's service time).
 type shadowSlot struct {
 	start   time.Time // when it started running in the picture
+	done    bool      // its call has completed
 	release func(now time.Time, o admission.Outcome)
 }
 
-// take adds a call's slot at now, running if fewer than capacity are.
+// take counts an observed call sent at now and adds its slot (nil: its
+// gate would have refused it), running if fewer than capacity are.
 func (s *shadow) take(now time.Time, sl *shadowSlot, capacity int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.calls++
+	if sl == nil {
+		return
+	}
 	if len(s.running) < capacity {
 		sl.start = now
 		s.running = append(s.running, sl)
@@ -63,6 +74,10 @@ func (s *shadow) take(now time.Time, sl *shadowSlot, capacity int) {
 // with result, and gives back the slots it ends.
 func (s *shadow) end(now time.Time, own *shadowSlot, result admission.Result, capacity int) {
 	s.mu.Lock()
+	s.calls--
+	if own != nil {
+		own.done = true
+	}
 	var ended *shadowSlot
 	i := slices.Index(s.running, own)
 	switch {
@@ -77,7 +92,7 @@ func (s *shadow) end(now time.Time, own *shadowSlot, result admission.Result, ca
 			s.mu.Unlock()
 			// Never started in the picture: no service time to book.
 			own.release(now, admission.Outcome{Result: admission.Unused})
-			s.promote(now, capacity)
+			s.settle(now, capacity)
 			return
 		}
 	case len(s.running) > 0:
@@ -88,19 +103,35 @@ func (s *shadow) end(now time.Time, own *shadowSlot, result admission.Result, ca
 	if ended != nil {
 		ended.release(now, admission.Outcome{Result: result, ServiceTime: max(now.Sub(ended.start), time.Nanosecond)})
 	}
-	s.promote(now, capacity)
+	s.settle(now, capacity)
 }
 
-// promote starts waiting slots while fewer than capacity run.
-func (s *shadow) promote(now time.Time, capacity int) {
+// settle ends, unused, the slots of completed calls while more are held
+// than calls are in flight, oldest first, then starts waiting slots while
+// fewer than capacity run.
+func (s *shadow) settle(now time.Time, capacity int) {
 	s.mu.Lock()
-	defer s.mu.Unlock()
+	var stale []*shadowSlot
+	for _, list := range []*[]*shadowSlot{&s.running, &s.waiting} {
+		for i := 0; i < len(*list) && len(s.running)+len(s.waiting) > s.calls; {
+			if sl := (*list)[i]; sl.done {
+				*list = slices.Delete(*list, i, i+1)
+				stale = append(stale, sl)
+				continue
+			}
+			i++
+		}
+	}
 	n := min(max(capacity-len(s.running), 0), len(s.waiting))
 	for _, sl := range s.waiting[:n] {
 		sl.start = now
 	}
 	s.running = append(s.running, s.waiting[:n]...)
 	s.waiting = slices.Delete(s.waiting, 0, n)
+	s.mu.Unlock()
+	for _, sl := range stale {
+		sl.release(now, admission.Outcome{Result: admission.Unused})
+	}
 }
 
 // held is how many slots the picture holds, running and waiting.

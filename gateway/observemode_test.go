@@ -132,6 +132,7 @@ func TestObserveModeForwardsABurstAndCountsWhatItWouldRefuse(t *testing.T) {
 		t.Errorf("spend booked %+v, want every one of the %d calls", st.Spend, n+8)
 	}
 
+	eventually(t, "every slot of the observed burst given back", func() bool { return r.g.State().InFlight == 0 })
 	if m := r.g.State().Enforcement; m != "observe" {
 		t.Errorf("state says enforcement %q, want observe", m)
 	}
