@@ -14,6 +14,7 @@
 # the polite callers send). About 2½ minutes with 30 s runs.
 #
 #   scripts/observe.sh [duration] [seed] [rate-multiple]
+#   LEARN=1 (serve without --concurrency: the concurrency learnt, as by default)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 duration=${1:-30s}
@@ -41,7 +42,9 @@ run() { # name serve-flags...
   mport=$(free_port); pport=$(free_port); aport=$(free_port)
   "$bin" mock --listen 127.0.0.1:$mport --slots $slots --median 1s --sigma 0.5 --seed "$seed" >/dev/null 2>&1 &
   local mpid=$!
-  "$bin" serve --upstream http://127.0.0.1:$mport --concurrency $slots \
+  local conc=(--concurrency $slots)
+  [ -n "${LEARN:-}" ] && conc=()
+  "$bin" serve --upstream http://127.0.0.1:$mport "${conc[@]}" \
     --listen 127.0.0.1:$pport --admin 127.0.0.1:$aport --batch-db "$tmp/$name.db" "$@" >/dev/null 2>&1 &
   local spid=$!
   pids=($mpid $spid)
