@@ -130,9 +130,8 @@ func (c *Chain) observe(p *Permit) (*Permit, error) {
 		return nil, err
 	}
 	if rej := d.Rejection(); rej != nil {
-		rej = p.req.refusal(rej)
-		c.stages.spread.assign(now, rej, &p.req, gate)
-		p.req.would(rej)
+		// No Retry-After is told: the refusal calendar is left as it is.
+		p.req.would(p.req.refusal(rej))
 	}
 	if gp != nil {
 		p.slot = &shadowSlot{release: func(_ time.Time, o admission.Outcome) { gp.Done(o) }}

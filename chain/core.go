@@ -168,9 +168,8 @@ func (c *Core) observe(now time.Time, t *Ticket) (Decision, error) {
 		return Decision{}, err
 	}
 	if rej := d.Rejection(); rej != nil {
-		rej = t.req.refusal(rej)
-		c.stages.spread.assign(now, rej, &t.req, gate)
-		t.req.would(rej)
+		// No Retry-After is told: the refusal calendar is left as it is.
+		t.req.would(t.req.refusal(rej))
 	} else {
 		req := t.req.admission()
 		t.slot = &shadowSlot{release: func(now time.Time, o admission.Outcome) { gate.Release(now, req, o) }}
