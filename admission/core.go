@@ -135,11 +135,7 @@ func (c *Core) Arrive(now time.Time, req Request, t *Ticket, wait bool) (Decisio
 // returns the tenant's state, which a granted caller hands back to
 // release: the state lives at least as long as the tenant holds a slot.
 func (c *Core) arrive(now time.Time, req *Request, t *Ticket, wait bool) (Decision, *tenantState, error) {
-	rank, err := c.ranks.Rank(req)
-	if err != nil {
-		return Decision{}, nil, err
-	}
-	cost, err := req.cost()
+	rank, cost, err := c.rankAndCost(req)
 	if err != nil {
 		return Decision{}, nil, err
 	}
@@ -156,12 +152,7 @@ func (c *Core) arrive(now time.Time, req *Request, t *Ticket, wait bool) (Decisi
 		return d, ts, nil
 	}
 	if d.Verdict == Granted {
-		c.granted(now, ts, c.servedAt(rank, ts, cost))
-		c.inFlight++
-		c.holdRank(rank, 1)
-		ts.inFlight++
-		ts.inFlightCost += cost
-		c.changed(ts)
+		c.take(now, ts, rank, cost)
 		c.c.admitted++
 		return d, ts, nil
 	}
@@ -503,13 +494,7 @@ func (c *Core) dispatch(now time.Time) {
 			}
 		}
 		t.state, t.decided = ticketGranted, now
-		c.granted(now, t.ts, c.servedAt(t.rank, t.ts, t.cost))
-		c.inFlight++
-		c.holdRank(t.rank, 1)
-		ts := t.ts
-		ts.inFlight++
-		ts.inFlightCost += t.cost
-		c.changed(ts)
+		c.take(now, t.ts, t.rank, t.cost)
 		c.c.granted++
 		c.events = append(c.events, t)
 	}
@@ -1082,11 +1067,7 @@ func (c *Core) Observe(now time.Time, req Request, wait bool) (Decision, error) 
 }
 
 func (c *Core) observe(now time.Time, req *Request, wait bool) (Decision, *tenantState, error) {
-	rank, err := c.ranks.Rank(req)
-	if err != nil {
-		return Decision{}, nil, err
-	}
-	cost, err := req.cost()
+	rank, cost, err := c.rankAndCost(req)
 	if err != nil {
 		return Decision{}, nil, err
 	}
@@ -1113,11 +1094,27 @@ func (c *Core) observe(now time.Time, req *Request, wait bool) (Decision, *tenan
 		}
 		return d, ts, nil
 	}
+	c.take(now, ts, rank, cost)
+	return d, ts, nil
+}
+
+// rankAndCost are the rank and the cost in the fair shares of req, or
+// an error naming what is invalid.
+func (c *Core) rankAndCost(req *Request) (int, float64, error) {
+	rank, err := c.ranks.Rank(req)
+	if err != nil {
+		return 0, 0, err
+	}
+	cost, err := req.cost()
+	return rank, cost, err
+}
+
+// take books a slot granted at now to work of rank and cost of tenant ts.
+func (c *Core) take(now time.Time, ts *tenantState, rank int, cost float64) {
 	c.granted(now, ts, c.servedAt(rank, ts, cost))
 	c.inFlight++
 	c.holdRank(rank, 1)
 	ts.inFlight++
 	ts.inFlightCost += cost
 	c.changed(ts)
-	return d, ts, nil
 }
