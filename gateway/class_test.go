@@ -22,6 +22,7 @@ import (
 // gate protect the other tenant's share even without the rule; the rule is
 // what keeps the flood out of the interactive rank.)
 func TestTenantHeldToItsClassDuringAFlood(t *testing.T) {
+	measuresThroughput(t) // web's success during the flood, a floor of 99%
 	_, up := startMock(t, mockllm.Config{Slots: 2, Median: 50 * time.Millisecond, Sigma: 0.01})
 	cfg := baseConfig(up.URL)
 	cfg.Upstream.APIKeyEnv = "TEST_PROVIDER_KEY"

@@ -494,6 +494,7 @@ func eastWestLoadConfig(d time.Duration, by *answers) loadgen.Config {
 // answered 502 or 504; and west's capacity is used: goodput after the
 // kill is at least 95% of it.
 func TestEastKilledQueuedCallsMoveToWest(t *testing.T) {
+	measuresThroughput(t)
 	ew := newEastWest(t)
 	by := newAnswers(contract.HeaderUpstream)
 	load := eastWestLoadConfig(8*time.Second, by)

@@ -203,6 +203,7 @@ func tpmPool(tpm int64) func(string) config.Config {
 // the limit allows: the calls are paced to the limit, so the provider
 // refuses next to none of them and the limit's allowance is used.
 func TestTokensPerMinuteConfiguredPacesToTheLimit(t *testing.T) {
+	measuresThroughput(t)
 	tokensPerMinuteThreshold(t, runTokensPerMinute(t, tpmPool(90000)))
 }
 
