@@ -26,7 +26,7 @@ import (
 // oldest batch first, in line order.
 var (
 	bFiles    = []byte("files")    // id → boltFile (JSON)
-	bContent  = []byte("chunks")   // id \x00 chunk index (4 bytes) → up to ChunkBytes of its content
+	bContent  = []byte("pieces")   // id \x00 piece index (4 bytes) → up to pieceBytes of its content (boltfiles.go)
 	bFileList = []byte("filelist") // tenant \x00 seq → id: each tenant's files, oldest first
 	bUsage    = []byte("usage")    // tenant → files (8 bytes) and bytes (8 bytes) of its uploads
 	bStaging  = []byte("staging")  // id → when its staging began (unix nanos): content not yet a file
@@ -575,7 +575,7 @@ func (s *Bolt) writeFiles(tx *bolt.Tx, b *boltBatch, now time.Time) error {
 		id, name string
 		set      *string
 		buf      []byte
-		chunks   int
+		pieces   int
 		size     int64
 	}
 	files := [2]*output{{id: OutputFileID(b.ID), name: "batch_" + b.ID + "_output.jsonl", set: &b.OutputFileID},
@@ -585,8 +585,8 @@ func (s *Bolt) writeFiles(tx *bolt.Tx, b *boltBatch, now time.Time) error {
 		if len(f.buf) == 0 {
 			return nil
 		}
-		err := content.Put(chunkKey(f.id, f.chunks), f.buf)
-		f.chunks++
+		next, err := putPieces(content, f.id, f.pieces, f.buf)
+		f.pieces = next
 		f.buf = nil // the transaction holds it until it commits
 		return err
 	}
