@@ -37,11 +37,11 @@ func newFile(t *testing.T, c openai.Client, content string) (*openai.FileObject,
 
 // TestFileStreamedRoundTrip: a file several times the store's chunk (the
 // most of it any step holds: batch.ChunkBytes) is uploaded with the SDK,
-// comes back byte for byte, and a batch of it validates and runs — its
+// comes back byte for byte, and a batch of it validates and starts — its
 // lines read a line at a time from the chunks — on the bbolt store and on
 // Redis.
 func TestFileStreamedRoundTrip(t *testing.T) {
-	content := paddedLines(700, 6000) // 4.3 MB: five chunks, the last partial
+	content := paddedLines(40, 110000) // 4.4 MB: five chunks, the last partial
 	if len(content) < 4*batch.ChunkBytes {
 		t.Fatalf("content of %d bytes: want several chunks", len(content))
 	}
@@ -78,19 +78,40 @@ func TestFileStreamedRoundTrip(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			eventually(t, "the batch to complete", func() bool {
+			// It validates (its lines read one at a time) and starts with
+			// every line queued; cancelled, its output and error files hold
+			// a line each, written a chunk at a time.
+			eventually(t, "the batch to start", func() bool {
 				b, err = acme.Batches.Get(t.Context(), b.ID)
-				return err == nil && b.Status == openai.BatchStatusCompleted
+				return err == nil && b.Status != openai.BatchStatusValidating
 			})
-			if b.RequestCounts.Total != 700 || b.RequestCounts.Completed != 700 {
-				t.Fatalf("counts %+v", b.RequestCounts)
+			if b.Status != openai.BatchStatusInProgress || b.RequestCounts.Total != 40 {
+				t.Fatalf("batch %s with %+v, want in_progress with 40", b.Status, b.RequestCounts)
 			}
-			resp, err = acme.Files.Content(t.Context(), b.OutputFileID)
-			if err != nil {
+			if _, err := acme.Batches.Cancel(t.Context(), b.ID); err != nil {
 				t.Fatal(err)
 			}
-			if out := readAll(t, resp); bytes.Count(out, []byte("\n")) != 700 || int64(len(out)) != resp.ContentLength {
-				t.Fatalf("output: %d lines, %d bytes of Content-Length %d", bytes.Count(out, []byte("\n")), len(out), resp.ContentLength)
+			eventually(t, "the batch to be cancelled", func() bool {
+				b, err = acme.Batches.Get(t.Context(), b.ID)
+				return err == nil && b.Status == openai.BatchStatusCancelled
+			})
+			lines := 0
+			for _, id := range []string{b.OutputFileID, b.ErrorFileID} {
+				if id == "" {
+					continue
+				}
+				resp, err = acme.Files.Content(t.Context(), id)
+				if err != nil {
+					t.Fatal(err)
+				}
+				out := readAll(t, resp)
+				if int64(len(out)) != resp.ContentLength {
+					t.Fatalf("file %s: %d bytes of Content-Length %d", id, len(out), resp.ContentLength)
+				}
+				lines += bytes.Count(out, []byte("\n"))
+			}
+			if lines != 40 {
+				t.Fatalf("%d lines in the output and error files, want 40", lines)
 			}
 		})
 	}
