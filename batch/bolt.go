@@ -518,114 +518,160 @@ func (s *Bolt) maybeFinish(_ *bolt.Tx, b *boltBatch, now time.Time) error {
 }
 
 // Finalize writes the output and error files from the results, in line
-// order, and sets the final status.
+// order, about a chunk a transaction, as staged content (a crash midway
+// leaves staging that the next OpenBolt drops, and Finalize is taken
+// again); then, in one last transaction, makes them files, sets the final
+// status, and deletes the batch's items and results, which its files now
+// hold. No transaction holds more than a chunk of the files.
 func (s *Bolt) Finalize(_ context.Context, tenant, id string, now time.Time) (Batch, error) {
-	var out Batch
-	err := s.db.Update(func(tx *bolt.Tx) error {
-		b, ok := loadBatch(tx, id)
-		if !ok || b.Tenant != tenant {
-			return ErrNotFound
-		}
-		if !b.ready() {
-			return fmt.Errorf("%w: batch %s is %s with %d of %d items ended", ErrConflict, id, b.Status, b.Done, b.Counts.Total)
-		}
-		if err := s.writeFiles(tx, &b, now); err != nil {
-			return err
-		}
-		switch {
-		case b.Status == StatusCancelling:
-			b.Status, b.CancelledAt = StatusCancelled, now
-		case b.Expired > 0:
-			// An item expired: the window passed before the batch could end.
-			b.Status = StatusExpired
-			if b.ExpiredAt.IsZero() {
-				b.ExpiredAt = now
-			}
-		default:
-			b.Status, b.CompletedAt = StatusCompleted, now
-		}
-		if err := tx.Bucket(bActive).Delete(seqKey(b.Seq)); err != nil {
-			return err
-		}
-		// Its items and results are in its files now: nothing reads them
-		// again.
-		if err := deletePrefix(tx.Bucket(bItems), seqKey(b.Seq)); err != nil {
-			return err
-		}
-		if err := deletePrefix(tx.Bucket(bResults), seqKey(b.Seq)); err != nil {
-			return err
-		}
-		if err := ended(tx, id, now); err != nil {
-			return err
-		}
-		out = b.Batch
-		return putJSON(tx.Bucket(bBatches), []byte(id), b)
-	})
-	return out, err
-}
-
-// writeFiles writes b's output and error files from its results, a
-// chunk at a time.
-func (s *Bolt) writeFiles(tx *bolt.Tx, b *boltBatch, now time.Time) error {
+	var b boltBatch
+	if err := s.db.View(func(tx *bolt.Tx) error {
+		var err error
+		b, err = ready(tx, tenant, id)
+		return err
+	}); err != nil {
+		return Batch{}, err
+	}
 	var expires time.Time
 	if b.OutputExpiresAfter > 0 {
 		expires = now.Add(b.OutputExpiresAfter)
 	}
-	type output struct {
-		id, name string
-		set      *string
-		buf      []byte
-		pieces   int
-		size     int64
-	}
-	files := [2]*output{{id: OutputFileID(b.ID), name: "batch_" + b.ID + "_output.jsonl", set: &b.OutputFileID},
-		{id: ErrorFileID(b.ID), name: "batch_" + b.ID + "_error.jsonl", set: &b.ErrorFileID}}
-	content := tx.Bucket(bContent)
-	flush := func(f *output) error {
-		if len(f.buf) == 0 {
-			return nil
-		}
-		next, err := putPieces(content, f.id, f.pieces, f.buf)
-		f.pieces = next
-		f.buf = nil // the transaction holds it until it commits
-		return err
-	}
-	prefix := seqKey(b.Seq)
-	c := tx.Bucket(bResults).Cursor()
-	for k, v := c.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix); k, v = c.Next() {
-		f := files[1]
-		if Kind(v[0]) == Succeeded {
-			f = files[0]
-		}
-		for line := append(v[1:len(v):len(v)], '\n'); len(line) > 0; {
-			if f.buf == nil {
-				f.buf = make([]byte, 0, ChunkBytes)
+	files := [2]*output{{id: OutputFileID(b.ID), name: "batch_" + b.ID + "_output.jsonl"}, {id: ErrorFileID(b.ID), name: "batch_" + b.ID + "_error.jsonl"}}
+	err := s.db.Update(func(tx *bolt.Tx) error {
+		for _, f := range files {
+			if err := dropStaged(tx, f.id); err != nil { // an attempt cut short
+				return err
 			}
-			n := min(len(line), ChunkBytes-len(f.buf))
-			f.buf = append(f.buf, line[:n]...)
-			f.size += int64(n)
-			line = line[n:]
-			if len(f.buf) == ChunkBytes {
-				if err := flush(f); err != nil {
-					return err
+			if err := tx.Bucket(bStaging).Put([]byte(f.id), binary.BigEndian.AppendUint64(nil, uint64(time.Now().UnixNano()))); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	prefix := seqKey(b.Seq)
+	var after []byte // the last result written
+	for done := false; err == nil && !done; {
+		err = s.db.Update(func(tx *bolt.Tx) error {
+			c := tx.Bucket(bResults).Cursor()
+			k, v := c.Seek(prefix)
+			if after != nil {
+				if k, v = c.Seek(after); bytes.Equal(k, after) {
+					k, v = c.Next()
 				}
 			}
-		}
+			moved := 0
+			for ; k != nil && bytes.HasPrefix(k, prefix) && moved < ChunkBytes; k, v = c.Next() {
+				f := files[1]
+				if Kind(v[0]) == Succeeded {
+					f = files[0]
+				}
+				f.buf = append(append(f.buf, v[1:]...), '\n')
+				f.size += int64(len(v))
+				moved += len(v)
+				after = bytes.Clone(k)
+			}
+			done = k == nil || !bytes.HasPrefix(k, prefix)
+			for _, f := range files {
+				if len(f.buf) == 0 {
+					continue
+				}
+				next, err := putPieces(tx.Bucket(bContent), f.id, f.pieces, f.buf)
+				if err != nil {
+					return err
+				}
+				f.pieces, f.buf = next, nil // the transaction holds it until it commits
+			}
+			return nil
+		})
 	}
-	for _, f := range files {
-		if err := flush(f); err != nil {
-			return err
-		}
-		if f.size == 0 {
-			continue
-		}
-		file := File{ID: f.id, Tenant: b.Tenant, Purpose: "batch_output", Filename: f.name, Bytes: f.size, CreatedAt: now, ExpiresAt: expires}
-		if err := addFile(tx, file); err != nil {
-			return err
-		}
-		*f.set = f.id
+	var out Batch
+	if err == nil {
+		err = s.db.Update(func(tx *bolt.Tx) error {
+			b, err := ready(tx, tenant, id)
+			if err != nil {
+				return err
+			}
+			for _, f := range files {
+				if f.size == 0 {
+					if err := dropStaged(tx, f.id); err != nil {
+						return err
+					}
+					continue
+				}
+				file := File{ID: f.id, Tenant: b.Tenant, Purpose: "batch_output", Filename: f.name, Bytes: f.size, CreatedAt: now, ExpiresAt: expires}
+				if err := addFile(tx, file); err != nil {
+					return err
+				}
+				if err := tx.Bucket(bStaging).Delete([]byte(f.id)); err != nil {
+					return err
+				}
+				if f == files[0] {
+					b.OutputFileID = f.id
+				} else {
+					b.ErrorFileID = f.id
+				}
+			}
+			switch {
+			case b.Status == StatusCancelling:
+				b.Status, b.CancelledAt = StatusCancelled, now
+			case b.Expired > 0:
+				// An item expired: the window passed before the batch could end.
+				b.Status = StatusExpired
+				if b.ExpiredAt.IsZero() {
+					b.ExpiredAt = now
+				}
+			default:
+				b.Status, b.CompletedAt = StatusCompleted, now
+			}
+			if err := tx.Bucket(bActive).Delete(seqKey(b.Seq)); err != nil {
+				return err
+			}
+			// Its items and results are in its files now: nothing reads
+			// them again.
+			if err := deletePrefix(tx.Bucket(bItems), seqKey(b.Seq)); err != nil {
+				return err
+			}
+			if err := deletePrefix(tx.Bucket(bResults), seqKey(b.Seq)); err != nil {
+				return err
+			}
+			if err := ended(tx, id, now); err != nil {
+				return err
+			}
+			out = b.Batch
+			return putJSON(tx.Bucket(bBatches), []byte(id), b)
+		})
 	}
-	return nil
+	if err != nil {
+		_ = s.db.Update(func(tx *bolt.Tx) error {
+			for _, f := range files {
+				if tx.Bucket(bStaging).Get([]byte(f.id)) != nil {
+					_ = dropStaged(tx, f.id)
+				}
+			}
+			return nil
+		})
+	}
+	return out, err
+}
+
+// output is a file Finalize writes.
+type output struct {
+	id, name string
+	buf      []byte
+	pieces   int
+	size     int64
+}
+
+// ready loads the tenant's batch for Finalize.
+func ready(tx *bolt.Tx, tenant, id string) (boltBatch, error) {
+	b, ok := loadBatch(tx, id)
+	switch {
+	case !ok || b.Tenant != tenant:
+		return b, ErrNotFound
+	case !b.ready():
+		return b, fmt.Errorf("%w: batch %s is %s with %d of %d items ended", ErrConflict, id, b.Status, b.Done, b.Counts.Total)
+	}
+	return b, nil
 }
 
 // fairPick takes up to n queued items, the tenants taking turns (in name

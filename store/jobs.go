@@ -807,16 +807,18 @@ func (j *Jobs) Start(ctx context.Context, tenant, id, model string, reqs iter.Se
 	return j.queue(ctx, b, "start", reqs, now)
 }
 
-// queue stages the items, ChunkItems a call, then commits the batch: a new
+// queue stages the items, ChunkItems or fileChunk bytes of bodies a call
+// (whichever comes first), then commits the batch: a new
 // one (mode "") or a validating one (mode "start").
 func (j *Jobs) queue(ctx context.Context, b batch.Batch, mode string, reqs iter.Seq2[batch.Request, error], now time.Time) error {
-	var size int64
+	var size, pending int64
 	n := 0
 	args := []any{b.ID, "1"}
 	flush := func() error {
 		if len(args) == 2 {
 			return nil
 		}
+		pending = 0
 		ok, err := j.runInt(ctx, stageItems, 0, args...)
 		if err != nil {
 			return err
@@ -833,7 +835,8 @@ func (j *Jobs) queue(ctx context.Context, b batch.Batch, mode string, reqs iter.
 		}
 		args = append(args, n, r.CustomID, r.Method, r.URL, []byte(r.Body))
 		size += int64(len(r.Body))
-		if n++; n%ChunkItems == 0 {
+		pending += int64(len(r.Body))
+		if n++; len(args) == 2+5*ChunkItems || pending >= fileChunk {
 			if err := flush(); err != nil {
 				return err
 			}
