@@ -158,10 +158,15 @@ func (s *Bolt) StageFile(ctx context.Context, id string, content io.Reader) (int
 	if err != nil {
 		return 0, err
 	}
-	buf := make([]byte, ChunkBytes)
+	// The buffer grows from 64 KiB to a chunk as the content proves that
+	// long: a small file costs no chunk of memory to clear.
+	buf := make([]byte, 64<<10)
 	var size int64
 	piece := 0
 	for {
+		if size > 0 && len(buf) < ChunkBytes {
+			buf = make([]byte, min(2*len(buf), ChunkBytes))
+		}
 		n, rerr := io.ReadFull(content, buf)
 		if rerr == io.ErrUnexpectedEOF || rerr == io.EOF {
 			rerr = nil
@@ -185,7 +190,7 @@ func (s *Bolt) StageFile(ctx context.Context, id string, content io.Reader) (int
 			_ = s.AbortFile(context.WithoutCancel(ctx), id)
 			return size, firstErr(rerr, err)
 		}
-		if n < ChunkBytes {
+		if n < len(buf) {
 			return size, nil
 		}
 	}

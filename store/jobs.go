@@ -308,9 +308,14 @@ func (j *Jobs) StageFile(ctx context.Context, id string, content io.Reader) (int
 	if ok == 0 {
 		return 0, fmt.Errorf("%w: file %s exists", batch.ErrConflict, id)
 	}
-	buf := make([]byte, fileChunk)
+	// The buffer grows from 64 KiB to a chunk as the content proves that
+	// long: a small file costs no chunk of memory to clear.
+	buf := make([]byte, 64<<10)
 	var size int64
 	for i := 0; ; i++ {
+		if size > 0 && len(buf) < fileChunk {
+			buf = make([]byte, min(2*len(buf), fileChunk))
+		}
 		n, rerr := io.ReadFull(content, buf)
 		if rerr == io.ErrUnexpectedEOF || rerr == io.EOF {
 			rerr = nil
@@ -333,7 +338,7 @@ func (j *Jobs) StageFile(ctx context.Context, id string, content io.Reader) (int
 			}
 			return size, werr
 		}
-		if n < fileChunk {
+		if n < len(buf) {
 			return size, nil
 		}
 	}
