@@ -28,7 +28,7 @@ type Config struct {
 	// speculative work, below every live class.
 	Rank *int `yaml:"rank"`
 	// MaxFileBytes bounds an uploaded file. Zero means 100 MiB; at most
-	// 1 GiB (a file is held in memory while it is checked).
+	// 1 GiB. A file is streamed to the store a chunk at a time.
 	MaxFileBytes int64 `yaml:"max_file_bytes"`
 	// MaxRequests bounds the requests of one file. Zero means 50000.
 	MaxRequests int `yaml:"max_requests"`
@@ -50,8 +50,9 @@ type Config struct {
 	MaxWaiting int `yaml:"max_waiting"`
 	// MaxUploads bounds the uploads (POST /v1/files) read at once, all
 	// tenants together; the next is refused with 429 and Retry-After
-	// before its body is read. Each holds up to max_file_bytes of memory
-	// while it is read and checked. Zero means 4.
+	// before its body is read. Each is streamed to the store a chunk at a
+	// time (about 6 MB of memory): the bound is for the store's write
+	// load. Zero means 4.
 	MaxUploads int `yaml:"max_uploads"`
 	// MaxTenantUploads bounds one tenant's uploads read at once. Zero
 	// means 2.
