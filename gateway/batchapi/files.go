@@ -126,8 +126,8 @@ func (a *API) uploadFile(w http.ResponseWriter, r *http.Request, tenant string) 
 		switch {
 		case errors.Is(err, errFileTooLarge) || errors.As(body.err, &mbe):
 			tooBig()
-		case errors.Is(err, errOverQuota):
-			a.quotaRefused(w, &batch.QuotaError{Bytes: true, Used: used, Max: a.cfg.MaxTenantFileBytes}, room+1)
+		case errors.Is(err, errOverQuota): // the file passed the room left
+			a.quotaRefused(w, &batch.QuotaError{Bytes: true, Used: used, Max: a.cfg.MaxTenantFileBytes}, 0)
 		case errors.As(err, &ierr):
 			a.invalid(w, http.StatusBadRequest, "invalid_file", ierr.Param, "the file was not stored: "+ierr.Msg)
 		case body.err != nil:
