@@ -208,15 +208,21 @@ func TestFileQuotaListDelete(t *testing.T) {
 		t.Fatalf("an upload after a delete: %v", err)
 	}
 
-	// The bytes: a file that would pass them is 413, before its body is
-	// read when its Content-Length says so.
+	// The bytes: a file that would pass them is 413 — as soon as it
+	// passes the room left, or before its body is read when its
+	// Content-Length says so (past the room and the form's allowance).
 	if _, err := acme.Files.Delete(t.Context(), ids[1]); err != nil {
 		t.Fatal(err)
 	}
-	_, err = newFile(t, acme, paddedLines(20, 4000))
-	if !errors.As(err, &apiErr) || apiErr.StatusCode != 413 || apiErr.Code != "file_storage_exceeded" ||
-		!strings.Contains(apiErr.Message, "batch.max_tenant_file_bytes") {
-		t.Fatalf("past the bytes: %v, want 413 file_storage_exceeded", err)
+	for _, content := range []string{paddedLines(20, 4000), paddedLines(300, 4000)} {
+		_, err = newFile(t, acme, content)
+		if !errors.As(err, &apiErr) || apiErr.StatusCode != 413 || apiErr.Code != "file_storage_exceeded" ||
+			!strings.Contains(apiErr.Message, "batch.max_tenant_file_bytes") {
+			t.Fatalf("%d bytes past the room: %v, want 413 file_storage_exceeded", len(content), err)
+		}
+	}
+	if _, err := newFile(t, acme, chatLines(2)); err != nil {
+		t.Fatalf("a small file after the refusals: %v", err)
 	}
 
 	// A bad parameter of the list is named.
