@@ -123,7 +123,12 @@ func OpenBolt(path string, lockWait time.Duration) (*Bolt, error) {
 		db.Close()
 		return nil, err
 	}
-	return &Bolt{db: db}, nil
+	s := &Bolt{db: db}
+	if err := s.migrate(); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("%s: bringing the store to this version's layout: %w", path, err)
+	}
+	return s, nil
 }
 
 // Close closes the file.
