@@ -538,6 +538,9 @@ func (j *Jobs) FileContent(ctx context.Context, tenant, id string) (io.ReadClose
 	if from := h["batch"]; from != "" {
 		return j.resultsFile(ctx, from, id == batch.OutputFileID(from))
 	}
+	if _, ok := h["chunks"]; !ok {
+		return j.legacyContent(ctx, id), nil
+	}
 	chunks, _ := strconv.Atoi(h["chunks"])
 	return batch.NewChunkReader(func(i int) ([]byte, error) {
 		if i >= chunks {
@@ -565,6 +568,25 @@ func (j *Jobs) FileContent(ctx context.Context, tenant, id string) (io.ReadClose
 		}
 		return b, nil
 	}), nil
+}
+
+// legacyContent reads a file uploaded before files were chunk keys: its
+// content one string, c:<id>, read fileChunk at a time. Such files expire
+// with the retention they were written under.
+func (j *Jobs) legacyContent(ctx context.Context, id string) io.ReadCloser {
+	return batch.NewChunkReader(func(i int) ([]byte, error) {
+		off := int64(i) * fileChunk
+		var part string
+		err := j.r.Do(ctx, func(ctx context.Context, c redis.UniversalClient) error {
+			var err error
+			part, err = c.GetRange(ctx, j.key("c", id), off, off+fileChunk-1).Result()
+			return err
+		})
+		if err != nil || part == "" {
+			return nil, err
+		}
+		return []byte(part), nil
+	})
 }
 
 // resultsFile is a batch's output (the successes) or error file (the

@@ -108,3 +108,25 @@ func readAll(j *Jobs, tenant, id string) ([]byte, error) {
 	defer rc.Close()
 	return io.ReadAll(rc)
 }
+
+// TestJobsReadsWholeFiles: a file written before files were chunk keys —
+// its content one string — still reads whole.
+func TestJobsReadsWholeFiles(t *testing.T) {
+	srv := redistest.Start(t)
+	r := newRedis(t, srv, clusterName(t), Options{})
+	j := NewJobs(r, JobsOptions{})
+	ctx := context.Background()
+	big := bytes.Repeat([]byte("0123456789"), (fileChunk*3+5)/10)
+	err := r.Do(ctx, func(ctx context.Context, c redis.UniversalClient) error {
+		if err := c.HSet(ctx, j.key("f", "f-old"), "tenant", "a", "purpose", "batch", "bytes", len(big), "created_at", time.Now().Format(time.RFC3339Nano)).Err(); err != nil {
+			return err
+		}
+		return c.Set(ctx, j.key("c", "f-old"), big, time.Hour).Err()
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := readAll(j, "a", "f-old"); err != nil || !bytes.Equal(got, big) {
+		t.Fatalf("content: %d bytes, %v; want %d", len(got), err, len(big))
+	}
+}
