@@ -167,10 +167,8 @@ func (s *Bolt) StageFile(ctx context.Context, id string, content io.Reader) (int
 		if size > 0 && len(buf) < ChunkBytes {
 			buf = make([]byte, min(2*len(buf), ChunkBytes))
 		}
-		n, rerr := io.ReadFull(content, buf)
-		if rerr == io.ErrUnexpectedEOF || rerr == io.EOF {
-			rerr = nil
-		} else if rerr == nil {
+		n, rerr := fill(content, buf)
+		if rerr == nil {
 			rerr = ctx.Err()
 		}
 		if n > 0 && rerr == nil {

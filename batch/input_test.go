@@ -167,6 +167,16 @@ func TestCheckFile(t *testing.T) {
 	if _, err := io.Copy(io.Discard, batch.NewFileCheck(iotest.HalfReader(strings.NewReader(text+"\xe2\x82")), 2, 0)); err == nil {
 		t.Error("a cut rune at the end passed")
 	}
+	// A first line too long to hold (past the body's bound and a line's
+	// other fields) is checked for its first byte only: an object is left
+	// to validation, anything else refused when the line ends.
+	long := `{"custom_id":"a","pad":"` + strings.Repeat("x", 70<<10) + `"}` + "\n"
+	if _, err := io.Copy(io.Discard, batch.NewFileCheck(strings.NewReader(long+good+"\n"), 2, 1)); err != nil {
+		t.Errorf("a long first line that starts as an object: %v", err)
+	}
+	if _, err := io.Copy(io.Discard, batch.NewFileCheck(strings.NewReader("x"+long), 2, 1)); err == nil || !strings.Contains(err.Error(), "not JSONL") {
+		t.Errorf("a long first line that is no object: %v", err)
+	}
 	// Bad lines after a good first one are the batch's to list.
 	if err := batch.CheckFile([]byte(good+"\n{\"custom_id\":\n"), 2); err != nil {
 		t.Errorf("a bad second line refused at upload: %v", err)

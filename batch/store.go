@@ -381,6 +381,26 @@ func (c *chunkReader) Close() error {
 
 var errClosed = errors.New("batch: file content read after Close")
 
+// Fill reads r into buf until buf is full or r ends: n < len(buf) means r
+// ended. Unlike io.ReadFull it returns r's own errors as they are — a
+// multipart part cut short says io.ErrUnexpectedEOF, which io.ReadFull
+// would have made look like a short last read — and nil at r's end.
+func Fill(r io.Reader, buf []byte) (n int, err error) {
+	for n < len(buf) {
+		k, err := r.Read(buf[n:])
+		n += k
+		if err == io.EOF {
+			return n, nil
+		}
+		if err != nil {
+			return n, err
+		}
+	}
+	return n, nil
+}
+
+func fill(r io.Reader, buf []byte) (int, error) { return Fill(r, buf) }
+
 // OutputFileID and ErrorFileID name a batch's generated files.
 func OutputFileID(batchID string) string { return "file-out-" + batchID }
 

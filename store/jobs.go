@@ -316,10 +316,8 @@ func (j *Jobs) StageFile(ctx context.Context, id string, content io.Reader) (int
 		if size > 0 && len(buf) < fileChunk {
 			buf = make([]byte, min(2*len(buf), fileChunk))
 		}
-		n, rerr := io.ReadFull(content, buf)
-		if rerr == io.ErrUnexpectedEOF || rerr == io.EOF {
-			rerr = nil
-		} else if rerr == nil {
+		n, rerr := batch.Fill(content, buf)
+		if rerr == nil {
 			rerr = ctx.Err()
 		}
 		var werr error

@@ -690,6 +690,11 @@ func testFileChunks(t *testing.T, s batch.JobStore) {
 	if err := s.CommitFile(ctx, batch.File{ID: "file-bad", Tenant: "a", Purpose: "batch", CreatedAt: t0}, batch.Quota{}); err == nil {
 		t.Fatal("committed a file whose staging failed")
 	}
+	// A reader cut short (a multipart part without its closing boundary
+	// says io.ErrUnexpectedEOF) is a failure, not a short last chunk.
+	if _, err := s.StageFile(ctx, "file-cut", io.MultiReader(strings.NewReader("abc"), errReader{io.ErrUnexpectedEOF})); !errors.Is(err, io.ErrUnexpectedEOF) {
+		t.Fatalf("StageFile of a reader cut short: %v, want io.ErrUnexpectedEOF", err)
+	}
 	if _, err := s.StageFile(ctx, "file-ab", strings.NewReader("x")); err != nil {
 		t.Fatal(err)
 	}

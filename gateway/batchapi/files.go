@@ -132,6 +132,9 @@ func (a *API) uploadFile(w http.ResponseWriter, r *http.Request, tenant string) 
 			a.invalid(w, http.StatusBadRequest, "invalid_file", ierr.Param, "the file was not stored: "+ierr.Msg)
 		case body.err != nil:
 			a.bodyError(w, wire.BodyError(body.err, "batch.max_file_bytes", limit))
+		case stored && r.Context().Err() != nil:
+			// The caller left while the store wrote: nobody to answer,
+			// and no failure of the store's.
 		case stored: // the store's own
 			a.failed(w, err)
 		default: // the body arrived whole: the form itself is malformed
