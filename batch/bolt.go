@@ -253,6 +253,7 @@ func (s *Bolt) Start(ctx context.Context, tenant, id, model string, reqs iter.Se
 				return err
 			}
 			items := tx.Bucket(bItems)
+			items.FillPercent = 1.0 // keys in order: pages filled, not split in half
 			for i, r := range chunk {
 				if err := putJSON(items, itemKey(seq, n-len(chunk)+i), boltItem{Batch: id, Req: r}); err != nil {
 					return err
@@ -298,6 +299,7 @@ func (s *Bolt) Start(ctx context.Context, tenant, id, model string, reqs iter.Se
 		b.Model, b.InProgressAt = model, now
 		b.Status, b.Counts, b.Bytes = StatusInProgress, Counts{Total: n}, size
 		queue := tx.Bucket(bQueue)
+		queue.FillPercent = 1.0
 		for i := range n {
 			if err := queue.Put(itemKey(b.Seq, i), nil); err != nil {
 				return err
