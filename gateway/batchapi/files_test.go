@@ -241,8 +241,8 @@ func TestFileQuotaListDelete(t *testing.T) {
 }
 
 // TestLinesCheckedAsALiveCall: a batch whose lines name a model without a
-// price (spend.unknown_model reject) or carry a body over
-// limits.max_body_bytes fails while validating, each bad line listed with
+// price (spend.unknown_model reject) or that no deployment serves, or carry
+// a body over limits.max_body_bytes, fails while validating, each bad line listed with
 // its number, before any item reaches the provider — as a live call with
 // that body would be refused.
 func TestLinesCheckedAsALiveCall(t *testing.T) {
@@ -290,5 +290,17 @@ func TestLinesCheckedAsALiveCall(t *testing.T) {
 	}
 	if got := mock.Stats().Received; got > 2 {
 		t.Fatalf("the provider received %d calls, want only the good batch's", got)
+	}
+
+	// A model no deployment serves, with upstreams: model_not_found.
+	cfg = batchConfig(t, up.URL)
+	cfg.Upstream = config.UpstreamConfig{}
+	cfg.Admission.Concurrency = 0
+	cfg.Upstreams = []config.DeploymentConfig{{Name: "east", URL: up.URL, APIKeyEnv: "TEST_PROVIDER_KEY", Concurrency: 4,
+		Models: []config.ModelConfig{{Name: "gpt-4o-mini"}}}}
+	acme = sdk(serve(t, cfg).url, "sk-acme")
+	if b := run(strings.Replace(chatLines(2), "gpt-4o-mini", "gpt-elsewhere", 1)); b.Status != openai.BatchStatusFailed ||
+		faults(b) != "1:model_not_found:body.model 2:model_mismatch:body.model" {
+		t.Fatalf("unserved model: %s %s", b.Status, faults(b))
 	}
 }
