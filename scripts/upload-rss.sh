@@ -9,6 +9,9 @@
 # BOUND=1 keeps the default bounds (batch.max_uploads 4,
 # batch.max_tenant_uploads 2), so that the uploads past them are refused;
 # by default they are raised to N, so that all N are read at once.
+# BATCH=1 then creates a batch of one of the files and waits for it to
+# have validated (its lines read one at a time, its items queued a chunk
+# at a time), and prints the peaks again.
 set -euo pipefail
 N=${N:-8}
 SIZE_MB=${SIZE_MB:-100}
@@ -52,4 +55,17 @@ for i in $(seq "$N"); do
 done
 wait "${up[@]}" 2>/dev/null || true
 echo "after:  $(grep VmHWM /proc/$pid/status); peak RssAnon: $(cat "$dir/anon") kB; store: $(stat -c %s "$dir/batch.db") bytes"
+if [ -n "${BATCH:-}" ]; then
+  fid=$(curl -s http://127.0.0.1:$port/v1/files?limit=1 | python3 -c 'import json,sys; print(json.load(sys.stdin)["data"][0]["id"])')
+  start=$(date +%s.%N)
+  bid=$(curl -s http://127.0.0.1:$port/v1/batches -H 'Content-Type: application/json' \
+    -d "{\"input_file_id\":\"$fid\",\"endpoint\":\"/v1/chat/completions\",\"completion_window\":\"24h\"}" |
+    python3 -c 'import json,sys; print(json.load(sys.stdin)["id"])')
+  while :; do
+    st=$(curl -s http://127.0.0.1:$port/v1/batches/$bid | python3 -c 'import json,sys; b=json.load(sys.stdin); print(b["status"], b["request_counts"]["total"])')
+    [ "${st%% *}" != validating ] && break
+    sleep 0.2
+  done
+  echo "batch: $st after $(python3 -c "print(round($(date +%s.%N) - $start, 1))") s; $(grep VmHWM /proc/$pid/status); peak RssAnon: $(cat "$dir/anon") kB"
+fi
 kill $sampler 2>/dev/null || true
