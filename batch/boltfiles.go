@@ -167,7 +167,7 @@ func (s *Bolt) StageFile(ctx context.Context, id string, content io.Reader) (int
 		if size > 0 && len(buf) < ChunkBytes {
 			buf = make([]byte, min(2*len(buf), ChunkBytes))
 		}
-		n, rerr := fill(content, buf)
+		n, rerr := Fill(content, buf)
 		if rerr == nil {
 			rerr = ctx.Err()
 		}

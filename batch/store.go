@@ -399,8 +399,6 @@ func Fill(r io.Reader, buf []byte) (n int, err error) {
 	return n, nil
 }
 
-func fill(r io.Reader, buf []byte) (int, error) { return Fill(r, buf) }
-
 // OutputFileID and ErrorFileID name a batch's generated files.
 func OutputFileID(batchID string) string { return "file-out-" + batchID }
 
