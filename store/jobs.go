@@ -460,16 +460,6 @@ func (j *Jobs) Purge(ctx context.Context, now time.Time, retention time.Duration
 	return total, nil
 }
 
-func (j *Jobs) exists(ctx context.Context, key string) (bool, error) {
-	var n int64
-	err := j.r.Do(ctx, func(ctx context.Context, c redis.UniversalClient) error {
-		var err error
-		n, err = c.Exists(ctx, key).Result()
-		return err
-	})
-	return n > 0, err
-}
-
 // run runs s with the prelude's arguments (now is not used by it) then args.
 func (j *Jobs) run(ctx context.Context, s *redis.Script, retention int64, args ...any) error {
 	_, err := j.eval(ctx, s, time.Time{}, retention, args...)
