@@ -12,6 +12,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"iter"
 	"os"
 	"path/filepath"
 	"slices"
@@ -24,8 +25,13 @@ import (
 // bytes, big-endian) then the item's index (4 bytes): a cursor walks them
 // oldest batch first, in line order.
 var (
-	bFiles    = []byte("files")    // id → File (JSON)
-	bContent  = []byte("content")  // id → bytes
+	bFiles    = []byte("files")    // id → boltFile (JSON)
+	bContent  = []byte("pieces")   // id \x00 piece index (4 bytes) → up to pieceBytes of its content (boltfiles.go)
+	bFileList = []byte("filelist") // tenant \x00 seq → id: each tenant's files, oldest first
+	bUsage    = []byte("usage")    // tenant → files (8 bytes) and bytes (8 bytes) of its uploads
+	bStaging  = []byte("staging")  // id → when its staging began (unix nanos): content not yet a file
+	bExpiry   = []byte("expiry")   // expires_at (unix nanos, 8 bytes) id → nothing: files that expire
+	bEnded    = []byte("ended")    // ended at (unix nanos, 8 bytes) id → nothing: batches that ended
 	bBatches  = []byte("batches")  // id → boltBatch (JSON)
 	bByTenant = []byte("tenants")  // tenant \x00 seq → id
 	bActive   = []byte("active")   // seq → id, batches not ended
@@ -35,7 +41,7 @@ var (
 	bResults  = []byte("results")  // item key → kind byte + line
 )
 
-var allBuckets = [][]byte{bFiles, bContent, bBatches, bByTenant, bActive, bItems, bQueue, bInFlight, bResults}
+var allBuckets = [][]byte{bFiles, bContent, bFileList, bUsage, bStaging, bExpiry, bEnded, bBatches, bByTenant, bActive, bItems, bQueue, bInFlight, bResults}
 
 type boltBatch struct {
 	Batch
@@ -102,13 +108,27 @@ func OpenBolt(path string, lockWait time.Duration) (*Bolt, error) {
 				return err
 			}
 		}
+		// Content staged by the previous process is an upload it never
+		// finished: nobody else can be writing it.
+		var staged [][]byte
+		_ = tx.Bucket(bStaging).ForEach(func(k, _ []byte) error { staged = append(staged, bytes.Clone(k)); return nil })
+		for _, id := range staged {
+			if err := dropStaged(tx, string(id)); err != nil {
+				return err
+			}
+		}
 		return nil
 	})
 	if err != nil {
 		db.Close()
 		return nil, err
 	}
-	return &Bolt{db: db}, nil
+	s := &Bolt{db: db}
+	if err := s.migrate(); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("%s: bringing the store to this version's layout: %w", path, err)
+	}
+	return s, nil
 }
 
 // Close closes the file.
@@ -141,45 +161,6 @@ func putJSON(b *bolt.Bucket, key []byte, v any) error {
 		return err
 	}
 	return b.Put(key, raw)
-}
-
-// PutFile stores a file.
-func (s *Bolt) PutFile(_ context.Context, f File, content []byte) error {
-	return s.db.Update(func(tx *bolt.Tx) error {
-		if tx.Bucket(bFiles).Get([]byte(f.ID)) != nil {
-			return fmt.Errorf("%w: file %s exists", ErrConflict, f.ID)
-		}
-		if err := putJSON(tx.Bucket(bFiles), []byte(f.ID), f); err != nil {
-			return err
-		}
-		return tx.Bucket(bContent).Put([]byte(f.ID), content)
-	})
-}
-
-// File returns the tenant's file.
-func (s *Bolt) File(_ context.Context, tenant, id string) (File, error) {
-	var f File
-	err := s.db.View(func(tx *bolt.Tx) error {
-		if !getJSON(tx.Bucket(bFiles), []byte(id), &f) || f.Tenant != tenant {
-			return ErrNotFound
-		}
-		return nil
-	})
-	return f, err
-}
-
-// FileContent returns the tenant's file's content.
-func (s *Bolt) FileContent(_ context.Context, tenant, id string) ([]byte, error) {
-	var out []byte
-	err := s.db.View(func(tx *bolt.Tx) error {
-		var f File
-		if !getJSON(tx.Bucket(bFiles), []byte(id), &f) || f.Tenant != tenant {
-			return ErrNotFound
-		}
-		out = bytes.Clone(tx.Bucket(bContent).Get([]byte(id)))
-		return nil
-	})
-	return out, err
 }
 
 // CreateBatch stores the batch and queues its items.
@@ -246,19 +227,117 @@ func validating(tx *bolt.Tx, tenant, id string) (boltBatch, error) {
 	return b, nil
 }
 
-// Start queues the items of a validating batch.
-func (s *Bolt) Start(_ context.Context, tenant, id, model string, reqs []Request, now time.Time) error {
-	if len(reqs) == 0 {
+// Start queues the items of a validating batch. The items are written a
+// chunk at a time, each in its own transaction, where no claim sees them
+// (they are not in the queue); the last transaction queues them all and
+// makes the batch in_progress. A Start cut short leaves items that the
+// next one overwrites, or that the batch's end deletes.
+func (s *Bolt) Start(ctx context.Context, tenant, id, model string, reqs iter.Seq2[Request, error], now time.Time) error {
+	var seq uint64
+	if err := s.db.View(func(tx *bolt.Tx) error {
+		b, err := validating(tx, tenant, id)
+		seq = b.Seq
+		return err
+	}); err != nil {
+		return err
+	}
+	n, size := 0, int64(0)
+	var chunk []Request
+	var chunkBytes int
+	flush := func() error {
+		if len(chunk) == 0 {
+			return nil
+		}
+		err := s.db.Update(func(tx *bolt.Tx) error {
+			if _, err := validating(tx, tenant, id); err != nil {
+				return err
+			}
+			items := tx.Bucket(bItems)
+			items.FillPercent = 1.0 // keys in order: pages filled, not split in half
+			for i, r := range chunk {
+				if err := putJSON(items, itemKey(seq, n-len(chunk)+i), boltItem{Batch: id, Req: r}); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		chunk, chunkBytes = chunk[:0], 0
+		return err
+	}
+	fail := func(err error) error {
+		_ = s.db.Update(func(tx *bolt.Tx) error { return deletePrefix(tx.Bucket(bItems), seqKey(seq)) })
+		return err
+	}
+	for r, err := range reqs {
+		if err == nil {
+			err = ctx.Err()
+		}
+		if err != nil {
+			return fail(err)
+		}
+		chunk = append(chunk, r)
+		chunkBytes += len(r.Body)
+		n++
+		size += int64(len(r.Body))
+		if len(chunk) == 256 || chunkBytes >= ChunkBytes {
+			if err := flush(); err != nil {
+				return fail(err)
+			}
+		}
+	}
+	if err := flush(); err != nil {
+		return fail(err)
+	}
+	if n == 0 {
 		return errors.New("batch: a batch needs at least one request")
 	}
-	return s.db.Update(func(tx *bolt.Tx) error {
+	err := s.db.Update(func(tx *bolt.Tx) error {
 		b, err := validating(tx, tenant, id)
 		if err != nil {
 			return err
 		}
 		b.Model, b.InProgressAt = model, now
-		return queueItems(tx, &b, reqs)
+		b.Status, b.Counts, b.Bytes = StatusInProgress, Counts{Total: n}, size
+		queue := tx.Bucket(bQueue)
+		queue.FillPercent = 1.0
+		for i := range n {
+			if err := queue.Put(itemKey(b.Seq, i), nil); err != nil {
+				return err
+			}
+		}
+		return putJSON(tx.Bucket(bBatches), []byte(id), b)
 	})
+	if err != nil && !errors.Is(err, ErrNotFound) {
+		return fail(err)
+	}
+	return err
+}
+
+// deletePrefix deletes b's keys that start with prefix.
+func deletePrefix(b *bolt.Bucket, prefix []byte) error {
+	var keys [][]byte
+	c := b.Cursor()
+	for k, _ := c.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix); k, _ = c.Next() {
+		keys = append(keys, bytes.Clone(k))
+	}
+	for _, k := range keys {
+		if err := b.Delete(k); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// ended records that b ended at now, for Purge to delete it after the
+// retention.
+func ended(tx *bolt.Tx, id string, at time.Time) error {
+	return tx.Bucket(bEnded).Put(timeKey(at, id), nil)
+}
+
+// timeKey is at (unix nanos, 8 bytes) then id: bExpiry's and bEnded's
+// keys, in time order.
+func timeKey(at time.Time, id string) []byte {
+	return append(binary.BigEndian.AppendUint64(nil, uint64(max(at.UnixNano(), 0))), id...)
 }
 
 // Fail ends a validating batch as failed.
@@ -270,6 +349,9 @@ func (s *Bolt) Fail(_ context.Context, tenant, id string, errs []LineError, now 
 		}
 		b.Status, b.Errors, b.FailedAt = StatusFailed, errs, now
 		if err := tx.Bucket(bActive).Delete(seqKey(b.Seq)); err != nil {
+			return err
+		}
+		if err := ended(tx, id, now); err != nil {
 			return err
 		}
 		return putJSON(tx.Bucket(bBatches), []byte(id), b)
@@ -443,77 +525,160 @@ func (s *Bolt) maybeFinish(_ *bolt.Tx, b *boltBatch, now time.Time) error {
 }
 
 // Finalize writes the output and error files from the results, in line
-// order, and sets the final status.
+// order, about a chunk a transaction, as staged content (a crash midway
+// leaves staging that the next OpenBolt drops, and Finalize is taken
+// again); then, in one last transaction, makes them files, sets the final
+// status, and deletes the batch's items and results, which its files now
+// hold. No transaction holds more than a chunk of the files.
 func (s *Bolt) Finalize(_ context.Context, tenant, id string, now time.Time) (Batch, error) {
-	var out Batch
-	err := s.db.Update(func(tx *bolt.Tx) error {
-		b, ok := loadBatch(tx, id)
-		if !ok || b.Tenant != tenant {
-			return ErrNotFound
-		}
-		if !b.ready() {
-			return fmt.Errorf("%w: batch %s is %s with %d of %d items ended", ErrConflict, id, b.Status, b.Done, b.Counts.Total)
-		}
-		if err := s.writeFiles(tx, &b, now); err != nil {
-			return err
-		}
-		switch {
-		case b.Status == StatusCancelling:
-			b.Status, b.CancelledAt = StatusCancelled, now
-		case b.Expired > 0:
-			// An item expired: the window passed before the batch could end.
-			b.Status = StatusExpired
-			if b.ExpiredAt.IsZero() {
-				b.ExpiredAt = now
-			}
-		default:
-			b.Status, b.CompletedAt = StatusCompleted, now
-		}
-		if err := tx.Bucket(bActive).Delete(seqKey(b.Seq)); err != nil {
-			return err
-		}
-		out = b.Batch
-		return putJSON(tx.Bucket(bBatches), []byte(id), b)
-	})
-	return out, err
-}
-
-// writeFiles writes b's output and error files from its results.
-func (s *Bolt) writeFiles(tx *bolt.Tx, b *boltBatch, now time.Time) error {
-	var out, errs bytes.Buffer
-	prefix := seqKey(b.Seq)
-	c := tx.Bucket(bResults).Cursor()
-	for k, v := c.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix); k, v = c.Next() {
-		dst := &errs
-		if Kind(v[0]) == Succeeded {
-			dst = &out
-		}
-		dst.Write(v[1:])
-		dst.WriteByte('\n')
+	var b boltBatch
+	if err := s.db.View(func(tx *bolt.Tx) error {
+		var err error
+		b, err = ready(tx, tenant, id)
+		return err
+	}); err != nil {
+		return Batch{}, err
 	}
 	var expires time.Time
 	if b.OutputExpiresAfter > 0 {
 		expires = now.Add(b.OutputExpiresAfter)
 	}
-	for _, f := range []struct {
-		id      string
-		content *bytes.Buffer
-		set     *string
-		name    string
-	}{{OutputFileID(b.ID), &out, &b.OutputFileID, "batch_" + b.ID + "_output.jsonl"}, {ErrorFileID(b.ID), &errs, &b.ErrorFileID, "batch_" + b.ID + "_error.jsonl"}} {
-		if f.content.Len() == 0 {
-			continue
+	files := [2]*output{{id: OutputFileID(b.ID), name: "batch_" + b.ID + "_output.jsonl"}, {id: ErrorFileID(b.ID), name: "batch_" + b.ID + "_error.jsonl"}}
+	err := s.db.Update(func(tx *bolt.Tx) error {
+		for _, f := range files {
+			if err := dropStaged(tx, f.id); err != nil { // an attempt cut short
+				return err
+			}
+			if err := tx.Bucket(bStaging).Put([]byte(f.id), binary.BigEndian.AppendUint64(nil, uint64(time.Now().UnixNano()))); err != nil {
+				return err
+			}
 		}
-		file := File{ID: f.id, Tenant: b.Tenant, Purpose: "batch_output", Filename: f.name, Bytes: int64(f.content.Len()), CreatedAt: now, ExpiresAt: expires}
-		if err := putJSON(tx.Bucket(bFiles), []byte(f.id), file); err != nil {
-			return err
-		}
-		if err := tx.Bucket(bContent).Put([]byte(f.id), f.content.Bytes()); err != nil {
-			return err
-		}
-		*f.set = f.id
+		return nil
+	})
+	prefix := seqKey(b.Seq)
+	var after []byte // the last result written
+	for done := false; err == nil && !done; {
+		err = s.db.Update(func(tx *bolt.Tx) error {
+			c := tx.Bucket(bResults).Cursor()
+			k, v := c.Seek(prefix)
+			if after != nil {
+				if k, v = c.Seek(after); bytes.Equal(k, after) {
+					k, v = c.Next()
+				}
+			}
+			moved := 0
+			for ; k != nil && bytes.HasPrefix(k, prefix) && moved < ChunkBytes; k, v = c.Next() {
+				f := files[1]
+				if Kind(v[0]) == Succeeded {
+					f = files[0]
+				}
+				f.buf = append(append(f.buf, v[1:]...), '\n')
+				f.size += int64(len(v))
+				moved += len(v)
+				after = bytes.Clone(k)
+			}
+			done = k == nil || !bytes.HasPrefix(k, prefix)
+			for _, f := range files {
+				if len(f.buf) == 0 {
+					continue
+				}
+				next, err := putPieces(tx.Bucket(bContent), f.id, f.pieces, f.buf)
+				if err != nil {
+					return err
+				}
+				f.pieces, f.buf = next, nil // the transaction holds it until it commits
+			}
+			return nil
+		})
 	}
-	return nil
+	var out Batch
+	if err == nil {
+		err = s.db.Update(func(tx *bolt.Tx) error {
+			b, err := ready(tx, tenant, id)
+			if err != nil {
+				return err
+			}
+			for _, f := range files {
+				if f.size == 0 {
+					if err := dropStaged(tx, f.id); err != nil {
+						return err
+					}
+					continue
+				}
+				file := File{ID: f.id, Tenant: b.Tenant, Purpose: "batch_output", Filename: f.name, Bytes: f.size, CreatedAt: now, ExpiresAt: expires}
+				if err := addFile(tx, file); err != nil {
+					return err
+				}
+				if err := tx.Bucket(bStaging).Delete([]byte(f.id)); err != nil {
+					return err
+				}
+				if f == files[0] {
+					b.OutputFileID = f.id
+				} else {
+					b.ErrorFileID = f.id
+				}
+			}
+			switch {
+			case b.Status == StatusCancelling:
+				b.Status, b.CancelledAt = StatusCancelled, now
+			case b.Expired > 0:
+				// An item expired: the window passed before the batch could end.
+				b.Status = StatusExpired
+				if b.ExpiredAt.IsZero() {
+					b.ExpiredAt = now
+				}
+			default:
+				b.Status, b.CompletedAt = StatusCompleted, now
+			}
+			if err := tx.Bucket(bActive).Delete(seqKey(b.Seq)); err != nil {
+				return err
+			}
+			// Its items and results are in its files now: nothing reads
+			// them again.
+			if err := deletePrefix(tx.Bucket(bItems), seqKey(b.Seq)); err != nil {
+				return err
+			}
+			if err := deletePrefix(tx.Bucket(bResults), seqKey(b.Seq)); err != nil {
+				return err
+			}
+			if err := ended(tx, id, now); err != nil {
+				return err
+			}
+			out = b.Batch
+			return putJSON(tx.Bucket(bBatches), []byte(id), b)
+		})
+	}
+	if err != nil {
+		_ = s.db.Update(func(tx *bolt.Tx) error {
+			for _, f := range files {
+				if tx.Bucket(bStaging).Get([]byte(f.id)) != nil {
+					_ = dropStaged(tx, f.id)
+				}
+			}
+			return nil
+		})
+	}
+	return out, err
+}
+
+// output is a file Finalize writes.
+type output struct {
+	id, name string
+	buf      []byte
+	pieces   int
+	size     int64
+}
+
+// ready loads the tenant's batch for Finalize.
+func ready(tx *bolt.Tx, tenant, id string) (boltBatch, error) {
+	b, ok := loadBatch(tx, id)
+	switch {
+	case !ok || b.Tenant != tenant:
+		return b, ErrNotFound
+	case !b.ready():
+		return b, fmt.Errorf("%w: batch %s is %s with %d of %d items ended", ErrConflict, id, b.Status, b.Done, b.Counts.Total)
+	}
+	return b, nil
 }
 
 // fairPick takes up to n queued items, the tenants taking turns (in name
@@ -689,6 +854,9 @@ func (s *Bolt) Complete(_ context.Context, c Claim, r Result, now time.Time) (bo
 		b, ok := loadBatch(tx, c.Batch)
 		if !ok {
 			return ErrNotFound
+		}
+		if b.Status.Terminal() {
+			return nil // ended: its items are in its files, and gone
 		}
 		k := itemKey(b.Seq, c.Index)
 		if tx.Bucket(bItems).Get(k) == nil {

@@ -9,6 +9,11 @@
 // that was claimed when the process died is claimed again after the
 // restart, so it runs at most once more per crash.
 //
+// Files are kept in chunks and move a chunk at a time: StageFile writes
+// an upload as it is read, FileContent reads it back, and Validate and
+// Requests read an input file a line at a time, so that memory is bounded
+// by a chunk and a line, not a file. Purge deletes what is past its time.
+//
 // The embedded store is Bolt (OpenBolt): one file, pure Go, serialisable
 // transactions with an fsync per commit, and a file lock that makes the
 // process that opened it the only one running its items. Several replicas

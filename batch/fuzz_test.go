@@ -3,8 +3,11 @@ package batch
 import (
 	"bytes"
 	"encoding/json"
+	"io"
 	"slices"
 	"testing"
+	"testing/iotest"
+	"unicode/utf8"
 )
 
 // FuzzParseInput: any bytes give requests and faults, never a panic; each
@@ -58,6 +61,44 @@ func FuzzParseInput(f *testing.F) {
 			if err := json.Unmarshal(r.Body, &body); err != nil || body == nil {
 				t.Fatalf("accepted a body that is not an object: %s", r.Body)
 			}
+		}
+	})
+}
+
+// FuzzFileCheck: whether NewFileCheck refuses a file does not depend on
+// how its reads cut it (a rune, a line, the first line split anywhere) —
+// which fault it names may, when there are two: the first one read — and
+// it refuses what the whole file shows: not UTF-8, no requests, too many.
+func FuzzFileCheck(f *testing.F) {
+	f.Add([]byte(`{"custom_id":"a"}` + "\n"))
+	f.Add([]byte("\xe2\x82\xac{\n"))
+	f.Add([]byte(" \n\t{\"a\":\"é\"}\r\n{}\n{}\n"))
+	f.Add([]byte("[1]\n"))
+	f.Fuzz(func(t *testing.T, content []byte) {
+		verdict := func(r io.Reader) string {
+			_, err := io.Copy(io.Discard, NewFileCheck(r, 2, 0))
+			if err == nil {
+				return ""
+			}
+			return err.Error()
+		}
+		whole := verdict(bytes.NewReader(content))
+		for _, r := range []io.Reader{iotest.OneByteReader(bytes.NewReader(content)), iotest.HalfReader(bytes.NewReader(content))} {
+			if got := verdict(r); (got == "") != (whole == "") {
+				t.Fatalf("read in pieces: %q; whole: %q", got, whole)
+			}
+		}
+		if !utf8.Valid(content) && whole == "" {
+			t.Fatalf("accepted text that is not UTF-8")
+		}
+		n := 0
+		for l := range bytes.Lines(content) {
+			if len(bytes.Trim(l, " \t\r\v\f\n")) > 0 {
+				n++
+			}
+		}
+		if whole == "" && (n == 0 || n > 2) {
+			t.Fatalf("accepted %d requests, bound 2", n)
 		}
 	})
 }

@@ -1,10 +1,14 @@
 package batch
 
 import (
+	"bufio"
 	"bytes"
-	"cmp"
+	"crypto/sha256"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
+	"iter"
 	"slices"
 	"strings"
 	"unicode/utf8"
@@ -29,35 +33,230 @@ type InputError struct {
 
 func (e *InputError) Error() string { return e.Msg }
 
-// CheckFile is what is checked of a batch file when it is uploaded: that
-// it is JSONL at all — UTF-8 text whose first line that is not blank is a
-// JSON object — and holds between 1 and maxLines lines that are not blank.
-// Each line's content is checked later, by Validate, while the batch is
-// validating: a bad line fails the batch with every bad line listed.
-func CheckFile(content []byte, maxLines int) *InputError {
-	if !utf8.Valid(content) {
-		return &InputError{Param: "file", Msg: "the file is not UTF-8 text: a batch file is JSONL, one JSON object a line"}
+// lineEnvelope is what a line may hold beyond its body: custom_id (512
+// bytes), method, url and the JSON around them, with room to spare.
+const lineEnvelope = 64 << 10
+
+// DefaultMaxBodyBytes is the bound of a line's body when a Check or
+// NewFileCheck is given none: the gateway's default limits.max_body_bytes.
+const DefaultMaxBodyBytes = 10 << 20
+
+// maxLineBytes is the longest line read whole for a body bound.
+func maxLineBytes(maxBody int64) int {
+	if maxBody <= 0 {
+		maxBody = DefaultMaxBodyBytes
 	}
-	n := 0
-	for raw := range bytes.Lines(content) {
-		raw = bytes.TrimSpace(raw)
-		if len(raw) == 0 {
+	return int(maxBody) + lineEnvelope
+}
+
+// fileCheck is NewFileCheck's reader.
+type fileCheck struct {
+	r         io.Reader
+	maxLines  int
+	maxFirst  int
+	err       error
+	carry     []byte // the bytes of a rune cut by the end of a read
+	lines     int    // the lines that are not blank, so far
+	nonBlank  bool   // the current line has a byte that is not space
+	first     []byte // the first line that is not blank, while it is read
+	long      bool   // the first line was too long to hold: its first byte alone checked
+	notObject bool   // the first line does not start as a JSON object
+}
+
+// NewFileCheck reads r through what is checked of a batch file when it is
+// uploaded, as it is read: that it is JSONL at all — UTF-8 text whose
+// first line that is not blank is a JSON object — and holds between 1 and
+// maxLines lines that are not blank. A fault is returned as the read's
+// error, an *InputError, instead of the bytes that show it (or of io.EOF,
+// for an empty file). Each line's content is checked later, by Validate,
+// while a batch of it is validating: a bad line fails the batch with every
+// bad line listed. Its memory is the first line, bounded as a line is
+// (maxBody plus the line's other fields; zero means DefaultMaxBodyBytes):
+// a first line longer than that is checked only for its first byte, the
+// rest left to Validate. A fault of the first line is told when the line
+// ends: a file over its bound first is refused for that.
+func NewFileCheck(r io.Reader, maxLines int, maxBody int64) io.Reader {
+	return &fileCheck{r: r, maxLines: maxLines, maxFirst: maxLineBytes(maxBody)}
+}
+
+func (c *fileCheck) Read(p []byte) (int, error) {
+	if c.err != nil {
+		return 0, c.err
+	}
+	n, err := c.r.Read(p)
+	if ierr := c.check(p[:n]); ierr != nil {
+		c.err = ierr
+		return 0, ierr
+	}
+	if err == io.EOF {
+		if ierr := c.end(); ierr != nil {
+			c.err = ierr
+			return n, ierr
+		}
+	}
+	if err != nil {
+		c.err = err
+	}
+	return n, err
+}
+
+func (c *fileCheck) check(b []byte) *InputError {
+	// UTF-8, across reads: a rune cut at the end waits for the next.
+	head := b
+	if len(c.carry) > 0 {
+		need := len(c.carry)
+		for k := 0; k < len(b) && !utf8.FullRune(c.carry); k++ {
+			c.carry = append(c.carry, b[k])
+		}
+		if !utf8.FullRune(c.carry) {
+			return c.lineBytes(b)
+		}
+		if !utf8.Valid(c.carry) {
+			return notUTF8()
+		}
+		head = b[len(c.carry)-need:]
+		c.carry = c.carry[:0]
+	}
+	cut := len(head)
+	for k := 1; k <= utf8.UTFMax-1 && k <= len(head); k++ {
+		if utf8.RuneStart(head[len(head)-k]) {
+			if !utf8.FullRune(head[len(head)-k:]) {
+				cut = len(head) - k
+			}
+			break
+		}
+	}
+	if !utf8.Valid(head[:cut]) {
+		return notUTF8()
+	}
+	c.carry = append(c.carry, head[cut:]...)
+	return c.lineBytes(b)
+}
+
+func notUTF8() *InputError {
+	return &InputError{Param: "file", Msg: "the file is not UTF-8 text: a batch file is JSONL, one JSON object a line"}
+}
+
+// lineBytes counts the lines that are not blank and checks the first.
+func (c *fileCheck) lineBytes(b []byte) *InputError {
+	for _, x := range b {
+		if x == '\n' {
+			if c.nonBlank {
+				if ierr := c.endLine(); ierr != nil {
+					return ierr
+				}
+			}
+			c.nonBlank = false
 			continue
 		}
-		if n++; n == 1 {
-			var v map[string]json.RawMessage
-			if json.Unmarshal(raw, &v) != nil || v == nil {
-				return &InputError{Param: "file", Msg: "the file is not JSONL: its first line is not a JSON object (a batch file is one JSON object a line)"}
+		if !c.nonBlank && !isSpace(x) {
+			c.nonBlank = true
+			if c.lines == 0 {
+				c.notObject = x != '{' // a CSV, a JSON array: told at the line's end
 			}
 		}
-		if n > maxLines {
-			return &InputError{Param: "file", Msg: fmt.Sprintf("the file has more than %d requests (batch.max_requests): split it", maxLines)}
+		if c.nonBlank && c.lines == 0 && !c.long {
+			if len(c.first) == c.maxFirst {
+				// Too long to hold: a line no live call could send, which
+				// validation lists as such, by its number, if it starts
+				// as an object.
+				c.long, c.first = true, nil
+				continue
+			}
+			c.first = append(c.first, x)
 		}
 	}
-	if n == 0 {
+	return nil
+}
+
+func notJSONL() *InputError {
+	return &InputError{Param: "file", Msg: "the file is not JSONL: its first line is not a JSON object (a batch file is one JSON object a line)"}
+}
+
+func isSpace(x byte) bool { return x == ' ' || x == '\t' || x == '\r' || x == '\v' || x == '\f' }
+
+// endLine ends a line that is not blank.
+func (c *fileCheck) endLine() *InputError {
+	if c.lines++; c.lines == 1 {
+		var v map[string]json.RawMessage
+		if c.notObject || !c.long && (json.Unmarshal(c.first, &v) != nil || v == nil) {
+			return notJSONL()
+		}
+		c.first = nil
+	}
+	if c.lines > c.maxLines {
+		return &InputError{Param: "file", Msg: fmt.Sprintf("the file has more than %d requests (batch.max_requests): split it", c.maxLines)}
+	}
+	return nil
+}
+
+// end checks what only the end shows.
+func (c *fileCheck) end() *InputError {
+	if len(c.carry) > 0 {
+		return notUTF8()
+	}
+	if c.nonBlank {
+		if ierr := c.endLine(); ierr != nil {
+			return ierr
+		}
+		c.nonBlank = false
+	}
+	if c.lines == 0 {
 		return &InputError{Param: "file", Msg: "the file has no requests"}
 	}
 	return nil
+}
+
+// CheckFile is NewFileCheck's verdict on content.
+func CheckFile(content []byte, maxLines int) *InputError {
+	_, err := io.Copy(io.Discard, NewFileCheck(bytes.NewReader(content), maxLines, 0))
+	var ierr *InputError
+	if errors.As(err, &ierr) {
+		return ierr
+	}
+	return nil
+}
+
+// lineReader reads a file a line at a time, each within max bytes: a
+// longer line is read past, not kept.
+type lineReader struct {
+	r   *bufio.Reader
+	max int
+	n   int // lines read
+	buf []byte
+}
+
+func newLineReader(r io.Reader, max int) *lineReader {
+	return &lineReader{r: bufio.NewReaderSize(r, 64<<10), max: max}
+}
+
+// next returns the next line, without its newline, and its 1-based
+// number; long says it was over max (and line is empty). err is io.EOF
+// after the last line.
+func (l *lineReader) next() (line []byte, long bool, err error) {
+	l.buf = l.buf[:0]
+	read := false
+	for {
+		frag, err := l.r.ReadSlice('\n')
+		read = read || len(frag) > 0
+		if !long {
+			if len(l.buf)+len(frag) > l.max+1 {
+				long, l.buf = true, l.buf[:0]
+			} else {
+				l.buf = append(l.buf, frag...)
+			}
+		}
+		switch {
+		case err == bufio.ErrBufferFull:
+			continue
+		case err == io.EOF && !read:
+			return nil, false, io.EOF
+		case err != nil && err != io.EOF:
+			return nil, false, err
+		}
+		l.n++
+		return bytes.TrimSuffix(l.buf, []byte("\n")), long, nil
+	}
 }
 
 // lineFields are the fields of a line, in the order they are checked.
@@ -70,42 +269,83 @@ var lineFields = []string{"custom_id", "method", "url", "body"}
 // skipped (a trailing newline is usual). The file is good only when there
 // is no fault.
 func ParseInput(content []byte, maxLines int) (reqs []Request, errs []LineError) {
-	seen := map[string]int{}
-	n := 0
-	fault := func(line int, code, param, msg string) bool {
-		errs = append(errs, LineError{Code: code, Line: line, Param: param, Message: msg})
+	errs, _ = scan(bytes.NewReader(content), maxLines, 0, func(r Request) *LineError {
+		reqs = append(reqs, r)
+		return nil
+	})
+	return reqs, errs
+}
+
+// scan reads r a line at a time and calls good with each line that is a
+// request by ParseInput's rules, within maxBody; its fault, if any, is
+// listed as the line's. It returns the faults in line order, up to
+// MaxLineErrors, and an error reading r. Its memory is one line and a hash
+// of each custom_id.
+func scan(r io.Reader, maxLines int, maxBody int64, good func(Request) *LineError) (errs []LineError, err error) {
+	if maxBody <= 0 {
+		maxBody = DefaultMaxBodyBytes
+	}
+	seen := map[[16]byte]int{}
+	fault := func(e LineError) bool {
+		errs = append(errs, e)
 		return len(errs) < MaxLineErrors
 	}
-	for raw := range bytes.Lines(content) {
-		n++
+	lines := newLineReader(r, maxLineBytes(maxBody))
+	n := 0
+	for {
+		raw, long, err := lines.next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return errs, err
+		}
+		line := lines.n
 		raw = bytes.TrimSpace(raw)
-		if len(raw) == 0 {
+		if len(raw) == 0 && !long {
 			continue
 		}
-		if len(reqs)+len(errs) == maxLines {
-			fault(n, "too_many_tasks", "", fmt.Sprintf("more than %d requests in one file", maxLines))
-			return reqs, errs
+		if n++; n > maxLines {
+			fault(LineError{Code: "too_many_tasks", Line: line, Message: fmt.Sprintf("more than %d requests in one file", maxLines)})
+			return errs, nil
 		}
-		r, code, param, msg := parseLine(raw)
+		if long {
+			if !fault(LineError{Code: "body_too_large", Line: line, Param: "body",
+				Message: fmt.Sprintf("this line is longer than %d bytes: its body is over limits.max_body_bytes (%d bytes), which a live call may not pass", maxLineBytes(maxBody), maxBody)}) {
+				return errs, nil
+			}
+			continue
+		}
+		rq, code, param, msg := parseLine(raw)
+		if code == "" && int64(len(rq.Body)) > maxBody {
+			code, param, msg = "body_too_large", "body", fmt.Sprintf("the body is %d bytes, over limits.max_body_bytes (%d bytes), which a live call may not pass", len(rq.Body), maxBody)
+		}
+		var h [16]byte
 		if code == "" {
-			if first, dup := seen[r.CustomID]; dup {
-				code, param, msg = "duplicate_custom_id", "custom_id", fmt.Sprintf("custom_id %s is already used on line %d", contract.Echo(r.CustomID), first)
+			sum := sha256.Sum256([]byte(rq.CustomID))
+			copy(h[:], sum[:])
+			if first, dup := seen[h]; dup {
+				code, param, msg = "duplicate_custom_id", "custom_id", fmt.Sprintf("custom_id %s is already used on line %d", contract.Echo(rq.CustomID), first)
 			}
 		}
 		if code != "" {
-			if !fault(n, code, param, msg) {
-				return reqs, errs
+			if !fault(LineError{Code: code, Line: line, Param: param, Message: msg}) {
+				return errs, nil
 			}
 			continue
 		}
-		seen[r.CustomID] = n
-		r.Line = n
-		reqs = append(reqs, r)
+		seen[h] = line
+		rq.Line = line
+		if e := good(rq); e != nil {
+			if !fault(*e) {
+				return errs, nil
+			}
+		}
 	}
-	if len(reqs) == 0 && len(errs) == 0 {
+	if n == 0 {
 		errs = append(errs, LineError{Code: "empty_file", Message: "the file has no requests"})
 	}
-	return reqs, errs
+	return errs, nil
 }
 
 // parseLine reads one line; code is empty when it is a good request.
@@ -166,20 +406,40 @@ func parseLine(raw []byte) (r Request, code, param, msg string) {
 // would refuse it.
 type ReadBody func(body []byte) (model string, stream bool, err error)
 
-// Validate checks a batch's input file line by line, as the batch
-// validates: ParseInput's checks, then each request's url against the
-// batch's endpoint and its body as readBody reads it — a model, the same
-// on every line, and no streaming. It returns the requests and their
-// model, or the faults in line order, at most MaxLineErrors.
-func Validate(content []byte, maxLines int, endpoint string, readBody ReadBody) (reqs []Request, model string, errs []LineError) {
-	reqs, errs = ParseInput(content, maxLines)
+// Check is what Validate checks a batch's lines against.
+type Check struct {
+	// MaxLines bounds the requests of the file (batch.max_requests).
+	MaxLines int
+	// MaxBodyBytes bounds a request's body, as a live call's
+	// (limits.max_body_bytes). Zero means DefaultMaxBodyBytes.
+	MaxBodyBytes int64
+	// Endpoint is the batch's: every line's url.
+	Endpoint string
+	// ReadBody reads each body.
+	ReadBody ReadBody
+	// Model checks the batch's model as a live call's would be checked for
+	// the batch's tenant and class — known, priced when the spend policy
+	// rejects unknown models, the class allowed — and returns the fault's
+	// code and message, or an empty code. Nil means no check.
+	Model func(model string) (code, msg string)
+}
+
+// Validate checks a batch's input file line by line, read from r with one
+// line in memory at a time, as the batch validates: ParseInput's checks
+// and the body's size, then each request's url against the batch's
+// endpoint and its body as c.ReadBody reads it — a model, the same on
+// every line, that c.Model takes, and no streaming. It returns the model
+// and the requests' count, or the faults in line order, at most
+// MaxLineErrors; err is an error reading r.
+func Validate(r io.Reader, c Check) (model string, n int, errs []LineError, err error) {
 	var firstLine int
-	for _, r := range reqs {
+	var modelCode, modelMsg string
+	errs, err = scan(r, c.MaxLines, c.MaxBodyBytes, func(rq Request) *LineError {
 		code, param, msg := "", "", ""
-		m, stream, err := readBody(r.Body)
+		m, stream, err := c.ReadBody(rq.Body)
 		switch {
-		case r.URL != endpoint:
-			code, param, msg = "url_mismatch", "url", fmt.Sprintf("url %s differs from the batch's endpoint %s", contract.Echo(r.URL), contract.Echo(endpoint))
+		case rq.URL != c.Endpoint:
+			code, param, msg = "url_mismatch", "url", fmt.Sprintf("url %s differs from the batch's endpoint %s", contract.Echo(rq.URL), contract.Echo(c.Endpoint))
 		case err != nil:
 			code, param, msg = "invalid_request", "body", "body: "+err.Error()
 		case stream:
@@ -187,20 +447,95 @@ func Validate(content []byte, maxLines int, endpoint string, readBody ReadBody) 
 		case m == "":
 			code, param, msg = "missing_required_parameter", "body.model", "missing required parameter body.model"
 		case model == "":
-			model, firstLine = m, r.Line
+			model, firstLine = m, rq.Line
+			if c.Model != nil {
+				modelCode, modelMsg = c.Model(m)
+			}
+			code, param, msg = modelCode, "body.model", modelMsg
 		case m != model:
 			code, param, msg = "model_mismatch", "body.model", fmt.Sprintf("model %s differs from %s on line %d: a batch uses one model", contract.Echo(m), contract.Echo(model), firstLine)
+		default:
+			code, param, msg = modelCode, "body.model", modelMsg
 		}
 		if code != "" {
-			errs = append(errs, LineError{Code: code, Line: r.Line, Param: param, Message: msg})
+			return &LineError{Code: code, Line: rq.Line, Param: param, Message: msg}
+		}
+		n++
+		return nil
+	})
+	if err != nil {
+		return "", 0, errs, err
+	}
+	if len(errs) > 0 {
+		return "", 0, errs, nil
+	}
+	return model, n, nil, nil
+}
+
+// Requests reads the requests of a file that Validate found good, a line
+// at a time, for Start; a line that is no longer good (the file changed)
+// ends it with an error.
+func Requests(r io.Reader, maxBody int64) iter.Seq2[Request, error] {
+	return func(yield func(Request, error) bool) {
+		lines := newLineReader(r, maxLineBytes(maxBody))
+		for {
+			raw, long, err := lines.next()
+			if err == io.EOF {
+				return
+			}
+			if err == nil && long {
+				err = fmt.Errorf("batch: line %d is longer than %d bytes", lines.n, maxLineBytes(maxBody))
+			}
+			if err != nil {
+				yield(Request{}, err)
+				return
+			}
+			if raw = bytes.TrimSpace(raw); len(raw) == 0 {
+				continue
+			}
+			rq, code, _, msg := parseLine(raw)
+			if code != "" {
+				yield(Request{}, fmt.Errorf("batch: line %d: %s", lines.n, msg))
+				return
+			}
+			rq.Line = lines.n // its body is a copy (json.RawMessage's), not the line's buffer
+			if !yield(rq, nil) {
+				return
+			}
 		}
 	}
-	if len(errs) == 0 {
-		return reqs, model, nil
+}
+
+// CountLines counts the lines of r that are not blank and their bytes,
+// reading it 64 KiB at a time: what a batch's file will queue, for the
+// backlog's bounds before it validates.
+func CountLines(r io.Reader) (n int, size int64, err error) {
+	buf := make([]byte, 64<<10)
+	var line int64
+	nonBlank := false
+	for {
+		k, err := r.Read(buf)
+		for _, x := range buf[:k] {
+			if x == '\n' {
+				if nonBlank {
+					n++
+					size += line
+				}
+				line, nonBlank = 0, false
+				continue
+			}
+			line++
+			nonBlank = nonBlank || !isSpace(x)
+		}
+		if err == io.EOF {
+			if nonBlank {
+				n++
+				size += line
+			}
+			return n, size, nil
+		}
+		if err != nil {
+			return n, size, err
+		}
 	}
-	slices.SortStableFunc(errs, func(a, b LineError) int { return cmp.Compare(a.Line, b.Line) })
-	if len(errs) > MaxLineErrors {
-		errs = errs[:MaxLineErrors]
-	}
-	return nil, "", errs
 }

@@ -3,8 +3,10 @@ package batch_test
 import (
 	"errors"
 	"fmt"
+	"io"
 	"strings"
 	"testing"
+	"testing/iotest"
 
 	"github.com/sluicehq/sluice/batch"
 )
@@ -85,27 +87,61 @@ func TestValidate(t *testing.T) {
 		line("0", ep, `{"model":"m"}`),               // duplicate_custom_id
 		line("8", ep, `{"model":"m"}`),
 	}
-	reqs, model, errs := batch.Validate([]byte(strings.Join(lines, "\n")), 100, ep, readBody)
+	check := batch.Check{MaxLines: 100, Endpoint: ep, ReadBody: readBody}
+	model, n, errs, err := batch.Validate(strings.NewReader(strings.Join(lines, "\n")), check)
 	var got []string
 	for _, e := range errs {
 		got = append(got, fmt.Sprintf("%d:%s:%s", e.Line, e.Code, e.Param))
 	}
 	want := "[2:url_mismatch:url 3:invalid_json_line: 4:model_mismatch:body.model 5:invalid_request:body 6:invalid_value:body.stream 7:missing_required_parameter:body.model 8:duplicate_custom_id:custom_id]"
-	if reqs != nil || model != "" || fmt.Sprint(got) != want {
-		t.Fatalf("Validate = %d requests, %q, faults %v; want %s", len(reqs), model, got, want)
+	if n != 0 || model != "" || err != nil || fmt.Sprint(got) != want {
+		t.Fatalf("Validate = %d requests, %q, faults %v, %v; want %s", n, model, got, err, want)
 	}
 
-	reqs, model, errs = batch.Validate([]byte(lines[0]+"\n"+lines[8]), 100, ep, readBody)
-	if errs != nil || model != "m" || len(reqs) != 2 {
-		t.Fatalf("good file: %d requests, %q, %v", len(reqs), model, errs)
+	model, n, errs, _ = batch.Validate(strings.NewReader(lines[0]+"\n"+lines[8]), check)
+	if errs != nil || model != "m" || n != 2 {
+		t.Fatalf("good file: %d requests, %q, %v", n, model, errs)
 	}
 
 	var many []string
 	for i := range 300 {
 		many = append(many, line(fmt.Sprint(i), "/v1/embeddings", `{"model":"m"}`))
 	}
-	if _, _, errs = batch.Validate([]byte(strings.Join(many, "\n")), 1000, ep, readBody); len(errs) != batch.MaxLineErrors || errs[99].Line != 100 {
+	check.MaxLines = 1000
+	if _, _, errs, _ = batch.Validate(strings.NewReader(strings.Join(many, "\n")), check); len(errs) != batch.MaxLineErrors || errs[99].Line != 100 {
 		t.Fatalf("%d faults (last on line %d), want the first %d", len(errs), errs[len(errs)-1].Line, batch.MaxLineErrors)
+	}
+}
+
+// The checks of a live call at validation: the model as the tenant's call
+// would be checked (here, not priced), and a body over the live bound —
+// each bad line with its number, read a line at a time.
+func TestValidateAsALiveCall(t *testing.T) {
+	const ep = "/v1/chat/completions"
+	big := `{"model":"m","pad":"` + strings.Repeat("x", 200) + `"}`
+	huge := `{"model":"m","pad":"` + strings.Repeat("y", 70<<10) + `"}` // past the line's envelope too
+	lines := []string{line("0", ep, `{"model":"m"}`), line("1", ep, big), "", line("3", ep, huge), line("4", ep, `{"model":"m"}`)}
+	check := batch.Check{MaxLines: 100, MaxBodyBytes: 100, Endpoint: ep, ReadBody: readBody,
+		Model: func(m string) (string, string) { return "model_not_priced", "model " + m + " has no price" }}
+	_, _, errs, err := batch.Validate(strings.NewReader(strings.Join(lines, "\n")), check)
+	var got []string
+	for _, e := range errs {
+		got = append(got, fmt.Sprintf("%d:%s:%s", e.Line, e.Code, e.Param))
+	}
+	want := "[1:model_not_priced:body.model 2:body_too_large:body 4:body_too_large:body 5:model_not_priced:body.model]"
+	if err != nil || fmt.Sprint(got) != want {
+		t.Fatalf("faults %v, %v; want %s", got, err, want)
+	}
+	// Requests reads the good file's lines again, one at a time, in order.
+	var ids []string
+	for r, err := range batch.Requests(strings.NewReader(lines[0]+"\n\n"+lines[4]+"\n"), 0) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, fmt.Sprintf("%s@%d", r.CustomID, r.Line))
+	}
+	if fmt.Sprint(ids) != "[0@1 4@3]" {
+		t.Fatalf("Requests = %v", ids)
 	}
 }
 
@@ -122,6 +158,24 @@ func TestCheckFile(t *testing.T) {
 		if err := batch.CheckFile([]byte(tc.in), 2); err == nil || err.Param != "file" || !strings.Contains(err.Msg, tc.msg) {
 			t.Errorf("%s: %v, want a fault with %q", tc.name, err, tc.msg)
 		}
+	}
+	// Read in small pieces, a rune cut between two reads is still UTF-8.
+	text := good + "\n" + strings.Replace(good, `"m"`, `"mé€😀"`, 1) + "\n"
+	if _, err := io.Copy(io.Discard, batch.NewFileCheck(iotest.OneByteReader(strings.NewReader(text)), 2, 0)); err != nil {
+		t.Errorf("UTF-8 read a byte at a time: %v", err)
+	}
+	if _, err := io.Copy(io.Discard, batch.NewFileCheck(iotest.HalfReader(strings.NewReader(text+"\xe2\x82")), 2, 0)); err == nil {
+		t.Error("a cut rune at the end passed")
+	}
+	// A first line too long to hold (past the body's bound and a line's
+	// other fields) is checked for its first byte only: an object is left
+	// to validation, anything else refused when the line ends.
+	long := `{"custom_id":"a","pad":"` + strings.Repeat("x", 70<<10) + `"}` + "\n"
+	if _, err := io.Copy(io.Discard, batch.NewFileCheck(strings.NewReader(long+good+"\n"), 2, 1)); err != nil {
+		t.Errorf("a long first line that starts as an object: %v", err)
+	}
+	if _, err := io.Copy(io.Discard, batch.NewFileCheck(strings.NewReader("x"+long), 2, 1)); err == nil || !strings.Contains(err.Error(), "not JSONL") {
+		t.Errorf("a long first line that is no object: %v", err)
 	}
 	// Bad lines after a good first one are the batch's to list.
 	if err := batch.CheckFile([]byte(good+"\n{\"custom_id\":\n"), 2); err != nil {

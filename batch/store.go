@@ -1,10 +1,13 @@
 package batch
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"iter"
 	"time"
 )
 
@@ -16,6 +19,35 @@ var ErrNotFound = errors.New("batch: not found")
 // ErrConflict is returned when a batch is not in a state the operation
 // takes (cancelling a completed batch, for instance).
 var ErrConflict = errors.New("batch: conflict")
+
+// ChunkBytes is the most of a file's content one value of a store holds,
+// and one read or write of it moves: a file is stored as chunks of this
+// size, written as it is read and served a chunk at a time, so that no
+// step holds a whole file in memory or in one value.
+const ChunkBytes = 1 << 20
+
+// Quota bounds what one tenant keeps in uploaded files (purpose batch;
+// the output and error files the store writes are not counted). Zero
+// fields mean no bound.
+type Quota struct {
+	MaxFiles int
+	MaxBytes int64
+}
+
+// QuotaError is CommitFile's refusal of a file past the tenant's Quota:
+// Bytes says which bound (the bytes, or else the count), Used and Max are
+// its value before the file and its bound.
+type QuotaError struct {
+	Bytes     bool
+	Used, Max int64
+}
+
+func (e *QuotaError) Error() string {
+	if e.Bytes {
+		return fmt.Sprintf("batch: the tenant's files hold %d bytes, and this one would pass %d", e.Used, e.Max)
+	}
+	return fmt.Sprintf("batch: the tenant has %d files, the most it may keep", e.Used)
+}
 
 // Status is a batch's state, OpenAI's names.
 type Status string
@@ -183,12 +215,44 @@ type Result struct {
 // with consumer groups (Redis Streams): Claim is a read by a consumer with
 // a lease, Complete is the acknowledgement, an expired lease is reclaimed.
 type JobStore interface {
-	// PutFile stores a file and its content under f.ID.
-	PutFile(ctx context.Context, f File, content []byte) error
+	// StageFile writes content, read to its end, as the content of the
+	// file id, ChunkBytes at a time, and returns its size: the file is not
+	// seen until CommitFile makes it so. An error reading content is
+	// returned as it is (errors.Is and As see it), and what was written is
+	// dropped. Staged content that is never committed is dropped by
+	// AbortFile, or by Purge after an hour.
+	StageFile(ctx context.Context, id string, content io.Reader) (int64, error)
+	// CommitFile makes the staged content of f.ID the file f (f.Bytes is
+	// its staged size), within the tenant's quota q (counted for purpose
+	// batch): a *QuotaError past it, the content left staged. ErrConflict
+	// when f.ID exists.
+	CommitFile(ctx context.Context, f File, q Quota) error
+	// AbortFile drops the staged content of id.
+	AbortFile(ctx context.Context, id string) error
 	// File returns the tenant's file, or ErrNotFound.
 	File(ctx context.Context, tenant, id string) (File, error)
-	// FileContent returns the tenant's file's content, or ErrNotFound.
-	FileContent(ctx context.Context, tenant, id string) ([]byte, error)
+	// FileContent opens the tenant's file's content, read a chunk at a
+	// time, or ErrNotFound. A file deleted while it is read ends the read
+	// with ErrNotFound.
+	FileContent(ctx context.Context, tenant, id string) (io.ReadCloser, error)
+	// Files lists the tenant's files of purpose (every purpose when empty)
+	// by creation, newest first or, asc, oldest first, starting after the
+	// file id after; more says whether there are others past limit.
+	// ErrNotFound when after is not the tenant's file.
+	Files(ctx context.Context, tenant, purpose, after string, limit int, asc bool) (list []File, more bool, err error)
+	// DeleteFile deletes the tenant's file and its content, or ErrNotFound.
+	// A batch that validates from it afterwards fails; one running already
+	// has its requests.
+	DeleteFile(ctx context.Context, tenant, id string) error
+	// FileUsage is the tenant's uploaded files (purpose batch): their
+	// count and bytes, as the quota counts them.
+	FileUsage(ctx context.Context, tenant string) (files int, bytes int64, err error)
+	// Purge deletes what is past its time at now: the files past their
+	// ExpiresAt, the batches ended more than retention ago (with their
+	// items and results; their files go by their own ExpiresAt), and
+	// staged content older than an hour. It returns how many files and
+	// batches it deleted.
+	Purge(ctx context.Context, now time.Time, retention time.Duration) (int, error)
 	// CreateBatch stores b. With b.Status validating it stores the batch
 	// alone (reqs must be empty), for Start or Fail to end its
 	// validation; otherwise it stores it in_progress (Counts.Total =
@@ -196,9 +260,11 @@ type JobStore interface {
 	CreateBatch(ctx context.Context, b Batch, reqs []Request) error
 	// Start ends the validation of the tenant's batch: it becomes
 	// in_progress with model and one item per request queued, in order.
+	// The requests are read from reqs as they are written, a chunk at a
+	// time; an error from reqs is returned, the batch left validating.
 	// ErrConflict when it is not validating (cancelled meanwhile, or
 	// started by another replica).
-	Start(ctx context.Context, tenant, id, model string, reqs []Request, now time.Time) error
+	Start(ctx context.Context, tenant, id, model string, reqs iter.Seq2[Request, error], now time.Time) error
 	// Fail ends the validation of the tenant's batch as failed, with errs.
 	// ErrConflict when it is not validating.
 	Fail(ctx context.Context, tenant, id string, errs []LineError, now time.Time) error
@@ -244,6 +310,93 @@ type JobStore interface {
 	Backlog(ctx context.Context, tenant string) (items int, bytes int64, err error)
 	// Close releases the store.
 	Close() error
+}
+
+// PutFile stores content as the file f in s: StageFile then CommitFile
+// without a quota.
+func PutFile(ctx context.Context, s JobStore, f File, content []byte) error {
+	n, err := s.StageFile(ctx, f.ID, bytes.NewReader(content))
+	if err != nil {
+		return err
+	}
+	f.Bytes = n
+	if err := s.CommitFile(ctx, f, Quota{}); err != nil {
+		_ = s.AbortFile(ctx, f.ID)
+		return err
+	}
+	return nil
+}
+
+// Slice is reqs as Start reads them.
+func Slice(reqs []Request) iter.Seq2[Request, error] {
+	return func(yield func(Request, error) bool) {
+		for _, r := range reqs {
+			if !yield(r, nil) {
+				return
+			}
+		}
+	}
+}
+
+// chunkReader reads a file's content a chunk at a time: get returns chunk
+// i, or nil past the last.
+type chunkReader struct {
+	get func(i int) ([]byte, error)
+	i   int
+	buf []byte
+	err error
+}
+
+// NewChunkReader reads the chunks get returns, in order, until it returns
+// nil (the end) or an error: a store's FileContent.
+func NewChunkReader(get func(i int) ([]byte, error)) io.ReadCloser {
+	return &chunkReader{get: get}
+}
+
+func (c *chunkReader) Read(p []byte) (int, error) {
+	for len(c.buf) == 0 {
+		if c.err != nil {
+			return 0, c.err
+		}
+		b, err := c.get(c.i)
+		c.i++
+		switch {
+		case err != nil:
+			c.err = err
+		case b == nil:
+			c.err = io.EOF
+		default:
+			c.buf = b
+		}
+	}
+	n := copy(p, c.buf)
+	c.buf = c.buf[n:]
+	return n, nil
+}
+
+func (c *chunkReader) Close() error {
+	c.buf, c.err = nil, errClosed
+	return nil
+}
+
+var errClosed = errors.New("batch: file content read after Close")
+
+// Fill reads r into buf until buf is full or r ends: n < len(buf) means r
+// ended. Unlike io.ReadFull it returns r's own errors as they are — a
+// multipart part cut short says io.ErrUnexpectedEOF, which io.ReadFull
+// would have made look like a short last read — and nil at r's end.
+func Fill(r io.Reader, buf []byte) (n int, err error) {
+	for n < len(buf) {
+		k, err := r.Read(buf[n:])
+		n += k
+		if err == io.EOF {
+			return n, nil
+		}
+		if err != nil {
+			return n, err
+		}
+	}
+	return n, nil
 }
 
 // OutputFileID and ErrorFileID name a batch's generated files.

@@ -6,7 +6,6 @@ import (
 	"maps"
 	"net"
 	"net/url"
-	"os"
 	"slices"
 	"strings"
 	"time"
@@ -235,8 +234,9 @@ type LimitsConfig struct {
 type Duration = yamltime.Duration
 
 // Load reads a YAML file. Unknown keys are errors.
+// A file over MaxConfigBytes is refused before it is read.
 func Load(path string) (Config, error) {
-	data, err := os.ReadFile(path)
+	data, err := readBounded(path)
 	if err != nil {
 		return Config{}, err
 	}
@@ -246,6 +246,9 @@ func Load(path string) (Config, error) {
 // Parse parses YAML, refusing unknown keys, and validates the result.
 // Every error names the YAML path of its field (see package yamlpath).
 func Parse(data []byte) (Config, error) {
+	if len(data) > MaxConfigBytes {
+		return Config{}, tooLarge(int64(len(data)))
+	}
 	var cfg Config
 	if err := yamlpath.Unmarshal(data, &cfg); err != nil {
 		return Config{}, fmt.Errorf("config: %w", err)
@@ -363,6 +366,9 @@ var builtinRanks = admission.DefaultRanks().Classes
 
 // Validate checks every field and returns an error naming the first bad one.
 func (c Config) Validate() error {
+	if err := c.validateBounds(); err != nil {
+		return err
+	}
 	c = c.WithDefaults()
 	for _, a := range []struct{ field, addr string }{{"listen", c.Listen}, {"admin", c.Admin}} {
 		if _, _, err := net.SplitHostPort(a.addr); err != nil {

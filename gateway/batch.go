@@ -5,12 +5,17 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strings"
+	"time"
 
 	"github.com/sluicehq/sluice/admission"
 	"github.com/sluicehq/sluice/batch"
+	"github.com/sluicehq/sluice/chain"
+	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/contract"
 	"github.com/sluicehq/sluice/gateway/batchapi"
 	"github.com/sluicehq/sluice/gateway/wire"
+	"github.com/sluicehq/sluice/spend"
 	"github.com/sluicehq/sluice/store"
 )
 
@@ -48,17 +53,19 @@ func (g *Gateway) openBatch() (*batchapi.API, error) {
 			b, err := decodeBody(raw)
 			return b.model, b.stream, err
 		},
-		Draining:   g.draining.Load,
-		MaxTimeout: g.cfg.Limits.MaxTimeout.D(),
-		Grace:      g.cfg.ShutdownGrace.D(),
-		WriteError: wire.WriteJSONError,
-		BadInput:   func(code string) { g.metrics.badInput.WithLabelValues(code).Inc() },
-		Log:        g.log,
+		CheckModel:   g.batchModel(cfg.Class),
+		MaxBodyBytes: g.cfg.Limits.MaxBodyBytes,
+		Draining:     g.draining.Load,
+		MaxTimeout:   g.cfg.Limits.MaxTimeout.D(),
+		Grace:        g.cfg.ShutdownGrace.D(),
+		WriteError:   wire.WriteJSONError,
+		BadInput:     func(code string) { g.metrics.badInput.WithLabelValues(code).Inc() },
+		Log:          g.log,
 	}
 	if r, err := g.books.Redis(); err != nil { // with store.redis (package cluster)
 		return nil, err
 	} else if r != nil {
-		deps.Store = store.NewJobs(r, store.JobsOptions{})
+		deps.Store = store.NewJobs(r, store.JobsOptions{Retention: cfg.WithDefaults().Retention.D()})
 		deps.Owner = g.books.Owner() // the lease's replica id, or one of its own
 	}
 	b, err := batchapi.New(cfg, deps)
@@ -87,6 +94,36 @@ func (g *Gateway) batchItem(class string) func(tenant, path string) (http.Handle
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			g.serveCall(w, r, &rt, tenant, info.Tier)
 		}), nil
+	}
+}
+
+// batchModel is the Batch API's Deps.CheckModel: a batch's model checked
+// as a live call of its tenant's to path at the batch class would be, by
+// the chain's estimate (which takes nothing) — a model no pool serves, a
+// model without a price when spend.unknown_model is reject, a class the
+// tenant may not use — in the codes a live call gets.
+func (g *Gateway) batchModel(class string) func(tenant, path, model string) (string, string) {
+	return func(tenant, path, model string) (string, string) {
+		info, ok := g.tenantInfo(tenant)
+		if !ok {
+			return "", "" // the item's run answers for a tenant gone
+		}
+		rt := g.routes.exact[path]
+		req := chain.Request{Tenant: tenant, Tier: info.Tier, Class: class, Model: model, Deadline: time.Now().Add(time.Hour),
+			Unpriced: rt == nil || !rt.billed, Flavour: config.FlavourOpenAI}
+		_, err := g.chain.Estimate(req)
+		var classErr *chain.ClassError
+		var unknownModel *chain.UnknownModelError
+		switch {
+		case errors.As(err, &unknownModel):
+			return "model_not_found", "model: " + unknownModel.Error()
+		case errors.As(err, &classErr):
+			return "class_not_allowed", fmt.Sprintf("tenant %s may not use class %s, which batch items run at (allowed: %s)",
+				tenant, contract.Echo(classErr.Class), strings.Join(classErr.Allowed, ", "))
+		case errors.Is(err, spend.ErrUnknownModel):
+			return "model_not_priced", fmt.Sprintf("model: %s has no price in spend.prices (and spend.unknown_model is reject)", contract.Echo(model))
+		}
+		return "", ""
 	}
 }
 

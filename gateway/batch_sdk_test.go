@@ -108,6 +108,22 @@ func getBatch(t *testing.T, c openai.Client, id string) *openai.Batch {
 	return b
 }
 
+// files0 is the id of the tenant's file of that name.
+func files0(t *testing.T, c openai.Client, name string) string {
+	t.Helper()
+	page, err := c.Files.List(t.Context(), openai.FileListParams{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range page.Data {
+		if f.Filename == name {
+			return f.ID
+		}
+	}
+	t.Fatalf("no file %s", name)
+	return ""
+}
+
 func refusals(t *testing.T, s *served, code string) float64 {
 	t.Helper()
 	var m dto.Metric
@@ -125,7 +141,8 @@ func refusals(t *testing.T, s *served, code string) float64 {
 // answers, the provider's request ids and output_expires_after on its
 // output file; a file with 3 bad lines among 300 ends failed with the 3
 // listed; the list pages; a cancel goes cancelling → cancelled, and a
-// second cancel is one 409 the SDK does not retry.
+// second cancel is one 409 the SDK does not retry; files.list pages and
+// files.delete deletes.
 func TestBatchSDKConformance(t *testing.T) {
 	mock, up := startMock(t, mockllm.Config{Slots: 8, Median: 2 * time.Millisecond})
 	s := serve(t, batchConfig(t, up.URL))
@@ -288,6 +305,35 @@ func TestBatchSDKConformance(t *testing.T) {
 	page, err := acme.Batches.List(ctx, openai.BatchListParams{Limit: openai.Int(2)})
 	if err != nil || len(page.Data) != 2 || !page.HasMore || page.Data[1].ID != bad.ID {
 		t.Fatalf("first page of 2: %+v, %v", page, err)
+	}
+
+	// The files, listed a page at a time (the uploads, newest first; and
+	// every file, the batches' outputs among them), and one deleted: gone
+	// at once, and a second delete is a 404 the SDK does not retry.
+	var files []string
+	fpager := acme.Files.ListAutoPaging(ctx, openai.FileListParams{Limit: openai.Int(1), Purpose: openai.String("batch")})
+	for fpager.Next() {
+		files = append(files, fpager.Current().Filename)
+	}
+	if err := fpager.Err(); err != nil || fmt.Sprint(files) != "[c.jsonl bad.jsonl good.jsonl]" {
+		t.Fatalf("files listed %v, %v", files, err)
+	}
+	all, err := acme.Files.List(ctx, openai.FileListParams{Order: openai.FileListParamsOrderAsc})
+	var names []string
+	for _, x := range all.Data {
+		names = append(names, x.ID)
+	}
+	want := []string{files0(t, acme, "good.jsonl"), b.OutputFileID, files0(t, acme, "bad.jsonl"), f.ID, cb.OutputFileID, cb.ErrorFileID}
+	if err != nil || fmt.Sprint(names) != fmt.Sprint(want) || all.HasMore {
+		t.Fatalf("every file, oldest first: %v, %v; want %v", names, err, want)
+	}
+	del, err := acme.Files.Delete(ctx, f.ID)
+	if err != nil || !del.Deleted || del.ID != f.ID || del.Object != "file" {
+		t.Fatalf("delete: %+v, %v", del, err)
+	}
+	before = sent.Load()
+	if _, err := acme.Files.Delete(ctx, f.ID); !errors.As(err, &apiErr) || apiErr.StatusCode != 404 || sent.Load()-before != 1 {
+		t.Fatalf("second delete: %v in %d requests, want one 404", err, sent.Load()-before)
 	}
 
 	// OpenAI's refusals: completion_window other than 24h, a value quoted

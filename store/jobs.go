@@ -7,11 +7,12 @@
 package store
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"iter"
 	"strconv"
 	"strings"
 	"time"
@@ -69,9 +70,6 @@ type JobsOptions struct {
 
 // ChunkItems bounds the items one call to Redis writes or reads.
 const ChunkItems = 256
-
-// chunkBytes bounds the bytes of a file one call writes or reads.
-const chunkBytes = 1 << 20
 
 // stagingTTL bounds how long the items of a batch being created (or a
 // file being uploaded) stay when the creation never finishes.
@@ -175,70 +173,291 @@ func script(body string) *redis.Script {
 	return redis.NewScript(luaPrelude + strings.ReplaceAll(body, "${chunk}", strconv.Itoa(ChunkItems)))
 }
 
-// putChunk appends to a file's content being uploaded (ARGV[4]: the chunk;
-// ARGV[5]: the file id).
-var putChunk = script(`
-local c = P .. 'up:' .. ARGV[5]
-redis.call('APPEND', c, ARGV[4])
-redis.call('EXPIRE', c, RET)
-return 1
-`)
+// The files: a hash f:<id> (tenant, purpose, filename, bytes, created_at,
+// expires_at, seq, and chunks — the count of its content's chunks — or
+// batch, for an output or error file made from a batch's results when
+// read); its content as chunk keys c:<id>:<i> of up to fileChunk bytes
+// each, so that no value holds a whole file and no call moves more than a
+// chunk; each tenant's listing fl:<tenant> by sequence; its uploads' count
+// and bytes fu:<tenant>; and fexp, every file by when it expires (its
+// expires_at, or its upload plus the retention), which Purge reads. While
+// an upload is read its chunks are written under a marker st:<id> (the
+// chunks so far) that expires, with them, after stagingTTL unless
+// CommitFile makes them a file.
 
-// putFile makes the uploaded content a file (ARGV[4..]: id, tenant,
-// purpose, filename, bytes, created_at, staging key suffix or "",
-// expires_at or "").
-var putFile = script(`
-local id = ARGV[4]
-if redis.call('EXISTS', fkey(id)) == 1 then return 0 end
-local c = P .. 'c:' .. id
-if ARGV[10] ~= '' then
-  redis.call('RENAME', P .. 'up:' .. ARGV[10], c)
-else
-  redis.call('SET', c, '')
+// fileChunk is the size of a file's chunk keys: a quarter of
+// batch.ChunkBytes, so that one call moves it well inside
+// store.redis.timeout (50 ms by default) on a loaded host.
+const fileChunk = batch.ChunkBytes / 4
+
+// luaFiles are the files' helpers.
+const luaFiles = `
+local FEXP = P .. 'fexp'
+local function ckey(id, i) return P .. 'c:' .. id .. ':' .. i end
+local function stkey(id) return P .. 'st:' .. id end
+local function ukey(t) return P .. 'fu:' .. t end
+local function lkey(t) return P .. 'fl:' .. t end
+-- fileTTL is how long a file's keys live past its expiry, a backstop for
+-- Purge; usageTTL, a tenant's usage past its last change (longer than any
+-- file lives).
+local function expireFile(id, chunks, atMs)
+  local ttl = math.max(math.floor((atMs - tonumber(ARGV[4])) / 1000), 1) + 86400
+  redis.call('EXPIRE', fkey(id), ttl)
+  for i = 0, chunks - 1 do redis.call('EXPIRE', ckey(id, i), ttl) end
 end
-redis.call('HSET', fkey(id), 'tenant', ARGV[5], 'purpose', ARGV[6], 'filename', ARGV[7], 'bytes', ARGV[8], 'created_at', ARGV[9])
-if ARGV[11] ~= '' then redis.call('HSET', fkey(id), 'expires_at', ARGV[11]) end
-redis.call('EXPIRE', fkey(id), RET)
-redis.call('EXPIRE', c, RET)
+-- addFile lists a file made (its hash written) and schedules its expiry.
+local function addFile(id, tenant, atMs)
+  local seq = redis.call('INCR', P .. 'fseq')
+  redis.call('HSET', fkey(id), 'seq', seq)
+  redis.call('ZADD', lkey(tenant), seq, id)
+  redis.call('EXPIRE', lkey(tenant), math.max(RET, 2592000) + 86400)
+  redis.call('ZADD', FEXP, atMs, id)
+end
+-- removeFile deletes a file, its content, listing, expiry and share of
+-- its tenant's usage.
+local function removeFile(id)
+  local h = redis.call('HMGET', fkey(id), 'tenant', 'purpose', 'bytes', 'chunks')
+  redis.call('ZREM', FEXP, id)
+  if not h[1] then return 0 end
+  for i = 0, tonumber(h[4] or '0') - 1 do redis.call('DEL', ckey(id, i)) end
+  redis.call('ZREM', lkey(h[1]), id)
+  if h[2] == 'batch' then
+    local n = redis.call('HINCRBY', ukey(h[1]), 'files', -1)
+    redis.call('HINCRBY', ukey(h[1]), 'bytes', -tonumber(h[3]))
+    if n <= 0 then redis.call('DEL', ukey(h[1])) end
+  end
+  redis.call('DEL', fkey(id))
+  return 1
+end
+`
+
+func fileScript(body string) *redis.Script { return script(luaFiles + body) }
+
+// stageBegin marks an upload's staging (ARGV[4]: now in unix ms, [5]: id,
+// [6]: the staging TTL in seconds): 0 when the id is taken.
+var stageBegin = fileScript(`
+local id = ARGV[5]
+if redis.call('EXISTS', fkey(id)) == 1 or redis.call('EXISTS', stkey(id)) == 1 then return 0 end
+redis.call('SET', stkey(id), 0, 'EX', ARGV[6])
 return 1
 `)
 
-// PutFile stores a file, its content written in chunks of at most a MiB
-// and made visible by the last call.
-func (j *Jobs) PutFile(ctx context.Context, f batch.File, content []byte) error {
-	if n, err := j.exists(ctx, j.key("f", f.ID)); err != nil {
-		return err
-	} else if n {
-		return fmt.Errorf("%w: file %s exists", batch.ErrConflict, f.ID)
+// stageChunk writes chunk i of a staged upload (ARGV[4]: now, [5]: id,
+// [6]: TTL, [7]: i, [8]: the chunk): 0 when its staging was dropped.
+var stageChunk = fileScript(`
+local id = ARGV[5]
+if redis.call('EXISTS', stkey(id)) == 0 then return 0 end
+redis.call('SET', ckey(id, ARGV[7]), ARGV[8], 'EX', ARGV[6])
+redis.call('SET', stkey(id), tonumber(ARGV[7]) + 1, 'EX', ARGV[6])
+return 1
+`)
+
+// stageAbort drops a staged upload (ARGV[4]: now, [5]: id).
+var stageAbort = fileScript(`
+local id = ARGV[5]
+local n = tonumber(redis.call('GET', stkey(id)) or '0')
+for i = 0, n - 1 do redis.call('DEL', ckey(id, i)) end
+redis.call('DEL', stkey(id))
+return 1
+`)
+
+// commitFile makes a staged upload a file (ARGV[4]: now in unix ms,
+// [5..]: id, tenant, purpose, filename, bytes, created_at, expires_at or
+// "", its expiry in unix ms, max files, max bytes (0: none)): 1 done, 0
+// taken, -1 not staged, {-2, files} past the count, {-3, bytes} past the
+// bytes.
+var commitFile = fileScript(`
+local id, tenant, purpose, size = ARGV[5], ARGV[6], ARGV[7], tonumber(ARGV[9])
+local chunks = redis.call('GET', stkey(id))
+if not chunks then return -1 end
+if redis.call('EXISTS', fkey(id)) == 1 then return 0 end
+if purpose == 'batch' then
+  local u = redis.call('HMGET', ukey(tenant), 'files', 'bytes')
+  local n, b = tonumber(u[1] or '0'), tonumber(u[2] or '0')
+  local maxN, maxB = tonumber(ARGV[13]), tonumber(ARGV[14])
+  if maxN > 0 and n >= maxN then return {-2, n} end
+  if maxB > 0 and b + size > maxB then return {-3, b} end
+  redis.call('HINCRBY', ukey(tenant), 'files', 1)
+  redis.call('HINCRBY', ukey(tenant), 'bytes', size)
+  redis.call('EXPIRE', ukey(tenant), math.max(RET, 2592000) + 86400)
+end
+redis.call('HSET', fkey(id), 'tenant', tenant, 'purpose', purpose, 'filename', ARGV[8], 'bytes', size, 'created_at', ARGV[10], 'chunks', chunks)
+if ARGV[11] ~= '' then redis.call('HSET', fkey(id), 'expires_at', ARGV[11]) end
+local at = tonumber(ARGV[12])
+addFile(id, tenant, at)
+expireFile(id, tonumber(chunks), at)
+redis.call('DEL', stkey(id))
+return 1
+`)
+
+// deleteFile deletes a file (ARGV[4]: now, [5]: id, [6]: its tenant, or
+// "" for any): 1 done, 0 not found.
+var deleteFile = fileScript(`
+local id = ARGV[5]
+if ARGV[6] ~= '' and redis.call('HGET', fkey(id), 'tenant') ~= ARGV[6] then return 0 end
+return removeFile(id)
+`)
+
+// StageFile writes content's chunks, a call each.
+func (j *Jobs) StageFile(ctx context.Context, id string, content io.Reader) (int64, error) {
+	ttl := int64(stagingTTL / time.Second)
+	ok, err := j.runInt(ctx, stageBegin, 0, time.Now().UnixMilli(), id, ttl)
+	if err != nil {
+		return 0, err
 	}
-	staging := ""
-	if len(content) > 0 {
-		staging = f.ID + ":" + strconv.FormatInt(time.Now().UnixNano(), 36)
-		for off := 0; off < len(content); off += chunkBytes {
-			chunk := content[off:min(off+chunkBytes, len(content))]
-			if err := j.run(ctx, putChunk, int64(stagingTTL/time.Second), chunk, staging); err != nil {
-				return err
+	if ok == 0 {
+		return 0, fmt.Errorf("%w: file %s exists", batch.ErrConflict, id)
+	}
+	// The buffer grows from 64 KiB to a chunk as the content proves that
+	// long: a small file costs no chunk of memory to clear.
+	buf := make([]byte, 64<<10)
+	var size int64
+	for i := 0; ; i++ {
+		if size > 0 && len(buf) < fileChunk {
+			buf = make([]byte, min(2*len(buf), fileChunk))
+		}
+		n, rerr := batch.Fill(content, buf)
+		if rerr == nil {
+			rerr = ctx.Err()
+		}
+		var werr error
+		if n > 0 && rerr == nil {
+			var ok int64
+			ok, werr = j.runInt(ctx, stageChunk, 0, 0, id, ttl, i, buf[:n])
+			if werr == nil && ok == 0 {
+				werr = fmt.Errorf("batch: the staging of %s was dropped", id)
 			}
+			size += int64(n)
+		}
+		if rerr != nil || werr != nil {
+			_ = j.AbortFile(context.WithoutCancel(ctx), id)
+			if rerr != nil {
+				return size, rerr
+			}
+			return size, werr
+		}
+		if n < len(buf) {
+			return size, nil
 		}
 	}
-	ok, err := j.runInt(ctx, putFile, int64(j.retention/time.Second), f.ID, f.Tenant, f.Purpose, f.Filename, f.Bytes, f.CreatedAt.Format(time.RFC3339Nano), staging, stamp(f.ExpiresAt))
+}
+
+// CommitFile makes staged content a file, within the tenant's quota.
+func (j *Jobs) CommitFile(ctx context.Context, f batch.File, q batch.Quota) error {
+	at := f.ExpiresAt
+	if at.IsZero() {
+		at = f.CreatedAt.Add(j.retention)
+	}
+	v, err := j.eval(ctx, commitFile, time.Time{}, 0, time.Now().UnixMilli(), f.ID, f.Tenant, f.Purpose, f.Filename, f.Bytes,
+		f.CreatedAt.Format(time.RFC3339Nano), stamp(f.ExpiresAt), at.UnixMilli(), q.MaxFiles, q.MaxBytes)
 	if err != nil {
 		return err
 	}
-	if ok == 0 {
-		return fmt.Errorf("%w: file %s exists", batch.ErrConflict, f.ID)
+	switch r := v.(type) {
+	case int64:
+		switch r {
+		case 0:
+			return fmt.Errorf("%w: file %s exists", batch.ErrConflict, f.ID)
+		case -1:
+			return fmt.Errorf("batch: no content staged for %s", f.ID)
+		}
+		return nil
+	case []any:
+		code, _ := r[0].(int64)
+		used, _ := r[1].(int64)
+		if code == -2 {
+			return &batch.QuotaError{Used: used, Max: int64(q.MaxFiles)}
+		}
+		return &batch.QuotaError{Bytes: true, Used: used, Max: q.MaxBytes}
 	}
-	return nil
+	return fmt.Errorf("batch: commit: unexpected answer %v", v)
 }
 
-func (j *Jobs) exists(ctx context.Context, key string) (bool, error) {
-	var n int64
+// AbortFile drops staged content.
+func (j *Jobs) AbortFile(ctx context.Context, id string) error {
+	return j.run(ctx, stageAbort, 0, 0, id)
+}
+
+// DeleteFile deletes the tenant's file.
+func (j *Jobs) DeleteFile(ctx context.Context, tenant, id string) error {
+	n, err := j.runInt(ctx, deleteFile, 0, 0, id, tenant)
+	if err == nil && n == 0 {
+		err = batch.ErrNotFound
+	}
+	return err
+}
+
+// FileUsage reads the tenant's count and bytes of uploads.
+func (j *Jobs) FileUsage(ctx context.Context, tenant string) (int, int64, error) {
+	var vals []any
 	err := j.r.Do(ctx, func(ctx context.Context, c redis.UniversalClient) error {
 		var err error
-		n, err = c.Exists(ctx, key).Result()
+		vals, err = c.HMGet(ctx, j.key("fu", tenant), "files", "bytes").Result()
 		return err
 	})
-	return n > 0, err
+	if err != nil {
+		return 0, 0, err
+	}
+	n, _ := strconv.Atoi(str(vals[0]))
+	size, _ := strconv.ParseInt(str(vals[1]), 10, 64)
+	return n, size, nil
+}
+
+func str(v any) string { s, _ := v.(string); return s }
+
+// purgeBatch deletes an ended batch (ARGV[4]: now, [5]: id): its record,
+// results and files, and its place in its tenant's listing.
+var purgeBatch = fileScript(`
+local id = ARGV[5]
+local t = redis.call('HGET', bkey(id), 'tenant')
+redis.call('ZREM', P .. 'ended', id)
+removeFile('file-out-' .. id)
+removeFile('file-err-' .. id)
+if t then redis.call('ZREM', P .. 'l:' .. t, id) end
+redis.call('DEL', bkey(id), rkey(id), akey(id), skey(id))
+return 1
+`)
+
+// Purge deletes the files past their expiry and the batches ended more
+// than retention ago, one call each, 64 a round. (Their keys expire by
+// JobsOptions.Retention in any case: a backstop.)
+func (j *Jobs) Purge(ctx context.Context, now time.Time, retention time.Duration) (int, error) {
+	total := 0
+	for _, q := range []struct {
+		key    string
+		before time.Time
+		s      *redis.Script
+		args   func(id string) []any
+	}{
+		{"fexp", now, deleteFile, func(id string) []any { return []any{0, id, ""} }},
+		{"ended", now.Add(-retention), purgeBatch, func(id string) []any { return []any{0, id} }},
+	} {
+		if q.key == "ended" && retention <= 0 {
+			continue
+		}
+		for {
+			var due []string
+			err := j.r.Do(ctx, func(ctx context.Context, c redis.UniversalClient) error {
+				var err error
+				due, err = c.ZRangeByScore(ctx, j.key(q.key), &redis.ZRangeBy{Min: "-inf", Max: strconv.FormatInt(q.before.UnixMilli(), 10), Count: 64}).Result()
+				return err
+			})
+			if err != nil {
+				return total, err
+			}
+			if len(due) == 0 {
+				break
+			}
+			for _, id := range due {
+				n, err := j.runInt(ctx, q.s, 0, q.args(id)...)
+				if err != nil {
+					return total, err
+				}
+				total += int(n)
+			}
+		}
+	}
+	return total, nil
 }
 
 // run runs s with the prelude's arguments (now is not used by it) then args.
@@ -267,7 +486,7 @@ func (j *Jobs) eval(ctx context.Context, s *redis.Script, now time.Time, retenti
 	return out, err
 }
 
-func (j *Jobs) fileMeta(ctx context.Context, tenant, id string) (batch.File, string, error) {
+func (j *Jobs) fileMeta(ctx context.Context, tenant, id string) (batch.File, map[string]string, error) {
 	var h map[string]string
 	err := j.r.Do(ctx, func(ctx context.Context, c redis.UniversalClient) error {
 		var err error
@@ -275,15 +494,19 @@ func (j *Jobs) fileMeta(ctx context.Context, tenant, id string) (batch.File, str
 		return err
 	})
 	if err != nil {
-		return batch.File{}, "", err
+		return batch.File{}, nil, err
 	}
 	if len(h) == 0 || h["tenant"] != tenant {
-		return batch.File{}, "", batch.ErrNotFound
+		return batch.File{}, nil, batch.ErrNotFound
 	}
+	return parseFile(id, h), h, nil
+}
+
+func parseFile(id string, h map[string]string) batch.File {
 	n, _ := strconv.ParseInt(h["bytes"], 10, 64)
 	at, _ := time.Parse(time.RFC3339Nano, h["created_at"])
 	exp, _ := time.Parse(time.RFC3339Nano, h["expires_at"])
-	return batch.File{ID: id, Tenant: tenant, Purpose: h["purpose"], Filename: h["filename"], Bytes: n, CreatedAt: at, ExpiresAt: exp}, h["batch"], nil
+	return batch.File{ID: id, Tenant: h["tenant"], Purpose: h["purpose"], Filename: h["filename"], Bytes: n, CreatedAt: at, ExpiresAt: exp}
 }
 
 // File returns the tenant's file.
@@ -292,37 +515,71 @@ func (j *Jobs) File(ctx context.Context, tenant, id string) (batch.File, error) 
 	return f, err
 }
 
-// FileContent returns the tenant's file's content: an upload's bytes read
-// a MiB at a time, or a batch's output or error file made from its results
-// in line order.
-func (j *Jobs) FileContent(ctx context.Context, tenant, id string) ([]byte, error) {
-	f, from, err := j.fileMeta(ctx, tenant, id)
+// FileContent reads the tenant's file: an upload's chunks one call each,
+// or a batch's output or error file made from its results ChunkItems at a
+// time, in line order.
+func (j *Jobs) FileContent(ctx context.Context, tenant, id string) (io.ReadCloser, error) {
+	_, h, err := j.fileMeta(ctx, tenant, id)
 	if err != nil {
 		return nil, err
 	}
-	if from != "" {
+	if from := h["batch"]; from != "" {
 		return j.resultsFile(ctx, from, id == batch.OutputFileID(from))
 	}
-	out := make([]byte, 0, f.Bytes)
-	for off := int64(0); ; off += chunkBytes {
-		var part string
+	if _, ok := h["chunks"]; !ok {
+		return j.legacyContent(ctx, id), nil
+	}
+	chunks, _ := strconv.Atoi(h["chunks"])
+	return batch.NewChunkReader(func(i int) ([]byte, error) {
+		if i >= chunks {
+			return nil, nil
+		}
+		var owner *redis.StringCmd
+		var part *redis.StringCmd
 		err := j.r.Do(ctx, func(ctx context.Context, c redis.UniversalClient) error {
-			var err error
-			part, err = c.GetRange(ctx, j.key("c", id), off, off+chunkBytes-1).Result()
+			_, err := c.Pipelined(ctx, func(p redis.Pipeliner) error {
+				owner = p.HGet(ctx, j.key("f", id), "tenant")
+				part = p.Get(ctx, j.key("c", id, strconv.Itoa(i)))
+				return nil
+			})
+			if errors.Is(err, redis.Nil) {
+				err = nil
+			}
 			return err
 		})
 		if err != nil {
 			return nil, err
 		}
-		out = append(out, part...)
-		if len(part) < chunkBytes {
-			return out, nil
+		b, perr := part.Bytes()
+		if owner.Val() != tenant || perr != nil {
+			return nil, batch.ErrNotFound
 		}
-	}
+		return b, nil
+	}), nil
 }
 
-// resultsFile is a batch's output (the successes) or error file (the rest).
-func (j *Jobs) resultsFile(ctx context.Context, id string, successes bool) ([]byte, error) {
+// legacyContent reads a file uploaded before files were chunk keys: its
+// content one string, c:<id>, read fileChunk at a time. Such files expire
+// with the retention they were written under.
+func (j *Jobs) legacyContent(ctx context.Context, id string) io.ReadCloser {
+	return batch.NewChunkReader(func(i int) ([]byte, error) {
+		off := int64(i) * fileChunk
+		var part string
+		err := j.r.Do(ctx, func(ctx context.Context, c redis.UniversalClient) error {
+			var err error
+			part, err = c.GetRange(ctx, j.key("c", id), off, off+fileChunk-1).Result()
+			return err
+		})
+		if err != nil || part == "" {
+			return nil, err
+		}
+		return []byte(part), nil
+	})
+}
+
+// resultsFile is a batch's output (the successes) or error file (the
+// rest), read from its results ChunkItems at a time.
+func (j *Jobs) resultsFile(ctx context.Context, id string, successes bool) (io.ReadCloser, error) {
 	var total int
 	err := j.r.Do(ctx, func(ctx context.Context, c redis.UniversalClient) error {
 		var err error
@@ -332,8 +589,11 @@ func (j *Jobs) resultsFile(ctx context.Context, id string, successes bool) ([]by
 	if err != nil {
 		return nil, err
 	}
-	var out bytes.Buffer
-	for from := 0; from < total; from += ChunkItems {
+	return batch.NewChunkReader(func(chunk int) ([]byte, error) {
+		from := chunk * ChunkItems
+		if from >= total {
+			return nil, nil
+		}
 		fields := make([]string, 0, ChunkItems)
 		for i := from; i < min(from+ChunkItems, total); i++ {
 			fields = append(fields, strconv.Itoa(i))
@@ -347,16 +607,17 @@ func (j *Jobs) resultsFile(ctx context.Context, id string, successes bool) ([]by
 		if err != nil {
 			return nil, err
 		}
+		out := []byte{} // not nil: a chunk without a line of this file is not the end
 		for _, v := range vals {
 			s, _ := v.(string)
 			if s == "" || (s[0] == '1') != successes {
 				continue
 			}
-			out.WriteString(s[1:])
-			out.WriteByte('\n')
+			out = append(out, s[1:]...)
+			out = append(out, '\n')
 		}
-	}
-	return out.Bytes(), nil
+		return out, nil
+	}), nil
 }
 
 // stageItems writes items to a new or validating batch's stream (ARGV[4]: batch id;
@@ -438,13 +699,15 @@ return 1
 `)
 
 // failScript ends a validating batch as failed (ARGV[4..]: id, tenant,
-// errors as JSON): 1 done, 0 not validating, -2 not found.
+// errors as JSON, now in unix ms): 1 done, 0 not validating, -2 not
+// found.
 var failScript = script(`
 local b = bkey(ARGV[4])
 local h = redis.call('HMGET', b, 'tenant', 'status')
 if h[1] ~= ARGV[5] then return -2 end
 if h[2] ~= 'validating' then return 0 end
 redis.call('HSET', b, 'status', 'failed', 'failed_at', NOW, 'errors', ARGV[6])
+redis.call('ZADD', P .. 'ended', ARGV[7], ARGV[4])
 redis.call('SREM', PENDING, ARGV[4])
 redis.call('SREM', ACTIVE, ARGV[4])
 redis.call('EXPIRE', b, RET)
@@ -452,9 +715,9 @@ return 1
 `)
 
 // finalizeScript writes a settled batch's files and ends it (ARGV[4..]:
-// id, tenant, the files' expires_at or ""): 1 done, 0 not ready, -2 not
-// found.
-var finalizeScript = script(`
+// id, tenant, the files' expires_at or "", when they expire in unix ms,
+// now in unix ms): 1 done, 0 not ready, -2 not found.
+var finalizeScript = fileScript(`
 local id = ARGV[4]
 local b = bkey(id)
 local h = redis.call('HMGET', b, 'tenant', 'status', 'done', 'total', 'expired', 'out_bytes', 'err_bytes', 'expired_at')
@@ -473,11 +736,15 @@ for _, f in ipairs({{'file-out-' .. id, tonumber(h[6] or '0'), '_output.jsonl', 
     redis.call('HSET', fkey(f[1]), 'tenant', h[1], 'purpose', 'batch_output', 'filename', 'batch_' .. id .. f[3],
       'bytes', f[2], 'created_at', NOW, 'batch', id)
     if ARGV[6] ~= '' then redis.call('HSET', fkey(f[1]), 'expires_at', ARGV[6]) end
+    -- It lives as long as the batch's results it is made from, or to its
+    -- expires_at when sooner.
+    addFile(f[1], h[1], tonumber(ARGV[7]))
     redis.call('EXPIRE', fkey(f[1]), RET)
     redis.call('HSET', b, f[4], f[1])
   end
 end
 redis.call('SREM', PENDING, id)
+redis.call('ZADD', P .. 'ended', ARGV[8], id)
 redis.call('EXPIRE', b, RET)
 redis.call('EXPIRE', rkey(id), RET)
 return 1
@@ -539,14 +806,11 @@ func (j *Jobs) CreateBatch(ctx context.Context, b batch.Batch, reqs []batch.Requ
 	if b.InProgressAt.IsZero() {
 		b.InProgressAt = b.CreatedAt
 	}
-	return j.queue(ctx, b, "", reqs, time.Time{})
+	return j.queue(ctx, b, "", batch.Slice(reqs), time.Time{})
 }
 
 // Start queues the items of a validating batch.
-func (j *Jobs) Start(ctx context.Context, tenant, id, model string, reqs []batch.Request, now time.Time) error {
-	if len(reqs) == 0 {
-		return errors.New("batch: a batch needs at least one request")
-	}
+func (j *Jobs) Start(ctx context.Context, tenant, id, model string, reqs iter.Seq2[batch.Request, error], now time.Time) error {
 	b, err := j.Batch(ctx, tenant, id)
 	if err != nil {
 		return err
@@ -558,20 +822,18 @@ func (j *Jobs) Start(ctx context.Context, tenant, id, model string, reqs []batch
 	return j.queue(ctx, b, "start", reqs, now)
 }
 
-// queue stages the items then commits the batch: a new one (mode "") or a
-// validating one (mode "start").
-func (j *Jobs) queue(ctx context.Context, b batch.Batch, mode string, reqs []batch.Request, now time.Time) error {
-	var size int64
-	for i := 0; i < len(reqs); i += ChunkItems {
-		fresh := "0"
-		if i == 0 {
-			fresh = "1"
+// queue stages the items, ChunkItems or fileChunk bytes of bodies a call
+// (whichever comes first), then commits the batch: a new
+// one (mode "") or a validating one (mode "start").
+func (j *Jobs) queue(ctx context.Context, b batch.Batch, mode string, reqs iter.Seq2[batch.Request, error], now time.Time) error {
+	var size, pending int64
+	n := 0
+	args := []any{b.ID, "1"}
+	flush := func() error {
+		if len(args) == 2 {
+			return nil
 		}
-		args := []any{b.ID, fresh}
-		for k, r := range reqs[i:min(i+ChunkItems, len(reqs))] {
-			args = append(args, i+k, r.CustomID, r.Method, r.URL, []byte(r.Body))
-			size += int64(len(r.Body))
-		}
+		pending = 0
 		ok, err := j.runInt(ctx, stageItems, 0, args...)
 		if err != nil {
 			return err
@@ -579,12 +841,33 @@ func (j *Jobs) queue(ctx context.Context, b batch.Batch, mode string, reqs []bat
 		if ok == 0 {
 			return fmt.Errorf("%w: batch %s exists", batch.ErrConflict, b.ID)
 		}
+		args = append(args[:1], "0")
+		return nil
+	}
+	for r, err := range reqs {
+		if err != nil {
+			return err
+		}
+		args = append(args, n, r.CustomID, r.Method, r.URL, []byte(r.Body))
+		size += int64(len(r.Body))
+		pending += int64(len(r.Body))
+		if n++; len(args) == 2+5*ChunkItems || pending >= fileChunk {
+			if err := flush(); err != nil {
+				return err
+			}
+		}
+	}
+	if err := flush(); err != nil {
+		return err
+	}
+	if n == 0 {
+		return errors.New("batch: a batch needs at least one request")
 	}
 	rec, err := recOf(b)
 	if err != nil {
 		return err
 	}
-	v, err := j.eval(ctx, commitBatch, now, 0, b.ID, b.Tenant, rec, len(reqs), size, b.ExpiresAt.UnixMilli(), j.ttlOf(b), b.Model, mode)
+	v, err := j.eval(ctx, commitBatch, now, 0, b.ID, b.Tenant, rec, n, size, b.ExpiresAt.UnixMilli(), j.ttlOf(b), b.Model, mode)
 	ok, _ := v.(int64)
 	switch {
 	case err != nil:
@@ -599,6 +882,85 @@ func (j *Jobs) queue(ctx context.Context, b batch.Batch, mode string, reqs []bat
 		return fmt.Errorf("batch: creating %s: its items were not all written (created twice at once?)", b.ID)
 	}
 	return nil
+}
+
+// Files lists the tenant's files from its listing, by sequence.
+func (j *Jobs) Files(ctx context.Context, tenant, purpose, after string, limit int, asc bool) ([]batch.File, bool, error) {
+	l := j.key("fl", tenant)
+	lo, hi := "-inf", "+inf"
+	if after != "" {
+		var seq float64
+		found := false
+		err := j.r.Do(ctx, func(ctx context.Context, c redis.UniversalClient) error {
+			var err error
+			seq, err = c.ZScore(ctx, l, after).Result()
+			found = err == nil
+			if errors.Is(err, redis.Nil) {
+				err = nil
+			}
+			return err
+		})
+		if err != nil {
+			return nil, false, err
+		}
+		if !found {
+			return nil, false, batch.ErrNotFound
+		}
+		if asc {
+			lo = "(" + strconv.FormatFloat(seq, 'f', -1, 64)
+		} else {
+			hi = "(" + strconv.FormatFloat(seq, 'f', -1, 64)
+		}
+	}
+	var list []batch.File
+	for {
+		var ids []redis.Z
+		err := j.r.Do(ctx, func(ctx context.Context, c redis.UniversalClient) error {
+			var err error
+			by := &redis.ZRangeBy{Min: lo, Max: hi, Count: int64(limit) + 1}
+			if asc {
+				ids, err = c.ZRangeByScoreWithScores(ctx, l, by).Result()
+			} else {
+				ids, err = c.ZRevRangeByScoreWithScores(ctx, l, by).Result()
+			}
+			return err
+		})
+		if err != nil || len(ids) == 0 {
+			return list, false, err
+		}
+		cmds := make([]*redis.MapStringStringCmd, len(ids))
+		err = j.r.Do(ctx, func(ctx context.Context, c redis.UniversalClient) error {
+			_, err := c.Pipelined(ctx, func(p redis.Pipeliner) error {
+				for i, z := range ids {
+					cmds[i] = p.HGetAll(ctx, j.key("f", z.Member.(string)))
+				}
+				return nil
+			})
+			return err
+		})
+		if err != nil {
+			return list, false, err
+		}
+		for i, cmd := range cmds {
+			h := cmd.Val()
+			if len(h) == 0 || h["tenant"] != tenant || purpose != "" && h["purpose"] != purpose {
+				continue // expired, or another purpose
+			}
+			if len(list) == limit {
+				return list, true, nil
+			}
+			list = append(list, parseFile(ids[i].Member.(string), h))
+		}
+		if len(ids) <= limit {
+			return list, false, nil
+		}
+		last := "(" + strconv.FormatFloat(ids[len(ids)-1].Score, 'f', -1, 64)
+		if asc {
+			lo = last
+		} else {
+			hi = last
+		}
+	}
 }
 
 var batchFields = []string{"rec", "tenant", "status", "total", "completed", "failed", "cancelled", "out_file", "err_file",
@@ -659,7 +1021,7 @@ func (j *Jobs) Fail(ctx context.Context, tenant, id string, errs []batch.LineErr
 	if err != nil {
 		return err
 	}
-	v, err := j.eval(ctx, failScript, now, 0, id, tenant, raw)
+	v, err := j.eval(ctx, failScript, now, 0, id, tenant, raw, now.UnixMilli())
 	n, _ := v.(int64)
 	switch {
 	case err != nil:
@@ -683,7 +1045,11 @@ func (j *Jobs) Finalize(ctx context.Context, tenant, id string, now time.Time) (
 	if b.OutputExpiresAfter > 0 {
 		expires = now.Add(b.OutputExpiresAfter)
 	}
-	v, err := j.eval(ctx, finalizeScript, now, 0, id, tenant, stamp(expires))
+	at := now.Add(j.retention)
+	if !expires.IsZero() && expires.Before(at) {
+		at = expires
+	}
+	v, err := j.eval(ctx, finalizeScript, now, 0, id, tenant, stamp(expires), at.UnixMilli(), now.UnixMilli())
 	n, _ := v.(int64)
 	switch {
 	case err != nil:

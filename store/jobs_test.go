@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"strings"
 	"time"
 
@@ -27,18 +28,18 @@ func TestJobsConformance(t *testing.T) {
 
 // TestJobsLargeBatchLeavesNothingUnbounded: a batch over several chunks
 // and a file over several MiB go through whole; once the batch has
-// expired, every key left has a TTL, but for the store's sequence and
-// turn — its queues, leases and deadlines are gone, its stream deleted.
+// expired, every key left has a TTL, but for the store's sequences, turn
+// and the indexes Purge reads (an entry a live file or retained batch) — its queues, leases and deadlines are gone, its stream deleted.
 func TestJobsLargeBatchLeavesNothingUnbounded(t *testing.T) {
 	srv := redistest.Start(t)
 	r := newRedis(t, srv, clusterName(t), Options{})
 	j := NewJobs(r, JobsOptions{Retention: time.Hour})
 	ctx := context.Background()
 	big := bytes.Repeat([]byte("0123456789abcdef"), 3<<20/16+5)
-	if err := j.PutFile(ctx, batch.File{ID: "f1", Tenant: "a", Purpose: "batch", Bytes: int64(len(big)), CreatedAt: time.Now()}, big); err != nil {
+	if err := batch.PutFile(ctx, j, batch.File{ID: "f1", Tenant: "a", Purpose: "batch", CreatedAt: time.Now()}, big); err != nil {
 		t.Fatal(err)
 	}
-	if got, err := j.FileContent(ctx, "a", "f1"); err != nil || !bytes.Equal(got, big) {
+	if got, err := readAll(j, "a", "f1"); err != nil || !bytes.Equal(got, big) {
 		t.Fatalf("FileContent: %d bytes, %v; want %d", len(got), err, len(big))
 	}
 	const n = 3*ChunkItems + 7
@@ -69,7 +70,7 @@ func TestJobsLargeBatchLeavesNothingUnbounded(t *testing.T) {
 	if err != nil || b.Status != batch.StatusExpired || b.Counts != (batch.Counts{Total: n, Completed: 3, Failed: n - 3}) {
 		t.Fatalf("%+v, %v", b, err)
 	}
-	errs, err := j.FileContent(ctx, "a", b.ErrorFileID)
+	errs, err := readAll(j, "a", b.ErrorFileID)
 	if err != nil || bytes.Count(errs, []byte("\n")) != n-3 || !bytes.Contains(errs, []byte(`"custom_id":"r3","response":null,"error":{"code":"batch_expired"`)) {
 		t.Fatalf("error file: %d lines, %v", bytes.Count(errs, []byte("\n")), err)
 	}
@@ -86,7 +87,7 @@ func TestJobsLargeBatchLeavesNothingUnbounded(t *testing.T) {
 			ttl, err = c.TTL(ctx, k).Result()
 			return err
 		})
-		if ttl <= 0 && !strings.HasSuffix(k, ":seq") && !strings.HasSuffix(k, ":last") {
+		if ttl <= 0 && !strings.HasSuffix(k, ":seq") && !strings.HasSuffix(k, ":last") && !strings.HasSuffix(k, ":fseq") && !strings.HasSuffix(k, ":fexp") && !strings.HasSuffix(k, ":ended") {
 			t.Errorf("key %s has no TTL (%v)", k, ttl)
 		}
 	}
@@ -96,5 +97,36 @@ func TestJobsLargeBatchLeavesNothingUnbounded(t *testing.T) {
 				t.Errorf("key %s left after the batch ended", k)
 			}
 		}
+	}
+}
+
+func readAll(j *Jobs, tenant, id string) ([]byte, error) {
+	rc, err := j.FileContent(context.Background(), tenant, id)
+	if err != nil {
+		return nil, err
+	}
+	defer rc.Close()
+	return io.ReadAll(rc)
+}
+
+// TestJobsReadsWholeFiles: a file written before files were chunk keys —
+// its content one string — still reads whole.
+func TestJobsReadsWholeFiles(t *testing.T) {
+	srv := redistest.Start(t)
+	r := newRedis(t, srv, clusterName(t), Options{})
+	j := NewJobs(r, JobsOptions{})
+	ctx := context.Background()
+	big := bytes.Repeat([]byte("0123456789"), (fileChunk*3+5)/10)
+	err := r.Do(ctx, func(ctx context.Context, c redis.UniversalClient) error {
+		if err := c.HSet(ctx, j.key("f", "f-old"), "tenant", "a", "purpose", "batch", "bytes", len(big), "created_at", time.Now().Format(time.RFC3339Nano)).Err(); err != nil {
+			return err
+		}
+		return c.Set(ctx, j.key("c", "f-old"), big, time.Hour).Err()
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := readAll(j, "a", "f-old"); err != nil || !bytes.Equal(got, big) {
+		t.Fatalf("content: %d bytes, %v; want %d", len(got), err, len(big))
 	}
 }

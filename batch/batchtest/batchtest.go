@@ -12,6 +12,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -48,6 +50,11 @@ func Run(t *testing.T, newStore func(t *testing.T) batch.JobStore) {
 		{"CancelledWhileValidating", testCancelValidating},
 		{"UsageSummed", testUsage},
 		{"FileExpiresAt", testFileExpiry},
+		{"FileInChunks", testFileChunks},
+		{"FileQuota", testQuota},
+		{"FilesListed", testFilesList},
+		{"FileDeleted", testFileDelete},
+		{"Purge", testPurge},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -144,7 +151,7 @@ func content(t *testing.T, s batch.JobStore, tenant, id string) []map[string]any
 	if id == "" {
 		return nil
 	}
-	raw, err := s.FileContent(ctx, tenant, id)
+	raw, err := readFile(s, tenant, id)
 	if err != nil {
 		t.Fatalf("FileContent(%s): %v", id, err)
 	}
@@ -157,6 +164,16 @@ func content(t *testing.T, s batch.JobStore, tenant, id string) []map[string]any
 		out = append(out, m)
 	}
 	return out
+}
+
+// readFile reads a file's content whole.
+func readFile(s batch.JobStore, tenant, id string) ([]byte, error) {
+	rc, err := s.FileContent(ctx, tenant, id)
+	if err != nil {
+		return nil, err
+	}
+	defer rc.Close()
+	return io.ReadAll(rc)
 }
 
 func customIDs(lines []map[string]any) []string {
@@ -175,14 +192,14 @@ func errorCode(l map[string]any) string {
 
 func testFiles(t *testing.T, s batch.JobStore) {
 	f := batch.File{ID: "file-1", Tenant: "a", Purpose: "batch", Filename: "in.jsonl", Bytes: 5, CreatedAt: t0}
-	if err := s.PutFile(ctx, f, []byte("hello")); err != nil {
+	if err := batch.PutFile(ctx, s, f, []byte("hello")); err != nil {
 		t.Fatal(err)
 	}
 	got, err := s.File(ctx, "a", "file-1")
 	if err != nil || got.Filename != "in.jsonl" || got.Bytes != 5 || !got.CreatedAt.Equal(t0) || got.Purpose != "batch" {
 		t.Fatalf("File = %+v, %v", got, err)
 	}
-	if b, err := s.FileContent(ctx, "a", "file-1"); err != nil || string(b) != "hello" {
+	if b, err := readFile(s, "a", "file-1"); err != nil || string(b) != "hello" {
 		t.Fatalf("FileContent = %q, %v", b, err)
 	}
 	for _, c := range []struct{ tenant, id string }{{"b", "file-1"}, {"a", "file-2"}} {
@@ -193,7 +210,7 @@ func testFiles(t *testing.T, s batch.JobStore) {
 			t.Errorf("FileContent(%s, %s): %v, want ErrNotFound", c.tenant, c.id, err)
 		}
 	}
-	if err := s.PutFile(ctx, f, []byte("again")); err == nil {
+	if err := batch.PutFile(ctx, s, f, []byte("again")); err == nil {
 		t.Error("PutFile over an existing id succeeded")
 	}
 }
@@ -543,14 +560,14 @@ func testStart(t *testing.T, s batch.JobStore) {
 	if n, _ := s.ExpireDue(ctx, t0.Add(48*time.Hour)); n != 0 {
 		t.Fatalf("expired %d items of a validating batch", n)
 	}
-	if err := s.Start(ctx, "b", "v1", "m", reqs(2), t0); !errors.Is(err, batch.ErrNotFound) {
+	if err := s.Start(ctx, "b", "v1", "m", batch.Slice(reqs(2)), t0); !errors.Is(err, batch.ErrNotFound) {
 		t.Fatalf("another tenant's Start: %v, want ErrNotFound", err)
 	}
 	at := t0.Add(time.Second)
-	if err := s.Start(ctx, "a", "v1", "gpt-x", reqs(2), at); err != nil {
+	if err := s.Start(ctx, "a", "v1", "gpt-x", batch.Slice(reqs(2)), at); err != nil {
 		t.Fatalf("Start: %v", err)
 	}
-	if err := s.Start(ctx, "a", "v1", "gpt-x", reqs(2), at); !errors.Is(err, batch.ErrConflict) {
+	if err := s.Start(ctx, "a", "v1", "gpt-x", batch.Slice(reqs(2)), at); !errors.Is(err, batch.ErrConflict) {
 		t.Fatalf("Start again: %v, want ErrConflict", err)
 	}
 	if err := s.Fail(ctx, "a", "v1", nil, at); !errors.Is(err, batch.ErrConflict) {
@@ -588,7 +605,7 @@ func testFail(t *testing.T, s batch.JobStore) {
 	if b.Status != batch.StatusFailed || !b.FailedAt.Equal(at) || fmt.Sprint(b.Errors) != fmt.Sprint(errs) || pending(t, s, "v1") {
 		t.Fatalf("failed %+v", b)
 	}
-	if err := s.Start(ctx, "a", "v1", "m", reqs(1), at); !errors.Is(err, batch.ErrConflict) {
+	if err := s.Start(ctx, "a", "v1", "m", batch.Slice(reqs(1)), at); !errors.Is(err, batch.ErrConflict) {
 		t.Fatalf("Start after Fail: %v, want ErrConflict", err)
 	}
 	if _, err := s.Cancel(ctx, "a", "v1", at); !errors.Is(err, batch.ErrConflict) {
@@ -605,7 +622,7 @@ func testCancelValidating(t *testing.T, s batch.JobStore) {
 	if err != nil || b.Status != batch.StatusCancelling {
 		t.Fatalf("Cancel = %+v, %v", b, err)
 	}
-	if err := s.Start(ctx, "a", "v1", "m", reqs(1), t0); !errors.Is(err, batch.ErrConflict) {
+	if err := s.Start(ctx, "a", "v1", "m", batch.Slice(reqs(1)), t0); !errors.Is(err, batch.ErrConflict) {
 		t.Fatalf("Start after Cancel: %v, want ErrConflict", err)
 	}
 	if b = finalize(t, s, "a", "v1", batch.StatusCancelling, t0); b.Status != batch.StatusCancelled || b.Counts.Total != 0 {
@@ -631,11 +648,226 @@ func testUsage(t *testing.T, s batch.JobStore) {
 
 func testFileExpiry(t *testing.T, s batch.JobStore) {
 	f := batch.File{ID: "file-1", Tenant: "a", Purpose: "batch", Filename: "in.jsonl", Bytes: 2, CreatedAt: t0, ExpiresAt: t0.Add(time.Hour)}
-	if err := s.PutFile(ctx, f, []byte("{}")); err != nil {
+	if err := batch.PutFile(ctx, s, f, []byte("{}")); err != nil {
 		t.Fatal(err)
 	}
 	got, err := s.File(ctx, "a", "file-1")
 	if err != nil || !got.ExpiresAt.Equal(t0.Add(time.Hour)) || got.Expired(t0.Add(time.Hour-1)) || !got.Expired(t0.Add(time.Hour)) {
 		t.Fatalf("File = %+v, %v", got, err)
+	}
+}
+
+// A file of several chunks, staged from a reader a chunk at a time, is
+// not seen until it is committed, and reads back byte for byte; staging
+// that fails reading, or is aborted, leaves nothing.
+func testFileChunks(t *testing.T, s batch.JobStore) {
+	big := make([]byte, 3*batch.ChunkBytes+12345)
+	for i := range big {
+		big[i] = byte('a' + i%26)
+	}
+	n, err := s.StageFile(ctx, "file-big", bytes.NewReader(big))
+	if err != nil || n != int64(len(big)) {
+		t.Fatalf("StageFile = %d, %v", n, err)
+	}
+	if _, err := s.File(ctx, "a", "file-big"); !errors.Is(err, batch.ErrNotFound) {
+		t.Fatalf("a staged file is seen: %v", err)
+	}
+	f := batch.File{ID: "file-big", Tenant: "a", Purpose: "batch", Filename: "big.jsonl", Bytes: n, CreatedAt: t0}
+	if err := s.CommitFile(ctx, f, batch.Quota{}); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := readFile(s, "a", "file-big"); err != nil || !bytes.Equal(got, big) {
+		t.Fatalf("content: %d bytes, %v; want %d the same", len(got), err, len(big))
+	}
+	if err := s.CommitFile(ctx, f, batch.Quota{}); err == nil {
+		t.Fatal("a second commit succeeded")
+	}
+	// A reader that fails: its error comes back, nothing stays.
+	boom := errors.New("boom")
+	if _, err := s.StageFile(ctx, "file-bad", io.MultiReader(bytes.NewReader(big[:batch.ChunkBytes+1]), errReader{boom})); !errors.Is(err, boom) {
+		t.Fatalf("StageFile of a failing reader: %v, want its error", err)
+	}
+	if err := s.CommitFile(ctx, batch.File{ID: "file-bad", Tenant: "a", Purpose: "batch", CreatedAt: t0}, batch.Quota{}); err == nil {
+		t.Fatal("committed a file whose staging failed")
+	}
+	// A reader cut short (a multipart part without its closing boundary
+	// says io.ErrUnexpectedEOF) is a failure, not a short last chunk.
+	if _, err := s.StageFile(ctx, "file-cut", io.MultiReader(strings.NewReader("abc"), errReader{io.ErrUnexpectedEOF})); !errors.Is(err, io.ErrUnexpectedEOF) {
+		t.Fatalf("StageFile of a reader cut short: %v, want io.ErrUnexpectedEOF", err)
+	}
+	if _, err := s.StageFile(ctx, "file-ab", strings.NewReader("x")); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.AbortFile(ctx, "file-ab"); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.CommitFile(ctx, batch.File{ID: "file-ab", Tenant: "a", Purpose: "batch", CreatedAt: t0}, batch.Quota{}); err == nil {
+		t.Fatal("committed an aborted file")
+	}
+	if n, size, _ := s.FileUsage(ctx, "a"); n != 1 || size != int64(len(big)) {
+		t.Fatalf("usage %d files, %d bytes", n, size)
+	}
+}
+
+type errReader struct{ err error }
+
+func (r errReader) Read([]byte) (int, error) { return 0, r.err }
+
+func put(t *testing.T, s batch.JobStore, tenant, id, content string, at time.Time, q batch.Quota) error {
+	t.Helper()
+	n, err := s.StageFile(ctx, id, strings.NewReader(content))
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = s.CommitFile(ctx, batch.File{ID: id, Tenant: tenant, Purpose: "batch", Filename: id, Bytes: n, CreatedAt: at}, q)
+	if err != nil {
+		_ = s.AbortFile(ctx, id)
+	}
+	return err
+}
+
+// The quota bounds a tenant's count of files and their bytes, each
+// tenant's own; a deleted file gives its share back.
+func testQuota(t *testing.T, s batch.JobStore) {
+	q := batch.Quota{MaxFiles: 2, MaxBytes: 10}
+	for i, c := range []string{"1234", "5678"} {
+		if err := put(t, s, "a", fmt.Sprintf("file-%d", i), c, t0, q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var qe *batch.QuotaError
+	if err := put(t, s, "a", "file-x", "9", t0, q); !errors.As(err, &qe) || qe.Bytes || qe.Used != 2 || qe.Max != 2 {
+		t.Fatalf("third file: %v, want the count's QuotaError", err)
+	}
+	if err := put(t, s, "b", "file-b", "0123456789", t0, q); err != nil {
+		t.Fatalf("another tenant's file: %v", err)
+	}
+	if err := s.DeleteFile(ctx, "a", "file-1"); err != nil {
+		t.Fatal(err)
+	}
+	if err := put(t, s, "a", "file-y", "0123456", t0, q); !errors.As(err, &qe) || !qe.Bytes || qe.Used != 4 || qe.Max != 10 {
+		t.Fatalf("past the bytes: %v, want the bytes' QuotaError", err)
+	}
+	if err := put(t, s, "a", "file-z", "012345", t0, q); err != nil {
+		t.Fatalf("up to the bytes: %v", err)
+	}
+	if n, size, err := s.FileUsage(ctx, "a"); n != 2 || size != 10 || err != nil {
+		t.Fatalf("usage %d, %d, %v", n, size, err)
+	}
+}
+
+// Files lists a tenant's files newest first (or oldest), by purpose, in
+// pages.
+func testFilesList(t *testing.T, s batch.JobStore) {
+	for i := range 5 {
+		if err := put(t, s, "a", fmt.Sprintf("file-%d", i), "{}", t0.Add(time.Duration(i)*time.Second), batch.Quota{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	put(t, s, "b", "file-b", "{}", t0, batch.Quota{})
+	ids := func(list []batch.File) string {
+		var out []string
+		for _, f := range list {
+			out = append(out, f.ID)
+		}
+		return strings.Join(out, ",")
+	}
+	list, more, err := s.Files(ctx, "a", "", "", 2, false)
+	if err != nil || more != true || ids(list) != "file-4,file-3" {
+		t.Fatalf("first page %s, %v, %v", ids(list), more, err)
+	}
+	list, more, _ = s.Files(ctx, "a", "batch", "file-3", 10, false)
+	if more || ids(list) != "file-2,file-1,file-0" {
+		t.Fatalf("after file-3: %s, %v", ids(list), more)
+	}
+	list, more, _ = s.Files(ctx, "a", "", "file-1", 2, true)
+	if !more || ids(list) != "file-2,file-3" {
+		t.Fatalf("ascending after file-1: %s, %v", ids(list), more)
+	}
+	if list, _, _ = s.Files(ctx, "a", "batch_output", "", 10, false); len(list) != 0 {
+		t.Fatalf("batch_output: %s", ids(list))
+	}
+	if _, _, err := s.Files(ctx, "a", "", "file-b", 10, false); !errors.Is(err, batch.ErrNotFound) {
+		t.Fatalf("after another tenant's file: %v", err)
+	}
+	if list, _, _ = s.Files(ctx, "b", "", "", 10, false); ids(list) != "file-b" {
+		t.Fatalf("b's: %s", ids(list))
+	}
+}
+
+// A deleted file is gone, content and listing; only its tenant deletes it.
+func testFileDelete(t *testing.T, s batch.JobStore) {
+	put(t, s, "a", "file-1", strings.Repeat("x", batch.ChunkBytes+1), t0, batch.Quota{})
+	if err := s.DeleteFile(ctx, "b", "file-1"); !errors.Is(err, batch.ErrNotFound) {
+		t.Fatalf("another tenant's delete: %v", err)
+	}
+	rc, err := s.FileContent(ctx, "a", "file-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rc.Close()
+	if err := s.DeleteFile(ctx, "a", "file-1"); err != nil {
+		t.Fatal(err)
+	}
+	// A read begun before the delete ends with ErrNotFound, not a short
+	// file that looks whole.
+	if _, err := io.ReadAll(rc); !errors.Is(err, batch.ErrNotFound) {
+		t.Fatalf("read across the delete: %v, want ErrNotFound", err)
+	}
+	if _, err := s.File(ctx, "a", "file-1"); !errors.Is(err, batch.ErrNotFound) {
+		t.Fatalf("File after delete: %v", err)
+	}
+	if err := s.DeleteFile(ctx, "a", "file-1"); !errors.Is(err, batch.ErrNotFound) {
+		t.Fatalf("second delete: %v", err)
+	}
+	if list, _, _ := s.Files(ctx, "a", "", "", 10, false); len(list) != 0 {
+		t.Fatalf("listed %d after delete", len(list))
+	}
+	if n, size, _ := s.FileUsage(ctx, "a"); n != 0 || size != 0 {
+		t.Fatalf("usage %d, %d after delete", n, size)
+	}
+}
+
+// Purge deletes the files past their expiry and the batches ended more
+// than the retention ago, with their output files; nothing before.
+func testPurge(t *testing.T, s batch.JobStore) {
+	f := batch.File{ID: "file-exp", Tenant: "a", Purpose: "batch", CreatedAt: t0, ExpiresAt: t0.Add(time.Hour)}
+	if err := batch.PutFile(ctx, s, f, []byte("{}")); err != nil {
+		t.Fatal(err)
+	}
+	put(t, s, "a", "file-keep", "{}", t0, batch.Quota{})
+	create(t, s, "a", "b1", 1, time.Hour)
+	cs := claim(t, s, t0, "w", 1)
+	succeed(t, s, cs[0], t0)
+	b := finalize(t, s, "a", "b1", batch.StatusFinalizing, t0)
+	if n, err := s.Purge(ctx, t0.Add(time.Hour-time.Second), 24*time.Hour); n != 0 || err != nil {
+		t.Fatalf("Purge before anything is due: %d, %v", n, err)
+	}
+	if n, err := s.Purge(ctx, t0.Add(time.Hour), 24*time.Hour); n != 1 || err != nil {
+		t.Fatalf("Purge at the file's expiry: %d, %v; want 1", n, err)
+	}
+	if _, err := s.File(ctx, "a", "file-exp"); !errors.Is(err, batch.ErrNotFound) {
+		t.Fatalf("expired file: %v", err)
+	}
+	if n, _, _ := s.FileUsage(ctx, "a"); n != 1 {
+		t.Fatalf("usage %d files after the purge, want 1", n)
+	}
+	if got := get(t, s, "a", "b1"); got.Status != batch.StatusCompleted {
+		t.Fatalf("batch purged early: %+v", got)
+	}
+	if n, err := s.Purge(ctx, t0.Add(25*time.Hour), 24*time.Hour); n != 1 || err != nil {
+		t.Fatalf("Purge past the retention: %d, %v; want the batch", n, err)
+	}
+	if _, err := s.Batch(ctx, "a", "b1"); !errors.Is(err, batch.ErrNotFound) {
+		t.Fatalf("purged batch: %v", err)
+	}
+	if _, err := s.File(ctx, "a", b.OutputFileID); !errors.Is(err, batch.ErrNotFound) {
+		t.Fatalf("purged batch's output: %v", err)
+	}
+	if _, err := s.File(ctx, "a", "file-keep"); err != nil {
+		t.Fatalf("a file without expiry: %v", err)
+	}
+	if list, _, _ := s.Batches(ctx, "a", "", 10); len(list) != 0 {
+		t.Fatalf("listed %d purged batches", len(list))
 	}
 }

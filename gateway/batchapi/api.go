@@ -50,6 +50,14 @@ type Deps struct {
 	// the model it names and whether it streams; an error is why the
 	// gateway would refuse it. An upload with such a body is refused.
 	ReadBody batch.ReadBody
+	// CheckModel checks a batch's model as a live call of the tenant's to
+	// path at Config.Class would be checked — known, priced when the spend
+	// policy rejects unknown models, the class allowed — and returns the
+	// fault's code and message, or an empty code. Nil means no check.
+	CheckModel func(tenant, path, model string) (code, msg string)
+	// MaxBodyBytes bounds a line's body as a live call's body is bounded
+	// (limits.max_body_bytes). Zero means batch.DefaultMaxBodyBytes.
+	MaxBodyBytes int64
 	// Draining says whether the gateway is shutting down: items are put
 	// back rather than run. Nil means never.
 	Draining func() bool
@@ -195,8 +203,12 @@ func (a *API) Serve(w http.ResponseWriter, r *http.Request, tenant string) bool 
 	switch {
 	case len(parts) == 2 && parts[1] == "files" && method == http.MethodPost:
 		a.uploadFile(w, r, tenant)
+	case len(parts) == 2 && parts[1] == "files" && method == http.MethodGet:
+		a.listFiles(w, r, tenant)
 	case len(parts) == 3 && parts[1] == "files" && method == http.MethodGet:
 		a.getFile(w, r, tenant, parts[2])
+	case len(parts) == 3 && parts[1] == "files" && method == http.MethodDelete:
+		a.deleteFile(w, r, tenant, parts[2])
 	case len(parts) == 4 && parts[1] == "files" && parts[3] == "content" && method == http.MethodGet:
 		a.fileContent(w, r, tenant, parts[2])
 	case len(parts) == 2 && parts[1] == "batches" && method == http.MethodPost:
@@ -208,11 +220,11 @@ func (a *API) Serve(w http.ResponseWriter, r *http.Request, tenant string) bool 
 	case len(parts) == 4 && parts[1] == "batches" && parts[3] == "cancel" && method == http.MethodPost:
 		a.cancel(w, r, tenant, parts[2])
 	case len(parts) == 2 || len(parts) <= 4 && a.owns(r.Context(), tenant, parts[1], parts[2]):
-		// Not served (listing or deleting files, for one): said only of
-		// the tenant's own ids, which tells nothing of others'.
+		// Not served (deleting a batch, for one): said only of the
+		// tenant's own ids, which tells nothing of others'.
 		a.deps.BadInput("method_not_allowed")
 		a.writeError(w, http.StatusMethodNotAllowed, contract.ErrorTypeInvalidRequest, "method_not_allowed",
-			"method not allowed on this path (sluice's Batch API serves files.create, files.retrieve, files.content, batches.create, batches.retrieve, batches.list and batches.cancel)")
+			"method not allowed on this path (sluice's Batch API serves files.create, files.list, files.retrieve, files.delete, files.content, batches.create, batches.retrieve, batches.list and batches.cancel)")
 	default:
 		return false
 	}

@@ -309,14 +309,14 @@ func TestBatchBadInput(t *testing.T) {
 		key    string
 		status int
 	}{{"sk-acme", 405}, {"sk-rival", 404}} {
-		req, _ := http.NewRequest(http.MethodDelete, s.url+"/v1/files/"+f.ID, nil)
+		req, _ := http.NewRequest(http.MethodPut, s.url+"/v1/files/"+f.ID, nil)
 		req.Header.Set("Authorization", "Bearer "+tc.key)
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
 			t.Fatal(err)
 		}
 		if body := readAll(t, resp); resp.StatusCode != tc.status {
-			t.Errorf("DELETE with %s: %d %s, want %d", tc.key, resp.StatusCode, body, tc.status)
+			t.Errorf("PUT with %s: %d %s, want %d", tc.key, resp.StatusCode, body, tc.status)
 		}
 	}
 	if got := mock.Stats().Received; got != 0 {

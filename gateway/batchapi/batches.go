@@ -1,7 +1,6 @@
 package batchapi
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -189,14 +188,17 @@ func (a *API) createBatch(w http.ResponseWriter, r *http.Request, tenant string)
 		a.failed(w, err)
 		return
 	}
-	// The bounds and the estimate count the file's lines: what the batch
-	// will run if it validates.
-	n, bodies := 0, int64(0)
-	for l := range bytes.Lines(content) {
-		if l = bytes.TrimSpace(l); len(l) > 0 {
-			n++
-			bodies += int64(len(l))
-		}
+	// The bounds and the estimate count the file's lines, read a chunk at
+	// a time: what the batch will run if it validates.
+	n, bodies, err := batch.CountLines(content)
+	content.Close()
+	if err != nil {
+		a.failed(w, err)
+		return
+	}
+	if outputExpires == 0 {
+		// Its files are kept as long as the batch (batch.retention).
+		outputExpires = a.cfg.Retention.D()
 	}
 	if !a.admit(w, r.Context(), tenant, n, bodies, window) {
 		return

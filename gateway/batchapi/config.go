@@ -28,7 +28,7 @@ type Config struct {
 	// speculative work, below every live class.
 	Rank *int `yaml:"rank"`
 	// MaxFileBytes bounds an uploaded file. Zero means 100 MiB; at most
-	// 1 GiB (a file is held in memory while it is checked).
+	// 1 GiB. A file is streamed to the store a chunk at a time.
 	MaxFileBytes int64 `yaml:"max_file_bytes"`
 	// MaxRequests bounds the requests of one file. Zero means 50000.
 	MaxRequests int `yaml:"max_requests"`
@@ -50,12 +50,26 @@ type Config struct {
 	MaxWaiting int `yaml:"max_waiting"`
 	// MaxUploads bounds the uploads (POST /v1/files) read at once, all
 	// tenants together; the next is refused with 429 and Retry-After
-	// before its body is read. Each holds up to max_file_bytes of memory
-	// while it is read and checked. Zero means 4.
+	// before its body is read. Each is streamed to the store a chunk at a
+	// time (about 6 MB of memory): the bound is for the store's write
+	// load. Zero means 4.
 	MaxUploads int `yaml:"max_uploads"`
 	// MaxTenantUploads bounds one tenant's uploads read at once. Zero
 	// means 2.
 	MaxTenantUploads int `yaml:"max_tenant_uploads"`
+	// MaxTenantFiles bounds the files one tenant keeps uploaded: the next
+	// upload is refused with 429 too_many_files until one is deleted or
+	// expires. Zero means 1000.
+	MaxTenantFiles int `yaml:"max_tenant_files"`
+	// MaxTenantFileBytes bounds their bytes: an upload that would pass it
+	// is refused with 413 file_storage_exceeded. Zero means 2 GiB.
+	MaxTenantFileBytes int64 `yaml:"max_tenant_file_bytes"`
+	// Retention is how long an uploaded file without expires_after is
+	// kept (its expires_at, as OpenAI's batch files), and a batch after it
+	// ends, with its output and error files (theirs, without
+	// output_expires_after). Past it their bytes are deleted. Zero means
+	// 720h (30 days).
+	Retention yamltime.Duration `yaml:"retention"`
 }
 
 const (
@@ -65,6 +79,7 @@ const (
 	defaultMaxRequests  = 50000
 	defaultMaxBacklog   = 1000000
 	defaultMaxWindow    = 168 * time.Hour
+	defaultRetention    = 30 * 24 * time.Hour
 )
 
 // DefaultPath is where `sluice serve` keeps batches when batch.path is
@@ -122,6 +137,15 @@ func (c Config) WithDefaults() Config {
 	if c.MaxTenantUploads == 0 {
 		c.MaxTenantUploads = 2
 	}
+	if c.MaxTenantFiles == 0 {
+		c.MaxTenantFiles = 1000
+	}
+	if c.MaxTenantFileBytes == 0 {
+		c.MaxTenantFileBytes = 2 << 30
+	}
+	if c.Retention == 0 {
+		c.Retention = yamltime.Duration(defaultRetention)
+	}
 	return c
 }
 
@@ -139,6 +163,9 @@ func (c Config) Validate() error {
 		intIn("batch.max_waiting", c.MaxWaiting, 1, 1024),
 		intIn("batch.max_uploads", c.MaxUploads, 1, 1024),
 		intIn("batch.max_tenant_uploads", c.MaxTenantUploads, 1, 1024),
+		intIn("batch.max_tenant_files", c.MaxTenantFiles, 1, 1000000),
+		intIn("batch.max_tenant_file_bytes", c.MaxTenantFileBytes, 1, 1<<40),
+		durationIn("batch.retention", c.Retention, time.Hour, 3650*24*time.Hour),
 		intIn("batch.rank", *c.Rank, 0, admission.MaxRanks-1),
 		durationIn("batch.max_window", c.MaxWindow, time.Second, 365*24*time.Hour),
 	} {

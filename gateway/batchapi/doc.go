@@ -27,10 +27,19 @@
 // could not finish inside its completion window at the rate items have
 // been ending — the spare capacity live work leaves.
 //
+// Files are streamed: an upload goes to the store a chunk at a time as it
+// is read (JobStore.StageFile), checked on the way (batch.NewFileCheck),
+// and is served, validated and queued a chunk or a line at a time; no
+// step holds a file whole. Each tenant's files are bounded in count and
+// bytes (Config.MaxTenantFiles, MaxTenantFileBytes), listed and deleted
+// as OpenAI's, and deleted with their batches past Config.Retention by
+// the settle loop's purge.
+//
 // Goals: the OpenAI SDKs' files and batches calls work unchanged; a batch
 // never slows live work beyond the items already waiting; a crash runs
-// again at most the items claimed. Non-goals: the other Files endpoints
-// (listing, deleting), Anthropic's batches, and streaming items.
+// again at most the items claimed; memory does not grow with a file's
+// size. Non-goals: files of purposes other than batch, Anthropic's
+// batches, and streaming items.
 //
 // The gateway authenticates the caller, routes the paths here (API.Serve)
 // and gives the API what it needs of itself as Deps; this package does

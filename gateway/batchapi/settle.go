@@ -3,6 +3,7 @@ package batchapi
 import (
 	"context"
 	"errors"
+	"io"
 	"time"
 
 	"github.com/sluicehq/sluice/batch"
@@ -51,18 +52,39 @@ func (a *API) kickSettle() {
 	}
 }
 
-// runSettle runs the steps until ctx ends.
+// purgeEvery is how often the settle loop deletes what has passed its
+// time (files past expires_at, batches past batch.retention).
+const purgeEvery = time.Minute
+
+// runSettle runs the steps until ctx ends, and the purge every purgeEvery.
 func (a *API) runSettle(ctx context.Context) {
 	tick := time.NewTicker(settlePoll)
 	defer tick.Stop()
+	var purged time.Time
 	for {
 		a.settle(ctx)
+		if now := a.now(); now.Sub(purged) >= purgeEvery {
+			purged = now
+			a.purge(ctx, now)
+		}
 		select {
 		case <-ctx.Done():
 			return
 		case <-a.settleKick:
 		case <-tick.C:
 		}
+	}
+}
+
+// purge deletes the files past their expiry and the batches past the
+// retention, and logs what it deleted.
+func (a *API) purge(ctx context.Context, now time.Time) {
+	n, err := a.store.Purge(ctx, now, a.cfg.Retention.D())
+	switch {
+	case err != nil && ctx.Err() == nil:
+		a.deps.Log.Error("batch: purging expired files and batches failed", "err", err)
+	case n > 0:
+		a.deps.Log.Info("batch: purged expired files and batches", "deleted", n)
 	}
 }
 
@@ -94,29 +116,57 @@ func (a *API) settle(ctx context.Context) {
 	}
 }
 
-// validate checks a validating batch's file line by line and starts the
-// batch, or fails it with every bad line (up to batch.MaxLineErrors).
+// validate checks a validating batch's file line by line, read a chunk
+// at a time, and starts the batch — reading the file a second time for
+// the requests, which Start writes a chunk at a time — or fails it with
+// every bad line (up to batch.MaxLineErrors). No step holds the file
+// whole.
 func (a *API) validate(ctx context.Context, b batch.Batch) error {
-	var errs []batch.LineError
-	content, err := a.store.FileContent(ctx, b.Tenant, b.InputFileID)
-	f, ferr := a.store.File(ctx, b.Tenant, b.InputFileID)
-	switch {
-	case errors.Is(err, batch.ErrNotFound) || errors.Is(ferr, batch.ErrNotFound) || err == nil && f.Expired(a.now()):
-		errs = []batch.LineError{{Code: "file_not_found", Param: "input_file_id", Message: "the input file " + b.InputFileID + " is gone (deleted or expired)"}}
-	case err != nil:
-		return err
-	case ferr != nil:
-		return ferr
+	gone := []batch.LineError{{Code: "file_not_found", Param: "input_file_id", Message: "the input file " + b.InputFileID + " is gone (deleted or expired)"}}
+	open := func() (io.ReadCloser, error) {
+		f, err := a.store.File(ctx, b.Tenant, b.InputFileID)
+		if err == nil && f.Expired(a.now()) {
+			err = batch.ErrNotFound
+		}
+		if err != nil {
+			return nil, err
+		}
+		return a.store.FileContent(ctx, b.Tenant, b.InputFileID)
 	}
-	var reqs []batch.Request
-	var model string
-	if errs == nil {
-		reqs, model, errs = batch.Validate(content, a.cfg.MaxRequests, b.Endpoint, a.deps.ReadBody)
+	content, err := open()
+	if errors.Is(err, batch.ErrNotFound) {
+		return a.store.Fail(ctx, b.Tenant, b.ID, gone, a.now())
+	} else if err != nil {
+		return err
+	}
+	check := batch.Check{MaxLines: a.cfg.MaxRequests, MaxBodyBytes: a.deps.MaxBodyBytes, Endpoint: b.Endpoint, ReadBody: a.deps.ReadBody}
+	if a.deps.CheckModel != nil {
+		check.Model = func(model string) (string, string) { return a.deps.CheckModel(b.Tenant, b.Endpoint, model) }
+	}
+	model, _, errs, err := batch.Validate(content, check)
+	content.Close()
+	if errors.Is(err, batch.ErrNotFound) { // deleted while it was read
+		errs, err = gone, nil
+	}
+	if err != nil {
+		return err
 	}
 	if len(errs) > 0 {
 		return a.store.Fail(ctx, b.Tenant, b.ID, errs, a.now())
 	}
-	if err := a.store.Start(ctx, b.Tenant, b.ID, model, reqs, a.now()); err != nil {
+	if content, err = open(); errors.Is(err, batch.ErrNotFound) {
+		return a.store.Fail(ctx, b.Tenant, b.ID, gone, a.now())
+	} else if err != nil {
+		return err
+	}
+	defer content.Close()
+	err = a.store.Start(ctx, b.Tenant, b.ID, model, batch.Requests(content, a.deps.MaxBodyBytes), a.now())
+	if errors.Is(err, batch.ErrNotFound) {
+		if _, ferr := a.store.File(ctx, b.Tenant, b.InputFileID); errors.Is(ferr, batch.ErrNotFound) {
+			return a.store.Fail(ctx, b.Tenant, b.ID, gone, a.now())
+		}
+	}
+	if err != nil {
 		return err
 	}
 	a.exec.Notify()

@@ -12,9 +12,9 @@ import (
 
 // uploads bounds the uploads being read at once, all tenants together
 // (batch.max_uploads) and per tenant (batch.max_tenant_uploads): an upload
-// holds up to batch.max_file_bytes of memory while it is read and checked,
-// so the bound is what bounds that memory, and the per-tenant one keeps
-// one tenant from taking every turn. Safe for concurrent use.
+// is streamed to the store a chunk at a time, each a write of the store,
+// so the bound is what bounds the store's write load, and the per-tenant
+// one keeps one tenant from taking every turn. Safe for concurrent use.
 type uploads struct {
 	max, maxTenant int
 	mu             struct {
