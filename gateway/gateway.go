@@ -516,12 +516,14 @@ func servedModel(r *chain.Request) string {
 // wraps its body so that the slot is released when the body ends.
 func (c *call) modifyResponse(resp *http.Response) error {
 	g := c.g
-	resp.Header.Set(contract.HeaderQueueMs, strconv.FormatInt(c.queue.Milliseconds(), 10))
+	// One backing array for the stamps' values: an allocation, not four.
+	v := make([]string, 4)
+	v[0], v[1], v[2], v[3] = strconv.FormatInt(c.queue.Milliseconds(), 10), c.class, g.deploymentOf(c).name, c.model
+	h := resp.Header
+	h[contract.HeaderQueueMs], h[contract.HeaderClass], h[contract.HeaderUpstream] = v[0:1:1], v[1:2:2], v[2:3:3]
 	if c.model != "" {
-		resp.Header.Set(contract.HeaderModel, c.model)
+		h[contract.HeaderModel] = v[3:4:4]
 	}
-	resp.Header.Set(contract.HeaderClass, c.class)
-	c.stampUpstream(resp.Header)
 	c.stampUpstreamID(resp.Header) // the provider's X-Request-Id (accesslog.go)
 	g.stampHeadroom(resp.Header, c.permit.Request(), c.budget, true)
 	g.metrics.response(c.class, resp.StatusCode).Inc()
