@@ -35,6 +35,9 @@ func NewUsageMeter(contentType string) *UsageMeter {
 	return &UsageMeter{sse: strings.HasPrefix(contentType, "text/event-stream")}
 }
 
+// Stream says the body is an SSE stream.
+func (m *UsageMeter) Stream() bool { return m.sse }
+
 // Feed feeds the next bytes of the body.
 func (m *UsageMeter) Feed(p []byte) {
 	if !m.sse {
