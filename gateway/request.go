@@ -292,9 +292,9 @@ const maxFastKeys = 32
 // topLevelFast is topLevel for the common body, without allocating: a
 // well-formed JSON object (json.Valid, which pools its scanner) whose
 // top-level keys are ASCII without escapes, none twice in any case and no
-// field of bodyFields in another case. It visits the members as topLevel
-// does the members whose key is a field of bodyFields (the others are
-// forwarded unread either way); ok is false, with nothing visited, for any
+// field of bodyFields in another case. It visits, as topLevel does, the
+// members whose key is a field of bodyFields (the others are forwarded
+// unread either way); ok is false, with nothing visited, for any
 // other body, which the caller gives to topLevel to be read or refused
 // with its reason.
 func topLevelFast(raw []byte, visit func(key string, value json.RawMessage) error) (ok bool, err error) {
@@ -311,7 +311,7 @@ func topLevelFast(raw []byte, visit func(key string, value json.RawMessage) erro
 	n := 0
 	for pass := 0; pass < 2; pass++ {
 		j := skipSpace(raw, i+1)
-		for k := 0; raw[j] != '}'; k++ {
+		for raw[j] != '}' {
 			// raw[j] is '"': the object is well-formed.
 			ks := j + 1
 			ke := ks
