@@ -58,12 +58,12 @@ start() {
 }
 stop() { kill "$pid" 2>/dev/null; wait "$pid" 2>/dev/null || true; }
 
-if [ "$mode" = streams ]; then
-	sizes=("${@:-1000 2500}")
-	[ $# -gt 0 ] || sizes=(1000 2500)
-else
-	sizes=("$@")
-	[ $# -gt 0 ] || sizes=(1000 2000 3000 4000)
+sizes=("$@")
+if [ $# -eq 0 ]; then
+	case $mode in
+	streams) sizes=(1000 2500) ;;
+	*) sizes=(1000 2000 3000 4000) ;;
+	esac
 fi
 for r in $(seq "$runs"); do
 	for s in "${sizes[@]}"; do
