@@ -62,7 +62,7 @@ func BenchmarkRoundTrip(b *testing.B) {
 	bare := httptest.NewServer(&httputil.ReverseProxy{
 		Rewrite:    func(pr *httputil.ProxyRequest) { pr.SetURL(upURL) },
 		Transport:  newTransport(64),
-		BufferPool: bufferPool{},
+		BufferPool: barePool{},
 	})
 	defer bare.Close()
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
@@ -138,3 +138,10 @@ func BenchmarkAccessLine(b *testing.B) {
 		})
 	}
 }
+
+// barePool is scripts/bareproxy's buffer pool: 32 KiB copy buffers,
+// recycled.
+type barePool struct{}
+
+func (barePool) Get() []byte  { return *copyBuffers.Get().(*[]byte) }
+func (barePool) Put(b []byte) { copyBuffers.Put(&b) }

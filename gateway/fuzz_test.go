@@ -116,6 +116,35 @@ func FuzzDecodeBody(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, raw []byte) {
 		b, err := decodeBody(raw)
+		// The fast path (topLevelFast) and topLevel read a body alike:
+		// what the fast one takes, the other takes with the same fields.
+		slow := callBody{raw: raw}
+		slowErr := topLevel(raw, func(key string, value json.RawMessage) error {
+			var v any
+			_ = json.Unmarshal(value, &v)
+			switch key {
+			case "model":
+				slow.model, _ = v.(string)
+			case "stream":
+				slow.stream, _ = v.(bool)
+			}
+			return nil
+		})
+		seen := map[string]json.RawMessage{}
+		if ok, _ := topLevelFast(raw, func(key string, value json.RawMessage) error { seen[key] = value; return nil }); ok {
+			if slowErr != nil {
+				t.Fatalf("%q: the fast path took a body topLevel refuses: %v", raw, slowErr)
+			}
+			m, _ := exactKeys(raw)
+			for k, v := range m {
+				if bodyFields[k] && !bytes.Equal(seen[k], v) {
+					t.Fatalf("%q: the fast path read %s as %q, want %q", raw, k, seen[k], v)
+				}
+			}
+		}
+		if err == nil && (slowErr != nil || b.model != slow.model && slow.model != "" || b.stream != slow.stream) {
+			t.Fatalf("%q: decodeBody read %+v, topLevel %+v (%v)", raw, b, slow, slowErr)
+		}
 		if err != nil {
 			checkBadRequest(t, err, "")
 			return

@@ -10,7 +10,6 @@ import (
 
 	"github.com/sluicehq/sluice/admission"
 	"github.com/sluicehq/sluice/chain"
-	"github.com/sluicehq/sluice/contract"
 )
 
 // deployment is where a call is sent: a provider's base URL and the key it
@@ -105,11 +104,6 @@ func (g *Gateway) refreshLimits(now time.Time) {
 	for _, p := range g.pools {
 		p.limit.refresh(now, p.set)
 	}
-}
-
-// stampUpstream names the deployment that answered.
-func (c *call) stampUpstream(h http.Header) {
-	h.Set(contract.HeaderUpstream, c.g.deploymentOf(c).name)
 }
 
 // poolCollector exports each pool's gate and buckets.

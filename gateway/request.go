@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/sluicehq/sluice/contract"
 	"github.com/sluicehq/sluice/gateway/wire"
@@ -214,39 +215,258 @@ const maxModelBytes = 256
 // is refused, so is a field the gateway reads spelled in another case
 // ("MODEL" alone), and so is a key written with escapes ("m\u006fdel"),
 // which the spend estimate's byte-level scanner would not recognise.
+//
+// The common body (a well-formed object of plain ASCII keys, each once)
+// takes topLevelFast, which allocates nothing; anything else, and every
+// body refused, takes topLevel, which says what is wrong. Both read the
+// same fields the same way.
 func decodeBody(raw []byte) (callBody, error) {
 	b := callBody{raw: raw}
-	err := topLevel(raw, func(key string, value json.RawMessage) error {
+	visit := func(key string, value json.RawMessage) error {
 		if !bodyFields[key] || string(value) == "null" {
 			return nil
 		}
 		switch key {
 		case "model":
-			if err := json.Unmarshal(value, &b.model); err != nil {
+			if s, ok := plainString(value); ok {
+				b.model = s
+			} else if err := json.Unmarshal(value, &b.model); err != nil {
 				return invalidBody("model: must be a string")
 			}
 			if len(b.model) > maxModelBytes {
 				return invalidBody(fmt.Sprintf("model: %s is longer than %d bytes", contract.Echo(b.model), maxModelBytes))
 			}
 		case "stream":
-			if err := json.Unmarshal(value, &b.stream); err != nil {
-				return invalidBody("stream: must be a boolean")
+			switch string(value) {
+			case "true":
+				b.stream = true
+			case "false":
+				b.stream = false
+			default:
+				if err := json.Unmarshal(value, &b.stream); err != nil {
+					return invalidBody("stream: must be a boolean")
+				}
 			}
 		default:
-			var n int64
-			if err := json.Unmarshal(value, &n); err != nil || n < 0 {
-				return invalidBody(key + ": must be a non-negative integer")
+			n, ok := parseDigits(string(value))
+			if !ok || n < 0 || value[0] == '0' && len(value) > 1 {
+				// Anything but plain digits (and an overflow, n < 0)
+				// is decoded as JSON decodes it, which refuses a
+				// fraction, an exponent and a sign alike.
+				if err := json.Unmarshal(value, &n); err != nil || n < 0 {
+					return invalidBody(key + ": must be a non-negative integer")
+				}
 			}
 			// Of several token limits the largest is reserved: a
 			// reservation errs high, and the books settle on usage.
 			b.maxTokens = max(b.maxTokens, n)
 		}
 		return nil
-	})
+	}
+	ok, err := topLevelFast(raw, visit)
+	if !ok {
+		b = callBody{raw: raw}
+		err = topLevel(raw, visit)
+	}
 	if err != nil {
 		return callBody{raw: raw}, err
 	}
 	return b, nil
+}
+
+// plainString is the value of a JSON string written without escapes, in
+// valid UTF-8 (value is a well-formed JSON value): the one allocation of
+// the string itself, where json.Unmarshal takes several. Anything else is
+// left to json.Unmarshal, which also replaces invalid UTF-8.
+func plainString(value []byte) (string, bool) {
+	if len(value) < 2 || value[0] != '"' || bytes.IndexByte(value, '\\') >= 0 || !utf8.Valid(value) {
+		return "", false
+	}
+	return string(value[1 : len(value)-1]), true
+}
+
+// maxFastKeys is the most top-level keys topLevelFast compares pairwise;
+// a body with more takes topLevel and its map.
+const maxFastKeys = 32
+
+// topLevelFast is topLevel for the common body, without allocating: a
+// well-formed JSON object (json.Valid, which pools its scanner) whose
+// top-level keys are ASCII without escapes, none twice in any case and no
+// field of bodyFields in another case. It visits, as topLevel does, the
+// members whose key is a field of bodyFields (the others are forwarded
+// unread either way); ok is false, with nothing visited, for any
+// other body, which the caller gives to topLevel to be read or refused
+// with its reason.
+func topLevelFast(raw []byte, visit func(key string, value json.RawMessage) error) (ok bool, err error) {
+	if !json.Valid(raw) {
+		return false, nil
+	}
+	i := skipSpace(raw, 0)
+	if i >= len(raw) || raw[i] != '{' {
+		return false, nil
+	}
+	// Two passes: the keys are checked before any is visited, so that a
+	// body topLevel must refuse has had nothing visited.
+	var keys [maxFastKeys][2]int
+	n := 0
+	for pass := 0; pass < 2; pass++ {
+		j := skipSpace(raw, i+1)
+		for raw[j] != '}' {
+			// raw[j] is '"': the object is well-formed.
+			ks := j + 1
+			ke := ks
+			for raw[ke] != '"' {
+				c := raw[ke]
+				if c == '\\' || c >= 0x80 {
+					return false, nil
+				}
+				ke++
+			}
+			if pass == 0 {
+				if n == maxFastKeys {
+					return false, nil
+				}
+				key := raw[ks:ke]
+				for _, prev := range keys[:n] {
+					if asciiEqualFold(raw[prev[0]:prev[1]], key) {
+						return false, nil
+					}
+				}
+				if foldedBodyField(key) {
+					return false, nil
+				}
+				keys[n] = [2]int{ks, ke}
+				n++
+			}
+			j = skipSpace(raw, ke+1) + 1 // past ':'
+			j = skipSpace(raw, j)
+			vs := j
+			j = skipValue(raw, j)
+			if name := bodyField(raw[ks:ke]); pass == 1 && name != "" {
+				if err := visit(name, raw[vs:j]); err != nil {
+					return true, err
+				}
+			}
+			j = skipSpace(raw, j)
+			if raw[j] == ',' {
+				j = skipSpace(raw, j+1)
+			}
+		}
+	}
+	return true, nil
+}
+
+// bodyField is key as the field of bodyFields it is, or "" when none.
+func bodyField(key []byte) string {
+	switch string(key) {
+	case "model":
+		return "model"
+	case "stream":
+		return "stream"
+	case "max_tokens":
+		return "max_tokens"
+	case "max_completion_tokens":
+		return "max_completion_tokens"
+	case "max_output_tokens":
+		return "max_output_tokens"
+	}
+	return ""
+}
+
+// foldedBodyField says key is a field of bodyFields spelled in another
+// case (ASCII key).
+func foldedBodyField(key []byte) bool {
+	upper := false
+	for _, c := range key {
+		if 'A' <= c && c <= 'Z' {
+			upper = true
+			break
+		}
+	}
+	if !upper {
+		return false
+	}
+	var buf [32]byte
+	if len(key) > len(buf) {
+		return false // longer than every field of bodyFields
+	}
+	low := buf[:len(key)]
+	for i, c := range key {
+		if 'A' <= c && c <= 'Z' {
+			c += 'a' - 'A'
+		}
+		low[i] = c
+	}
+	return bodyFields[string(low)]
+}
+
+func asciiEqualFold(a, b []byte) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		x, y := a[i], b[i]
+		if 'A' <= x && x <= 'Z' {
+			x += 'a' - 'A'
+		}
+		if 'A' <= y && y <= 'Z' {
+			y += 'a' - 'A'
+		}
+		if x != y {
+			return false
+		}
+	}
+	return true
+}
+
+func skipSpace(raw []byte, i int) int {
+	for i < len(raw) {
+		switch raw[i] {
+		case ' ', '\t', '\r', '\n':
+			i++
+		default:
+			return i
+		}
+	}
+	return i
+}
+
+// skipValue returns the index just past the JSON value starting at
+// raw[i], which json.Valid has checked is well-formed.
+func skipValue(raw []byte, i int) int {
+	depth := 0
+	for ; i < len(raw); i++ {
+		switch raw[i] {
+		case '"':
+			for i++; raw[i] != '"'; i++ {
+				if raw[i] == '\\' {
+					i++
+				}
+			}
+			if depth == 0 {
+				return i + 1
+			}
+		case '{', '[':
+			depth++
+		case '}', ']':
+			if depth == 0 {
+				return i // the enclosing object's end
+			}
+			depth--
+			if depth == 0 {
+				return i + 1
+			}
+		case ',':
+			if depth == 0 {
+				return i
+			}
+		case ' ', '\t', '\r', '\n':
+			if depth == 0 {
+				return i
+			}
+		}
+	}
+	return i
 }
 
 func invalidBody(msg string) *wire.BadRequest {

@@ -218,3 +218,18 @@ func TestEcho(t *testing.T) {
 		}
 	}
 }
+
+// TestBodyFieldIsBodyFields: the fast path's switch (bodyField) names
+// exactly the fields of bodyFields.
+func TestBodyFieldIsBodyFields(t *testing.T) {
+	for k := range bodyFields {
+		if got := bodyField([]byte(k)); got != k {
+			t.Errorf("bodyField(%q) = %q", k, got)
+		}
+	}
+	for _, k := range []string{"", "Model", "messages", "max_token"} {
+		if got := bodyField([]byte(k)); got != "" {
+			t.Errorf("bodyField(%q) = %q, want none", k, got)
+		}
+	}
+}

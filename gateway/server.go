@@ -39,6 +39,7 @@ func Listen(g *Gateway) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
+	limits.Anonymous = g.anonymous
 	ln, err := net.Listen("tcp", g.cfg.Listen)
 	if err != nil {
 		return nil, fmt.Errorf("listen: %w", err)
@@ -53,6 +54,14 @@ func Listen(g *Gateway) (*Server, error) {
 		g.log.Warn("the admin listener is not on loopback: /metrics and /admin/v1/state are reachable from the network", "admin", g.cfg.Admin)
 	}
 	return &Server{Gateway: g, API: api, Admin: admin, AdminHandler: g.AdminHandler(), log: g.log, grace: g.cfg.ShutdownGrace.D(), limits: limits}, nil
+}
+
+// anonymous says no request needs a key (no tenants configured, as the
+// last reload left them): the guard then counts no connection as
+// unauthenticated.
+func (g *Gateway) anonymous() bool {
+	_, _, ok := g.chain.Identify("")
+	return ok
 }
 
 func isLoopback(host string) bool {

@@ -58,7 +58,8 @@ type Config struct {
 	// have not yet sent a request with a valid tenant key (with no tenants
 	// configured, any request) and its whole body; the next one is answered
 	// a canned 429 and closed at once. A connection stops counting once it
-	// has. Zero means max_connections/8, at least 1; at most
+	// has. With no tenants configured every request is valid, and the cap
+	// does not apply. Zero means max_connections/8, at least 1; at most
 	// max_connections.
 	MaxUnauthenticatedPerIP int `yaml:"max_unauthenticated_per_ip"`
 	// TrustedProxies are the addresses ("10.0.0.7", "fd00::1") and CIDR
@@ -137,6 +138,15 @@ type Limits struct {
 	// FDLimit is the soft RLIMIT_NOFILE the cap was derived from or checked
 	// against; 0 when it could not be read.
 	FDLimit uint64
+	// Anonymous, when set, says whether no request needs a key (the
+	// gateway has no tenant keys): while it returns true no connection or
+	// request counts as unauthenticated, and max_unauthenticated_per_ip
+	// does not apply, since every request is identified and the cap would
+	// only count a busy client's new connections while their first
+	// request is read. It is asked for every connection (and every request
+	// from a trusted proxy's connection), so a reload that adds or removes
+	// tenants applies from the next one. Nil means keys are needed.
+	Anonymous func() bool
 }
 
 // Limits fills the documented defaults. maxBody is limits.max_body_bytes

@@ -12,7 +12,10 @@
 //   - NewListener wraps the API listener. It refuses, in Accept itself,
 //     a connection beyond max_connections (a canned 503) or beyond
 //     max_unauthenticated_per_ip for its client address (a canned 429),
-//     before net/http spends a goroutine on it; it backs off when accept
+//     before net/http spends a goroutine on it, and answers it only once
+//     its request has arrived, never before (listener.go, answerLater);
+//     with no tenant keys (Limits.Anonymous) every request is identified
+//     and no connection counts as unauthenticated; it backs off when accept
 //     fails for want of descriptors; and it gives every write to a client
 //     a fresh deadline, the write-stall timeout.
 //   - ConnContext, the http.Server's ConnContext, hands each admitted

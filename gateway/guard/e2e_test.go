@@ -251,7 +251,8 @@ func TestIdleConnectionsAreClosed(t *testing.T) {
 }
 
 // TestConnectionCapRefusesTheNextOne: at max_connections the next
-// connection gets a canned 503 with Retry-After and is closed at once,
+// connection gets a canned 503 with Retry-After for its request and is
+// closed at once,
 // while a client already connected goes on being served.
 func TestConnectionCapRefusesTheNextOne(t *testing.T) {
 	up := startMock(t, mockllm.Config{})
@@ -278,6 +279,9 @@ func TestConnectionCapRefusesTheNextOne(t *testing.T) {
 		dialFrom(t, "127.0.0.1", addr)
 	}
 	extra := dialFrom(t, "127.0.0.1", addr)
+	if _, err := io.WriteString(extra, rawRequest("", chatBody)); err != nil {
+		t.Fatal(err)
+	}
 	got, took := readToEOF(t, extra, 5*time.Second)
 	if took > time.Second {
 		t.Errorf("refused after %v, want at once", took)
@@ -304,6 +308,9 @@ func TestUnauthenticatedConnectionsPerAddress(t *testing.T) {
 	addr := startServer(t, withTenant(connServer(up.URL, guard.Config{MaxConnections: 16, MaxUnauthenticatedPerIP: 2})))
 	refused := func(c net.Conn) {
 		t.Helper()
+		if _, err := io.WriteString(c, rawRequest(acmeKey, chatBody)); err != nil {
+			t.Fatal(err)
+		}
 		got, took := readToEOF(t, c, 5*time.Second)
 		if !bytes.HasPrefix(got, []byte("HTTP/1.1 429")) || !bytes.Contains(got, []byte("unauthenticated_per_ip")) || took > time.Second {
 			t.Fatalf("after %v: %q, want a canned 429 at once", took, got)
@@ -325,6 +332,85 @@ func TestUnauthenticatedConnectionsPerAddress(t *testing.T) {
 	served(second, "sk-wrong", 401) // still counts
 	served(third, "", 401)          // still counts
 	refused(dialFrom(t, "127.0.0.1", addr))
+}
+
+// TestRefusalWaitsForTheRequest: a connection refused at its address's
+// cap is answered only once it has sent a request: one that sends nothing
+// and half-closes is closed without a byte written, since an answer
+// before any request is one Go's client reports as "Unsolicited response
+// received on idle HTTP channel" rather than as a 429. The same holds at
+// max_connections.
+func TestRefusalWaitsForTheRequest(t *testing.T) {
+	up := startMock(t, mockllm.Config{})
+	for _, tc := range []struct {
+		name   string
+		server guard.Config
+		status string
+	}{
+		{"unauthenticated_per_ip", guard.Config{MaxConnections: 16, MaxUnauthenticatedPerIP: 1}, "HTTP/1.1 429"},
+		{"max_connections", guard.Config{MaxConnections: 1, MaxUnauthenticatedPerIP: 1}, "HTTP/1.1 503"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			addr := startServer(t, withTenant(connServer(up.URL, tc.server)))
+			dialFrom(t, "127.0.0.1", addr) // holds the one place
+			silent := dialFrom(t, "127.0.0.1", addr)
+			if err := silent.(*net.TCPConn).CloseWrite(); err != nil {
+				t.Fatal(err)
+			}
+			if got, _ := readToEOF(t, silent, 5*time.Second); len(got) != 0 {
+				t.Errorf("a refused connection that sent nothing got %q, want nothing", got)
+			}
+			asks := dialFrom(t, "127.0.0.1", addr)
+			if _, err := io.WriteString(asks, rawRequest(acmeKey, chatBody)); err != nil {
+				t.Fatal(err)
+			}
+			got, _ := readToEOF(t, asks, 5*time.Second)
+			if !bytes.HasPrefix(got, []byte(tc.status)) || !bytes.Contains(got, []byte("Retry-After: 1")) || !bytes.Contains(got, []byte(tc.name)) {
+				t.Errorf("a refused connection's request got %q, want %s with Retry-After", got, tc.status)
+			}
+		})
+	}
+}
+
+// TestAnonymousBurstIsNotCapped: with no tenants configured, a busy
+// client host opening many connections at once — an application server
+// with a burst of calls — is not held to max_unauthenticated_per_ip: held
+// open together before any request, then each sending one, every one is
+// answered 200; and a Go client's burst of new connections sees no error.
+func TestAnonymousBurstIsNotCapped(t *testing.T) {
+	up := startMock(t, mockllm.Config{})
+	cfg := connServer(up.URL, guard.Config{MaxConnections: 256, MaxUnauthenticatedPerIP: 2})
+	cfg.Admission.Concurrency = 128 // admission refuses none of the burst
+	addr := startServer(t, cfg)
+	var conns []net.Conn
+	for range 8 {
+		conns = append(conns, dialFrom(t, "127.0.0.1", addr))
+	}
+	for i, c := range conns {
+		if resp := roundTrip(t, c, bufio.NewReader(c), rawRequest("", chatBody)); resp.StatusCode != 200 {
+			t.Fatalf("connection %d of 8 from one address: status %d, want 200", i, resp.StatusCode)
+		}
+	}
+	client := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: 10 * time.Second}
+	errs := make(chan error, 64)
+	for range cap(errs) {
+		go func() {
+			resp, err := client.Post("http://"+addr+"/v1/chat/completions", "application/json", strings.NewReader(chatBody))
+			if err == nil {
+				_, _ = io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				if resp.StatusCode != 200 {
+					err = fmt.Errorf("status %d (%s)", resp.StatusCode, resp.Header.Get(contract.HeaderReason))
+				}
+			}
+			errs <- err
+		}()
+	}
+	for range cap(errs) {
+		if err := <-errs; err != nil {
+			t.Error(err)
+		}
+	}
 }
 
 // TestLongStreamOutlivesEveryTimeout: a stream that runs for several times

@@ -165,8 +165,9 @@ func TestBehindHAProxy(t *testing.T) {
 	for _, mode := range []string{"send-proxy-v2", "forwardfor"} {
 		t.Run(mode, func(t *testing.T) {
 			up := startMock(t, mockllm.Config{})
-			cfg := connServer(up.URL, guard.Config{MaxConnections: 4 * floodConns, MaxUnauthenticatedPerIP: perIP,
-				ReadBodyTimeout: guard.Duration(time.Minute), TrustedProxies: []string{"127.0.0.1"}})
+			// A tenant: without keys no connection counts against its address.
+			cfg := withTenant(connServer(up.URL, guard.Config{MaxConnections: 4 * floodConns, MaxUnauthenticatedPerIP: perIP,
+				ReadBodyTimeout: guard.Duration(time.Minute), TrustedProxies: []string{"127.0.0.1"}}))
 			gw, logs, _ := loggedServer(t, cfg)
 			front := startHAProxy(t, mode, gw)
 
@@ -174,7 +175,7 @@ func TestBehindHAProxy(t *testing.T) {
 			// HAProxy session, so a new backend connection) per request,
 			// no retries, so that a 429 shows.
 			dialer := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(client)}, Timeout: 5 * time.Second}
-			sdk := openai.NewClient(option.WithBaseURL("http://"+front+"/v1/"), option.WithAPIKey("sk-test"), option.WithMaxRetries(0),
+			sdk := openai.NewClient(option.WithBaseURL("http://"+front+"/v1/"), option.WithAPIKey(acmeKey), option.WithMaxRetries(0),
 				option.WithHTTPClient(&http.Client{Transport: &http.Transport{DisableKeepAlives: true, DialContext: dialer.DialContext}}))
 			params := openai.ChatCompletionNewParams{Model: "gpt-4o-mini", MaxTokens: openai.Int(8),
 				Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("Say hi")}}
@@ -188,7 +189,8 @@ func TestBehindHAProxy(t *testing.T) {
 			}
 
 			// The flood: floodConns connections from flooder, each sending
-			// a request's headers and the start of a body it declares
+			// a request's headers (with a valid key, which counts until the
+			// whole body is in) and the start of a body it declares
 			// 100,000 bytes long, then a byte every 500ms until the end.
 			var (
 				mu      sync.Mutex
@@ -216,7 +218,7 @@ func TestBehindHAProxy(t *testing.T) {
 						mu.Lock()
 						floods = append(floods, c)
 						mu.Unlock()
-						_, _ = io.WriteString(c, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100000\r\n\r\n{")
+						_, _ = io.WriteString(c, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer "+acmeKey+"\r\nContent-Type: application/json\r\nContent-Length: 100000\r\n\r\n{")
 						wg.Go(func() {
 							// A refusal arrives as the answer; a held
 							// connection answers nothing until the end.

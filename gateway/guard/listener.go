@@ -11,6 +11,7 @@ import (
 	"net/netip"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -19,10 +20,11 @@ import (
 	"github.com/sluicehq/sluice/contract"
 )
 
-// Canned refusals, written straight to a connection the listener will not
-// serve. They are precomputed and small enough to fit a fresh socket's send
-// buffer, so the write never blocks the accept loop; an answer the client
-// can act on costs one write more than closing, and says when to come back.
+// Canned refusals, written to a connection the listener will not serve,
+// once its client has sent something (answerRequest). They are precomputed
+// and small enough to fit a fresh socket's send buffer, so the write never
+// blocks; an answer the client can act on costs one write more than
+// closing, and says when to come back.
 var (
 	refuseFull = cannedRefusal("503 Service Unavailable", "max_connections", refusalBody("max_connections", "server_error",
 		"the gateway is at server.max_connections; retry in 1s"))
@@ -65,6 +67,12 @@ type listener struct {
 	refusals   *refusalLog // the refusals' log lines (refusals.go)
 	closed     chan struct{}
 	closeOnce  sync.Once
+	// anonymous, when set and true, says every request is identified (no
+	// tenant keys): no connection then counts as unauthenticated.
+	anonymous func() bool
+	// refusing counts the refused connections waiting for their request
+	// to be answered (answerLater); at most maxRefusing.
+	refusing atomic.Int32
 
 	mu struct {
 		sync.Mutex
@@ -94,7 +102,7 @@ func NewListener(ln net.Listener, l Limits, log *slog.Logger, reg prometheus.Reg
 func newListener(ln net.Listener, l Limits, log *slog.Logger, m *metrics) *listener {
 	cl := &listener{Listener: ln, maxConns: l.MaxConns, maxUnauthPerIP: l.MaxUnauthPerIP, writeStall: l.Write,
 		trusted: l.TrustedProxies, headerWait: l.ReadHeader,
-		log: log, metrics: m, refusals: newRefusalLog(log, refusalWindow), closed: make(chan struct{})}
+		log: log, metrics: m, refusals: newRefusalLog(log, refusalWindow), closed: make(chan struct{}), anonymous: l.Anonymous}
 	cl.mu.unauth = map[netip.Addr]int{}
 	return cl
 }
@@ -139,31 +147,37 @@ func (l *listener) Accept() (net.Conn, error) {
 // connection counts in max_connections only: the client it speaks for is
 // known once its PROXY header is read (handshake) or, per request, once
 // the request's headers are (Middleware).
+//
+// With no tenant keys (l.anonymous) no connection counts as
+// unauthenticated: every request is identified, so the per-address cap
+// would only count a busy client's connections while their first request
+// is read, and refuse an application server's burst of new ones.
 func (l *listener) admit(c net.Conn) *trackedConn {
 	ip := addrOf(c.RemoteAddr())
 	proxied := trusts(l.trusted, ip)
+	counted := !proxied && !l.isAnonymous()
 	l.mu.Lock()
 	var refusal []byte
 	var reason string
 	switch {
 	case l.mu.open >= l.maxConns:
 		refusal, reason = refuseFull, "max_connections"
-	case !proxied && l.mu.unauth[ip] >= l.maxUnauthPerIP:
+	case counted && l.mu.unauth[ip] >= l.maxUnauthPerIP:
 		refusal, reason = refusePerIP, "unauthenticated_per_ip"
 	default:
 		l.mu.open++
-		if !proxied {
+		if counted {
 			l.mu.unauth[ip]++
 		}
 	}
 	l.mu.Unlock()
 	if refusal != nil {
-		l.refuse(c, refusal, reason, ip)
-		_ = c.Close()
+		l.countRefusal(reason, ip)
+		l.answerLater(c, refusal)
 		return nil
 	}
 	l.metrics.open.Inc()
-	tc := &trackedConn{Conn: c, l: l, ip: ip, held: !proxied, proxied: proxied}
+	tc := &trackedConn{Conn: c, l: l, ip: ip, held: counted, proxied: proxied}
 	if proxied && l.headerWait > 0 {
 		// The PROXY header, if any, comes first and at once; the wait for
 		// it starts now, and net/http's own for the request's headers
@@ -173,15 +187,68 @@ func (l *listener) admit(c net.Conn) *trackedConn {
 	return tc
 }
 
-// refuse counts and logs a refusal for the client address ip, and writes
-// c its canned answer (nil: none).
-func (l *listener) refuse(c net.Conn, answer []byte, reason string, ip netip.Addr) {
-	l.countRefusal(reason, ip)
-	if answer != nil {
-		// A short deadline in case the send buffer is somehow full: the
-		// accept loop must not wait on one client.
-		_ = c.SetWriteDeadline(time.Now().Add(10 * time.Millisecond))
-		_, _ = c.Write(answer)
+// isAnonymous says no request needs a key (Limits.Anonymous).
+func (l *listener) isAnonymous() bool { return l.anonymous != nil && l.anonymous() }
+
+// The refused connections' answers. A refusal is written only once the
+// client has sent something on the connection, never at accept: a client
+// that opens connections ahead of its requests (Go's Transport keeps a
+// connection it dialled for a request that found another one idle) would
+// find an answer on a connection it had sent nothing on, and Go's client
+// reports that as "Unsolicited response received on idle HTTP channel"
+// rather than as the 429 or 503 it is. Waiting for the request costs a
+// goroutine and a descriptor for as long as the client takes to send, at
+// most refusalWait; at most maxRefusing connections wait at once, and the
+// ones beyond are closed unanswered, which a client takes as a connection
+// closed before its request, so that an address that opens connections
+// faster than they can be answered still holds at most max_connections
+// plus maxRefusing descriptors.
+const (
+	refusalWait = time.Second
+	maxRefusing = 64
+)
+
+// answerLater answers c, a refused connection, with answer once its client
+// has sent its request, and closes it; on a goroutine of its own, so that
+// the accept loop never waits on one client.
+func (l *listener) answerLater(c net.Conn, answer []byte) {
+	if l.refusing.Add(1) > maxRefusing {
+		l.refusing.Add(-1)
+		_ = c.Close()
+		return
+	}
+	go func() {
+		defer l.refusing.Add(-1)
+		defer c.Close()
+		answerRequest(c, false, answer, time.Now().Add(refusalWait))
+	}()
+}
+
+// answerRequest writes answer on c once its client has sent something (at
+// once when sent, its request's first bytes are already read), then
+// half-closes c and reads what else the client sends until it closes its
+// end or deadline passes: closing with the request unread would reset the
+// connection, and a reset can reach the client before it has read the
+// answer. It gives up at deadline, unanswered when nothing came. The
+// caller closes c.
+func answerRequest(c net.Conn, sent bool, answer []byte, deadline time.Time) {
+	_ = c.SetDeadline(deadline)
+	var buf [512]byte
+	if !sent {
+		if n, _ := c.Read(buf[:]); n == 0 {
+			return
+		}
+	}
+	if _, err := c.Write(answer); err != nil {
+		return
+	}
+	if cw, ok := c.(interface{ CloseWrite() error }); ok {
+		_ = cw.CloseWrite()
+	}
+	for {
+		if _, err := c.Read(buf[:]); err != nil {
+			return
+		}
 	}
 }
 
@@ -262,7 +329,7 @@ func (c *trackedConn) handshake() {
 		// and summed in the refusal log's lines under the proxy's address
 		// (one line per connection would let a misbehaving peer write the
 		// log as fast as it connects).
-		l.refuse(c.Conn, nil, "proxy_header", c.ip)
+		l.countRefusal("proxy_header", c.ip)
 		c.hs.failed = true
 		return
 	case err != nil:
@@ -284,9 +351,10 @@ func (c *trackedConn) handshake() {
 		c.hs.perReqst = true
 		return
 	}
+	counted := !l.isAnonymous()
 	l.mu.Lock()
-	refused := !c.closed && l.mu.unauth[src] >= l.maxUnauthPerIP
-	if !c.closed && !refused {
+	refused := counted && !c.closed && l.mu.unauth[src] >= l.maxUnauthPerIP
+	if counted && !c.closed && !refused {
 		l.mu.unauth[src]++
 		c.held = true
 	}
@@ -295,7 +363,11 @@ func (c *trackedConn) handshake() {
 	l.mu.Unlock()
 	c.hs.remote = net.TCPAddrFromAddrPort(netip.AddrPortFrom(src, h.Src.Port()))
 	if refused {
-		l.refuse(c.Conn, refusePerIP, "unauthenticated_per_ip", src)
+		// Answered once the request follows the header (a relaying proxy
+		// sends the header as it connects, before its client's request),
+		// here on the connection's own goroutine.
+		l.countRefusal("unauthenticated_per_ip", src)
+		answerRequest(c.Conn, br.Buffered() > 0, refusePerIP, time.Now().Add(refusalWait))
 	}
 	c.hs.failed = refused || closed
 }

@@ -178,8 +178,22 @@ func TestProxyHeaderHandshake(t *testing.T) {
 			t.Errorf("counts %v, want one for the source and none for the proxy", unauth())
 		}
 
-		// The same source again, as v2: at its cap.
-		second, answer := open(0, string(v2(v2Proxy, afInet<<4|protoStream, inet4("198.51.100.7", "10.0.0.2", 1, 2))))
+		// The same source again, as v2: at its cap. The header alone is
+		// not answered (a relaying proxy sends it before its client's
+		// request, and an answer then would be unsolicited): closed
+		// unanswered once refusalWait has passed without a request.
+		v2hdr := string(v2(v2Proxy, afInet<<4|protoStream, inet4("198.51.100.7", "10.0.0.2", 1, 2)))
+		start := time.Now()
+		alone, answer := open(0, v2hdr)
+		if n, err := alone.Read(buf); n != 0 || err != io.EOF || time.Since(start) != refusalWait {
+			t.Errorf("refused connection read %d, %v after %v; want io.EOF after %v", n, err, time.Since(start), refusalWait)
+		}
+		alone.Close()
+		if a := <-answer; a != "" {
+			t.Errorf("refused connection that sent no request got %q, want nothing", a)
+		}
+		// With the request after a pause: the canned 429, after it.
+		second, answer := open(300*time.Millisecond, v2hdr, "GET / HTTP/1.1\r\n\r\n")
 		if n, err := second.Read(buf); n != 0 || err != io.EOF {
 			t.Errorf("refused connection read %d, %v; want io.EOF", n, err)
 		}
@@ -187,8 +201,8 @@ func TestProxyHeaderHandshake(t *testing.T) {
 		if a := <-answer; !strings.HasPrefix(a, "HTTP/1.1 429") || !strings.Contains(a, "unauthenticated_per_ip") {
 			t.Errorf("refused connection got %q, want the canned 429", a)
 		}
-		if refused("unauthenticated_per_ip") != 1 {
-			t.Errorf("unauthenticated_per_ip = %v, want 1", refused("unauthenticated_per_ip"))
+		if refused("unauthenticated_per_ip") != 2 {
+			t.Errorf("unauthenticated_per_ip = %v, want 2", refused("unauthenticated_per_ip"))
 		}
 		first.Close()
 		if len(unauth()) != 0 {
@@ -197,7 +211,7 @@ func TestProxyHeaderHandshake(t *testing.T) {
 
 		// A header trickled a byte every 100ms: whole at 5.6s, cut at 1s.
 		hdr := "PROXY TCP4 198.51.100.8 10.0.0.2 51234 8080\r\n"
-		start := time.Now()
+		start = time.Now()
 		slow, _ := open(100*time.Millisecond, strings.Split(hdr, "")...)
 		if n, err := slow.Read(buf); n != 0 || err != io.EOF || time.Since(start) != wait {
 			t.Errorf("trickled header: read %d, %v after %v; want io.EOF after %v", n, err, time.Since(start), wait)
@@ -265,6 +279,79 @@ func TestProxyHeaderHandshake(t *testing.T) {
 		synctest.Wait()
 		pending.Close()
 		<-done
+		l.mu.Lock()
+		if l.mu.open != 0 || len(l.mu.unauth) != 0 {
+			t.Errorf("after closing everything: open %d, unauth %v", l.mu.open, l.mu.unauth)
+		}
+		l.mu.Unlock()
+	})
+}
+
+// TestAnonymousCountsNoConnection: with no tenant keys (Limits.Anonymous)
+// no connection counts as unauthenticated, from a direct peer or under a
+// trusted proxy's PROXY header, so max_unauthenticated_per_ip refuses
+// none; once keys exist (a reload), the next connections count again.
+func TestAnonymousCountsNoConnection(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		anonymous := true
+		trusted, _ := parseTrustedProxies([]string{"10.0.0.0/8"})
+		l := newListener(&emfileListener{closed: make(chan struct{})},
+			Limits{MaxConns: 10, MaxUnauthPerIP: 1, Write: time.Second, ReadHeader: time.Second, TrustedProxies: trusted,
+				Anonymous: func() bool { return anonymous }},
+			slog.New(slog.NewTextHandler(io.Discard, nil)), newMetrics(prometheus.NewRegistry()))
+		direct := &net.TCPAddr{IP: net.IPv4(192, 0, 2, 1), Port: 40000}
+		proxy := &net.TCPAddr{IP: net.IPv4(10, 0, 0, 1), Port: 40000}
+		var conns []*trackedConn
+		for range 3 {
+			server, client := net.Pipe()
+			defer client.Close()
+			tc := l.admit(addrConn{server, direct})
+			if tc == nil {
+				t.Fatal("a direct connection was refused in anonymous mode")
+			}
+			conns = append(conns, tc)
+		}
+		for range 3 {
+			server, client := net.Pipe()
+			defer client.Close()
+			go io.WriteString(client, "PROXY TCP4 198.51.100.7 10.0.0.2 51234 8080\r\nGET / HTTP/1.1\r\n\r\n")
+			tc := l.admit(addrConn{server, proxy})
+			if !tc.ready() {
+				t.Fatal("a proxied connection was refused in anonymous mode")
+			}
+			conns = append(conns, tc)
+		}
+		l.mu.Lock()
+		if len(l.mu.unauth) != 0 {
+			t.Errorf("counts %v, want none", l.mu.unauth)
+		}
+		l.mu.Unlock()
+		anonymous = false
+		server, client := net.Pipe()
+		defer client.Close()
+		if tc := l.admit(addrConn{server, direct}); tc == nil {
+			t.Fatal("the first counted connection was refused")
+		} else {
+			conns = append(conns, tc)
+		}
+		server, client = net.Pipe()
+		answer := make(chan string)
+		go func() {
+			io.WriteString(client, "GET / HTTP/1.1\r\n\r\n")
+			b, _ := io.ReadAll(client)
+			client.Close()
+			answer <- string(b)
+		}()
+		if tc := l.admit(addrConn{server, direct}); tc != nil {
+			t.Error("with keys, the second unauthenticated connection from one address was admitted")
+		}
+		if a := <-answer; !strings.HasPrefix(a, "HTTP/1.1 429") {
+			t.Errorf("refused with keys: got %q, want the canned 429", a)
+		}
+		for _, c := range conns {
+			c.Close()
+		}
+		synctest.Wait()
 		l.mu.Lock()
 		if l.mu.open != 0 || len(l.mu.unauth) != 0 {
 			t.Errorf("after closing everything: open %d, unauth %v", l.mu.open, l.mu.unauth)

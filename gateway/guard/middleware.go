@@ -67,6 +67,10 @@ func Middleware(next http.Handler, l Limits, identified func(*http.Request) bool
 func serveForwarded(next http.Handler, w http.ResponseWriter, r *http.Request, tc *trackedConn, l Limits, identified func(*http.Request) bool, maxBody func(*http.Request) int64) {
 	client := forwardedClient(l.TrustedProxies, tc.ip, r.Header.Values("X-Forwarded-For"))
 	r = withClient(r, client)
+	if tc.l.isAnonymous() {
+		next.ServeHTTP(w, r)
+		return
+	}
 	slot := tc.l.claim(client)
 	if slot == nil {
 		tc.l.countRefusal("unauthenticated_per_ip", client)

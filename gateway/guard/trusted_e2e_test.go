@@ -137,10 +137,12 @@ func spanClient(t *testing.T, exp *tracetest.InMemoryExporter, id string) string
 	return got
 }
 
-// request is a chat completion with the given id and extra header lines.
+// request is a chat completion with the given id and extra header lines,
+// with acme's key (the servers of these tests have a tenant: without one
+// no connection counts against its address).
 func request(id, headers string) string {
-	return fmt.Sprintf("POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nX-Request-Id: %s\r\n%sContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s",
-		id, headers, len(chatBody), chatBody)
+	return fmt.Sprintf("POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\nX-Request-Id: %s\r\n%sContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s",
+		acmeKey, id, headers, len(chatBody), chatBody)
 }
 
 // holdBody opens a connection from from, writes prefix (a PROXY header,
@@ -151,7 +153,7 @@ func request(id, headers string) string {
 func holdBody(t *testing.T, from, addr, prefix, headers string) net.Conn {
 	t.Helper()
 	c := dialFrom(t, from, addr)
-	if _, err := io.WriteString(c, prefix+"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\n"+headers+
+	if _, err := io.WriteString(c, prefix+"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer "+acmeKey+"\r\nExpect: 100-continue\r\n"+headers+
 		"Content-Type: application/json\r\nContent-Length: 1000\r\n\r\n"); err != nil {
 		t.Fatal(err)
 	}
@@ -205,7 +207,7 @@ func proxyV2(src string) string {
 func TestTrustedProxyNamesTheClient(t *testing.T) {
 	up := startMock(t, mockllm.Config{})
 	const proxy = "127.0.0.10"
-	cfg := connServer(up.URL, guard.Config{MaxConnections: 64, MaxUnauthenticatedPerIP: 2, TrustedProxies: []string{proxy}})
+	cfg := withTenant(connServer(up.URL, guard.Config{MaxConnections: 64, MaxUnauthenticatedPerIP: 2, TrustedProxies: []string{proxy}}))
 	addr, logs, spans := loggedServer(t, cfg)
 	if ls := logs.lines(t, "trusting the proxies in front: their PROXY header or X-Forwarded-For names the client"); len(ls) != 1 ||
 		fmt.Sprint(ls[0]["trusted_proxies"]) != "[127.0.0.10/32]" {
@@ -308,7 +310,7 @@ func TestUntrustedPeerHeadersChangeNothing(t *testing.T) {
 		t.Run(fmt.Sprint(trusted), func(t *testing.T) {
 			up := startMock(t, mockllm.Config{})
 			const peer = "127.0.0.5"
-			cfg := connServer(up.URL, guard.Config{MaxConnections: 64, MaxUnauthenticatedPerIP: 2, TrustedProxies: trusted})
+			cfg := withTenant(connServer(up.URL, guard.Config{MaxConnections: 64, MaxUnauthenticatedPerIP: 2, TrustedProxies: trusted}))
 			addr, logs, spans := loggedServer(t, cfg)
 
 			c := dialFrom(t, peer, addr)

@@ -35,6 +35,9 @@ func NewUsageMeter(contentType string) *UsageMeter {
 	return &UsageMeter{sse: strings.HasPrefix(contentType, "text/event-stream")}
 }
 
+// Stream says the body is an SSE stream.
+func (m *UsageMeter) Stream() bool { return m.sse }
+
 // Feed feeds the next bytes of the body.
 func (m *UsageMeter) Feed(p []byte) {
 	if !m.sse {
@@ -53,20 +56,59 @@ func (m *UsageMeter) Feed(p []byte) {
 			}
 			return
 		}
-		m.line(append(m.buf, p[:i]...))
-		m.buf = m.buf[:0]
+		if len(m.buf) == 0 {
+			m.line(p[:i]) // a whole line in p: read where it is
+		} else {
+			m.line(append(m.buf, p[:i]...))
+			m.buf = m.buf[:0]
+		}
 		p = p[i+1:]
 	}
 }
 
-// line reads one SSE line; only data lines that mention usage are parsed.
+// line reads one SSE line; only data lines that carry a usage object are
+// parsed. OpenAI's chunks with stream_options.include_usage say
+// "usage":null in every chunk but the last, and the Responses API's
+// events before response.completed too: a scan for a "usage" key whose
+// value is an object keeps the JSON parse to the one or two events that
+// carry one, rather than every chunk of the stream.
 func (m *UsageMeter) line(l []byte) {
 	l = bytes.TrimSpace(l)
 	data, ok := bytes.CutPrefix(l, []byte("data:"))
-	if !ok || !bytes.Contains(data, []byte(`"usage"`)) {
+	if !ok || !carriesUsage(data) {
 		return
 	}
 	m.parse(bytes.TrimSpace(data))
+}
+
+// carriesUsage says data has a "usage" key whose value is an object: the
+// cheap test before parsing. It may say yes wrongly (the text inside a
+// string value), which costs a parse and nothing else; it never says no
+// to an event with a usage object, whose key JSON writes as "usage":
+// followed by optional white space and '{'.
+func carriesUsage(data []byte) bool {
+	key := []byte(`"usage"`)
+	for {
+		i := bytes.Index(data, key)
+		if i < 0 {
+			return false
+		}
+		data = data[i+len(key):]
+		j := skipJSONSpace(data, 0)
+		if j < len(data) && data[j] == ':' {
+			j = skipJSONSpace(data, j+1)
+			if j < len(data) && data[j] == '{' {
+				return true
+			}
+		}
+	}
+}
+
+func skipJSONSpace(b []byte, i int) int {
+	for i < len(b) && (b[i] == ' ' || b[i] == '\t' || b[i] == '\r' || b[i] == '\n') {
+		i++
+	}
+	return i
 }
 
 // Done reports the usage found once the body has ended.

@@ -87,3 +87,49 @@ func TestUsageEdgeCases(t *testing.T) {
 		t.Error("a body over the limit was kept whole")
 	}
 }
+
+// streamChunk is an OpenAI chat chunk of a stream with include_usage:
+// "usage":null on every chunk but the last.
+const streamChunk = `data: {"id":"chatcmpl-1","object":"chat.completion.chunk","created":1,"model":"gpt-4o-mini","choices":[{"index":0,"delta":{"content":" token"},"finish_reason":null}],"usage":null}` + "\n\n"
+
+// TestUsageNullChunksAreNotParsed: the chunks that say "usage":null (or
+// mention usage only inside a string) cost no parse and no allocation;
+// the chunk with the usage object is read, in any spacing.
+func TestUsageNullChunksAreNotParsed(t *testing.T) {
+	m := NewUsageMeter("text/event-stream")
+	chunk := []byte(streamChunk)
+	if allocs := testing.AllocsPerRun(100, func() { m.Feed(chunk) }); allocs != 0 {
+		t.Errorf("a usage:null chunk: %v allocations, want 0", allocs)
+	}
+	for _, tc := range []struct {
+		data string
+		want bool
+	}{
+		{`{"usage":null}`, false},
+		{`{"choices":[],"usage":{"prompt_tokens":1}}`, true},
+		{`{"usage" :` + "\n\t" + `{"prompt_tokens":1}}`, true},
+		{`{"type":"message_start","message":{"usage":{"input_tokens":3}}}`, true},
+		{`{"response":{"usage":null}}`, false},
+		{`{"text":"usage"}`, false},
+	} {
+		if got := carriesUsage([]byte(tc.data)); got != tc.want {
+			t.Errorf("carriesUsage(%s) = %v, want %v", tc.data, got, tc.want)
+		}
+	}
+	m.Feed([]byte("data: {\"choices\":[],\"usage\" : {\"prompt_tokens\":5,\"completion_tokens\":7}}\n\ndata: [DONE]\n\n"))
+	if u, ok := m.Done(); !ok || u.Input != 5 || u.Output != 7 {
+		t.Errorf("usage %+v, %v; want 5 in, 7 out", u, ok)
+	}
+}
+
+// BenchmarkUsageMeterChunk is the meter's work per streamed chunk: a
+// chunk without usage, as every chunk of a stream but its last.
+func BenchmarkUsageMeterChunk(b *testing.B) {
+	m := NewUsageMeter("text/event-stream")
+	chunk := []byte(streamChunk)
+	b.ReportAllocs()
+	b.SetBytes(int64(len(chunk)))
+	for b.Loop() {
+		m.Feed(chunk)
+	}
+}

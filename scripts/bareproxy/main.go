@@ -1,6 +1,7 @@
-// Command bareproxy is the floor of scripts/overhead.sh: a bare
-// httputil.ReverseProxy with the transport settings of `sluice serve` and
-// nothing of sluice — no gate, no body parsing, no metrics. The difference
+// Command bareproxy is the floor of scripts/overhead.sh and
+// scripts/streams.sh: a bare httputil.ReverseProxy with the idle pool of
+// `sluice serve`, net/http's default buffers and a 32 KiB copy buffer
+// pool, and nothing of sluice — no gate, no body parsing, no metrics. The difference
 // between it and calling the provider directly is what the design (Go's
 // net/http server and client, one more hop on loopback) costs before sluice
 // does anything; the difference between it and `sluice serve` is sluice's
