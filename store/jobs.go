@@ -884,27 +884,37 @@ func (j *Jobs) queue(ctx context.Context, b batch.Batch, mode string, reqs iter.
 	return nil
 }
 
+// scoreOf is member's sequence in the listing l: the place a page that
+// starts after it starts from; batch.ErrNotFound when it is not listed.
+func (j *Jobs) scoreOf(ctx context.Context, l, member string) (float64, error) {
+	var seq float64
+	found := false
+	err := j.r.Do(ctx, func(ctx context.Context, c redis.UniversalClient) error {
+		var err error
+		seq, err = c.ZScore(ctx, l, member).Result()
+		found = err == nil
+		if errors.Is(err, redis.Nil) {
+			err = nil
+		}
+		return err
+	})
+	switch {
+	case err != nil:
+		return 0, err
+	case !found:
+		return 0, batch.ErrNotFound
+	}
+	return seq, nil
+}
+
 // Files lists the tenant's files from its listing, by sequence.
 func (j *Jobs) Files(ctx context.Context, tenant, purpose, after string, limit int, asc bool) ([]batch.File, bool, error) {
 	l := j.key("fl", tenant)
 	lo, hi := "-inf", "+inf"
 	if after != "" {
-		var seq float64
-		found := false
-		err := j.r.Do(ctx, func(ctx context.Context, c redis.UniversalClient) error {
-			var err error
-			seq, err = c.ZScore(ctx, l, after).Result()
-			found = err == nil
-			if errors.Is(err, redis.Nil) {
-				err = nil
-			}
-			return err
-		})
+		seq, err := j.scoreOf(ctx, l, after)
 		if err != nil {
 			return nil, false, err
-		}
-		if !found {
-			return nil, false, batch.ErrNotFound
 		}
 		if asc {
 			lo = "(" + strconv.FormatFloat(seq, 'f', -1, 64)
@@ -1114,19 +1124,9 @@ func (j *Jobs) Batches(ctx context.Context, tenant, after string, limit int) ([]
 	l := j.key("l", tenant)
 	top := "+inf"
 	if after != "" {
-		var seq float64
-		found := false
-		err := j.r.Do(ctx, func(ctx context.Context, c redis.UniversalClient) error {
-			var err error
-			seq, err = c.ZScore(ctx, l, after).Result()
-			found = err == nil
-			return err
-		})
+		seq, err := j.scoreOf(ctx, l, after)
 		if err != nil {
 			return nil, false, err
-		}
-		if !found {
-			return nil, false, batch.ErrNotFound
 		}
 		top = "(" + strconv.FormatFloat(seq, 'f', -1, 64)
 	}

@@ -464,20 +464,11 @@ func (a *API) listBatches(w http.ResponseWriter, r *http.Request, tenant string)
 		a.failed(w, err)
 		return
 	}
-	out := struct {
-		Object  string      `json:"object"`
-		Data    []batchJSON `json:"data"`
-		FirstID *string     `json:"first_id"`
-		LastID  *string     `json:"last_id"`
-		HasMore bool        `json:"has_more"`
-	}{Object: "list", Data: []batchJSON{}, HasMore: more}
+	data := make([]batchJSON, 0, len(list))
 	for _, bt := range list {
-		out.Data = append(out.Data, batchOf(bt))
+		data = append(data, batchOf(bt))
 	}
-	if len(list) > 0 {
-		out.FirstID, out.LastID = &list[0].ID, &list[len(list)-1].ID
-	}
-	writeJSON(w, out)
+	writeJSON(w, pageOf(data, more, func(b *batchJSON) *string { return &b.ID }))
 }
 
 func (a *API) cancel(w http.ResponseWriter, r *http.Request, tenant, id string) {

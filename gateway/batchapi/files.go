@@ -386,23 +386,36 @@ func (a *API) listFiles(w http.ResponseWriter, r *http.Request, tenant string) {
 		a.failed(w, err)
 		return
 	}
-	out := struct {
-		Object  string     `json:"object"`
-		Data    []fileJSON `json:"data"`
-		FirstID *string    `json:"first_id"`
-		LastID  *string    `json:"last_id"`
-		HasMore bool       `json:"has_more"`
-	}{Object: "list", Data: []fileJSON{}, HasMore: more}
+	data := []fileJSON{}
 	now := a.now()
 	for _, f := range list {
 		if !f.Expired(now) { // expired, not yet purged
-			out.Data = append(out.Data, fileOf(f))
+			data = append(data, fileOf(f))
 		}
 	}
-	if len(out.Data) > 0 {
-		out.FirstID, out.LastID = &out.Data[0].ID, &out.Data[len(out.Data)-1].ID
+	writeJSON(w, pageOf(data, more, func(f *fileJSON) *string { return &f.ID }))
+}
+
+// page is a list answer as OpenAI pages them: the items, the ids of the
+// first and last (null when empty), and whether more follow.
+type page[T any] struct {
+	Object  string  `json:"object"`
+	Data    []T     `json:"data"`
+	FirstID *string `json:"first_id"`
+	LastID  *string `json:"last_id"`
+	HasMore bool    `json:"has_more"`
+}
+
+// pageOf is the page of data (never null), id reading an item's id.
+func pageOf[T any](data []T, more bool, id func(*T) *string) page[T] {
+	p := page[T]{Object: "list", Data: data, HasMore: more}
+	if p.Data == nil {
+		p.Data = []T{}
 	}
-	writeJSON(w, out)
+	if n := len(p.Data); n > 0 {
+		p.FirstID, p.LastID = id(&p.Data[0]), id(&p.Data[n-1])
+	}
+	return p
 }
 
 // deleteFile is files.delete: the file and its bytes are gone at once. A
