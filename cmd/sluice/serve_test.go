@@ -47,16 +47,7 @@ func TestServeFlagsOverrideTheFile(t *testing.T) {
 		t.Fatal(err)
 	}
 	admin, stop := startServe(t, "--config", file, "--concurrency", "7", "--listen", "127.0.0.1:0", "--admin", "127.0.0.1:0")
-	resp, err := http.Get(admin + "/admin/v1/state")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var st gateway.State
-	b, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if err := jsonUnmarshal(b, &st); err != nil {
-		t.Fatal(err)
-	}
+	st := serveState(t, admin)
 	if st.Concurrency != 7 || st.MaxQueue != 5 {
 		t.Fatalf("state %+v: want concurrency 7 from the flag, max_queue 5 from the file", st)
 	}
@@ -68,16 +59,7 @@ func TestServeFlagsOverrideTheFile(t *testing.T) {
 // which the state dump reports with its bounds.
 func TestServeLearnsTheConcurrency(t *testing.T) {
 	admin, stop := startServe(t, "--upstream", "http://127.0.0.1:1", "--listen", "127.0.0.1:0", "--admin", "127.0.0.1:0", "--batch-db", filepath.Join(t.TempDir(), "b.db"))
-	resp, err := http.Get(admin + "/admin/v1/state")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var st gateway.State
-	b, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if err := jsonUnmarshal(b, &st); err != nil {
-		t.Fatal(err)
-	}
+	st := serveState(t, admin)
 	if st.Concurrency != 4 || len(st.Learned) != 1 || st.Learned[0].Concurrency != 4 || st.Learned[0].Min != 1 || st.Learned[0].Max != 1000 {
 		t.Fatalf("state: concurrency %d, learned %+v: want 4, learnt between 1 and 1000", st.Concurrency, st.Learned)
 	}
@@ -198,3 +180,19 @@ func TestCheckConfigAndHashKey(t *testing.T) {
 }
 
 func jsonUnmarshal(b []byte, v any) error { return json.Unmarshal(b, v) }
+
+// serveState reads a running `sluice serve`'s /admin/v1/state.
+func serveState(t *testing.T, admin string) gateway.State {
+	t.Helper()
+	resp, err := http.Get(admin + "/admin/v1/state")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var st gateway.State
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err := jsonUnmarshal(b, &st); err != nil {
+		t.Fatal(err)
+	}
+	return st
+}
