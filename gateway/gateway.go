@@ -53,6 +53,7 @@ type Gateway struct {
 	idem     *idempotency.Store // Idempotency-Key (package idempotency)
 	reload   *reloader          // policies changed without a restart (reload.go)
 	batch    *batchapi.API      // the Batch API (package batchapi, batch.go); nil when off
+	cpu      *saturated         // shedding when the gateway's own CPU is saturated (saturated.go); nil when off
 
 	tracer trace.Tracer // nil when tracing is off (trace.go)
 }
@@ -137,6 +138,7 @@ func New(cfg config.Config, opts Options) (*Gateway, error) {
 	}
 	g.upstream = &upstream{g: g, base: transport, maxAttempts: cfg.Retries.UpstreamAttempts, backoff: cfg.Retries.UpstreamBackoff}
 	g.metrics = newMetrics(g)
+	g.cpu = newSaturated(cfg.Server.Saturation, g.metrics.reg)
 	g.idem = idempotency.New(cfg.Idempotency, g.metrics.reg, idempotency.Deps{ // Idempotency-Key
 		WriteError: wire.WriteJSONError,
 		BadInput:   func(code string) { g.metrics.badInput.WithLabelValues(code).Inc() },
@@ -331,6 +333,9 @@ func (g *Gateway) serveCall(w http.ResponseWriter, r *http.Request, rt *route, t
 	x.asked(hdr.class, hdr.attempt)
 	if rt.class != "" {
 		hdr.class = rt.class
+	}
+	if g.cpu.refuse(g, w, hdr, tier, tenant) {
+		return
 	}
 	body, err := g.readBody(w, r, rt.billed)
 	if err != nil {

@@ -20,7 +20,11 @@
 # errors by kind ("unsolicited" counts Go's "Unsolicited response"), and
 # the target's CPU-seconds per 1,000 calls. The last lines are medians
 # over the runs. BIN picks the sluice binary (default: built from this
-# tree); SLUICE_ARGS adds flags to sluice serve.
+# tree); SLUICE_ARGS adds flags to sluice serve. TARGETS picks what is
+# measured (default "bare sluice"); "unshed" is sluice with its shedding
+# on a saturated CPU off (server.saturation.disabled), to measure what the
+# shedding does: calls then also print how many were refused (429 or 503
+# with Retry-After) and the refusals' p99.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 mode=${1:-streams}
@@ -51,6 +55,10 @@ start() {
 	bare) "$dir/bareproxy" --upstream http://127.0.0.1:$up_port --listen 127.0.0.1:$port 2>/dev/null & ;;
 	sluice) $bin serve --upstream http://127.0.0.1:$up_port --listen 127.0.0.1:$port --admin 127.0.0.1:$(free_port) \
 		--concurrency 20000 --max-queue 0 ${SLUICE_ARGS:-} >/dev/null 2>&1 & ;;
+	unshed)
+		printf 'upstream: {url: "http://127.0.0.1:%s"}\nserver: {saturation: {disabled: true}}\n' "$up_port" >"$dir/unshed.yaml"
+		$bin serve --config "$dir/unshed.yaml" --listen 127.0.0.1:$port --admin 127.0.0.1:$(free_port) \
+			--concurrency 20000 --max-queue 0 ${SLUICE_ARGS:-} >/dev/null 2>&1 & ;;
 	esac
 	pid=$!
 	wait_port $port
@@ -67,7 +75,7 @@ if [ $# -eq 0 ]; then
 fi
 for r in $(seq "$runs"); do
 	for s in "${sizes[@]}"; do
-		for t in bare sluice; do
+		for t in ${TARGETS:-bare sluice}; do
 			start $t
 			if [ "$mode" = streams ]; then
 				line=$("$dir/streamload" streams --target http://127.0.0.1:$port --n "$s" --pid $pid --window "$window")
@@ -89,15 +97,19 @@ for l in open(sys.argv[1]):
     f = l.split(' ', 5)
     rows.setdefault((int(f[3]), f[4]), []).append(json.loads(f[5]))
 keys = (['rss_per_stream_kb', 'cpu_per_chunk_us', 'delay_p50_ms', 'delay_p99_ms', 'errors'] if sys.argv[2] == 'streams'
-        else ['achieved', 'p50_ms', 'p99_ms', 'cpu_s_per_1000'])
+        else ['achieved', 'p50_ms', 'p99_ms', 'cpu_s_per_1000', 'refused', 'refusal_p99_ms'])
+targets = [t for t in ('bare', 'sluice', 'unshed') if any(k[1] == t for k in rows)]
 print('medians over %d runs' % len(next(iter(rows.values()))))
 for size in sorted({k[0] for k in rows}):
     med = {}
-    for t in ('bare', 'sluice'):
+    for t in targets:
         med[t] = {k: statistics.median(r[k] for r in rows[(size, t)]) for k in keys}
         errs = [r['errors'] for r in rows[(size, t)]] if sys.argv[2] == 'calls' else []
         print('%6d %-6s %s%s' % (size, t, '  '.join('%s=%.2f' % (k, v) for k, v in med[t].items()),
               ('  errors=' + json.dumps(errs)) if errs else ''))
-    print('%6d ratio  %s' % (size, '  '.join('%s=%.2f' % (k, med['sluice'][k] / med['bare'][k]) for k in keys
-          if med['bare'][k] and k != 'errors')))
+    for t in targets:
+        if t == 'bare' or 'bare' not in med:
+            continue
+        print('%6d ratio %s/bare  %s' % (size, t, '  '.join('%s=%.2f' % (k, med[t][k] / med['bare'][k]) for k in keys
+              if med['bare'][k] and k not in ('errors', 'refused', 'refusal_p99_ms'))))
 PY

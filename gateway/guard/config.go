@@ -7,6 +7,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/sluicehq/sluice/gateway/saturation"
 	"github.com/sluicehq/sluice/internal/yamltime"
 )
 
@@ -76,6 +77,9 @@ type Config struct {
 	// PROXY header on every connection: a TCP pass-through that does
 	// neither would let its clients claim any address.
 	TrustedProxies []string `yaml:"trusted_proxies"`
+	// Saturation sheds new calls, before their bodies are read, when the
+	// gateway's own CPU is saturated (package saturation): on by default.
+	Saturation saturation.Config `yaml:"saturation"`
 }
 
 const (
@@ -113,6 +117,9 @@ func (c Config) Validate() error {
 	}
 	if c.MaxConnections > 0 && c.MaxUnauthenticatedPerIP > c.MaxConnections {
 		return fmt.Errorf("config: server.max_unauthenticated_per_ip: %d, want at most server.max_connections (%d)", c.MaxUnauthenticatedPerIP, c.MaxConnections)
+	}
+	if err := c.Saturation.Validate(); err != nil {
+		return fmt.Errorf("config: server.%w", err)
 	}
 	_, err := parseTrustedProxies(c.TrustedProxies)
 	return err

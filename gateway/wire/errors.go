@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
+	"time"
 
 	"github.com/sluicehq/sluice/admission"
 	"github.com/sluicehq/sluice/contract"
@@ -64,6 +65,19 @@ func rejectionStatus(r admission.Reason) (int, string) {
 
 // WriteRejection writes a refusal with every header of the contract.
 func WriteRejection(w http.ResponseWriter, rej *admission.Rejection) {
+	writeRejection(w, rej, explain(rej.Reason))
+}
+
+// WriteSaturated writes the refusal of a call shed because the gateway's
+// own CPU is saturated (package saturation): a queue_full, the queue being
+// the work waiting for the gateway's cores, whose message says so; delay
+// is the scheduling delay measured, target the one it is held to.
+func WriteSaturated(w http.ResponseWriter, rej *admission.Rejection, delay, target time.Duration) {
+	writeRejection(w, rej, fmt.Sprintf("the gateway's own CPU is saturated (scheduling delay %s, held to %s)",
+		delay.Round(100*time.Microsecond), target))
+}
+
+func writeRejection(w http.ResponseWriter, rej *admission.Rejection, why string) {
 	status, typ := rejectionStatus(rej.Reason)
 	retryMs := contract.RetryAfterMs(rej.RetryAfter)
 	waitMs := int64(0)
@@ -77,7 +91,7 @@ func WriteRejection(w http.ResponseWriter, rej *admission.Rejection) {
 	h.Set(contract.HeaderEstimatedWaitMs, strconv.FormatInt(waitMs, 10))
 	WriteJSONError(w, status, contract.ErrorBody{Error: contract.ErrorDetail{
 		Message: fmt.Sprintf("sluice refused the request (%s): %s; estimated wait %d ms; retry after %d ms",
-			rej.Reason, explain(rej.Reason), waitMs, retryMs),
+			rej.Reason, why, waitMs, retryMs),
 		Type:            typ,
 		Code:            rej.Reason.String(),
 		Reason:          rej.Reason.String(),

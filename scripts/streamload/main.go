@@ -259,7 +259,10 @@ func calls(target string, rate float64, duration time.Duration, pid int) {
 	var (
 		mu   sync.Mutex
 		lat  []time.Duration
-		errs = map[string]int{}
+		// refusals are the answers 429 and 503 with a Retry-After: what
+		// shedding is meant to answer, quickly.
+		refusals []time.Duration
+		errs     = map[string]int{}
 		wg   sync.WaitGroup
 	)
 	_, cpu0 := proc(pid)
@@ -290,6 +293,9 @@ func calls(target string, rate float64, duration time.Duration, pid int) {
 			}
 			d := time.Since(t)
 			mu.Lock()
+			if kind == "503" || kind == "429" {
+				refusals = append(refusals, d)
+			}
 			if kind != "" {
 				errs[kind]++
 			} else {
@@ -302,15 +308,17 @@ func calls(target string, rate float64, duration time.Duration, pid int) {
 	wg.Wait()
 	_, cpu1 := proc(pid)
 	slices.Sort(lat)
-	pct := func(p float64) float64 {
+	slices.Sort(refusals)
+	pctOf := func(lat []time.Duration, p float64) float64 {
 		if len(lat) == 0 {
 			return 0
 		}
 		return float64(lat[min(len(lat)-1, int(p*float64(len(lat))))].Microseconds()) / 1000
 	}
+	pct := func(p float64) float64 { return pctOf(lat, p) }
 	out := map[string]any{
 		"rate": rate, "achieved": float64(total) / sent.Seconds(), "answered": len(lat), "errors": errs,
-		"p50_ms": pct(0.50), "p99_ms": pct(0.99), "cpu_s_per_1000": (cpu1 - cpu0).Seconds() * 1000 / float64(max(total, 1)),
+		"p50_ms": pct(0.50), "p99_ms": pct(0.99), "refused": len(refusals), "refusal_p99_ms": pctOf(refusals, 0.99), "cpu_s_per_1000": (cpu1 - cpu0).Seconds() * 1000 / float64(max(total, 1)),
 	}
 	b, _ := json.Marshal(out)
 	fmt.Println(string(b))

@@ -1,0 +1,80 @@
+package gateway
+
+import (
+	"context"
+	"math/rand/v2"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/sluicehq/sluice/admission"
+	"github.com/sluicehq/sluice/gateway/saturation"
+	"github.com/sluicehq/sluice/gateway/wire"
+)
+
+// saturated is the gateway's shedding when its own CPU is the bottleneck
+// (package saturation): nil when server.saturation.disabled.
+type saturated struct {
+	shedder *saturation.Shedder
+	target  time.Duration
+	shed    *prometheus.CounterVec // class
+}
+
+func newSaturated(cfg saturation.Config, reg prometheus.Registerer) *saturated {
+	if cfg.Disabled {
+		return nil
+	}
+	s := &saturated{
+		shedder: saturation.New(cfg.Target()),
+		target:  cfg.Target(),
+		shed: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_saturation_shed_total",
+			Help: "Calls refused (503 queue_full) before their bodies were read because the gateway's own CPU was saturated, by class.",
+		}, []string{"class"}),
+	}
+	reg.MustRegister(s.shed,
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "sluice_scheduling_delay_seconds",
+			Help: "The p99 of the time the gateway's runnable goroutines waited for a core, over the last window (100 ms): the saturation signal.",
+		}, func() float64 { return s.shedder.State().Delay.Seconds() }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "sluice_saturation_admitted_ratio",
+			Help: "The fraction of new calls the gateway admits while its own CPU is saturated: 1 when it sheds none.",
+		}, func() float64 { return s.shedder.State().Admitted }),
+	)
+	return s
+}
+
+// run moves the shed fraction once a window until ctx ends.
+func (s *saturated) run(ctx context.Context) {
+	if s != nil {
+		s.shedder.Run(ctx, saturation.NewSampler(), nil)
+	}
+}
+
+// refuse sheds the call when the gateway's CPU is saturated and its rank
+// is among those shed, answering it; it says whether it did. It is asked
+// before the body is read: the refusal costs the headers already read and
+// a few hundred bytes of answer. The connection is kept: refusing is meant
+// to be cheap, and a new connection for the caller's retry would cost the
+// gateway more than the answer did.
+func (s *saturated) refuse(g *Gateway, w http.ResponseWriter, hdr callHeaders, tier admission.Tier, tenant string) bool {
+	if s == nil {
+		return false
+	}
+	rank, err := g.chain.Rank(admission.Request{Class: hdr.class, Attempt: hdr.attempt, Tier: tier})
+	if err != nil || !s.shedder.Shed(rank) {
+		return false // an unknown class is the chain's to refuse, with its message
+	}
+	// A second, jittered over a second more: the callers refused in one
+	// window come back spread over the next ten, not together.
+	rej := &admission.Rejection{Reason: admission.ReasonQueueFull, RetryAfter: time.Second + rand.N(time.Second), Rank: rank}
+	delay := s.shedder.State().Delay
+	rej.EstimatedWait = delay
+	exchangeOf(w).refused(rej.Reason, hdr.class)
+	g.metrics.rejections.WithLabelValues(reasonLabel(rej.Reason), hdr.class, tenant).Inc()
+	s.shed.WithLabelValues(hdr.class).Inc()
+	wire.WriteSaturated(w, rej, delay, s.target)
+	return true
+}

@@ -1,0 +1,77 @@
+package saturation
+
+import (
+	"math"
+	"runtime/metrics"
+	"time"
+)
+
+// schedLatencies is the runtime's histogram of the time goroutines spent
+// runnable before running.
+const schedLatencies = "/sched/latencies:seconds"
+
+// Quantile is the quantile of a window's scheduling delays a Sampler
+// reads: the tail, since a saturated CPU delays some wake-ups long before
+// the median moves.
+const Quantile = 0.99
+
+// A Sampler reads the runtime's scheduling-latency histogram and returns
+// the Quantile of the delays since its last read. Not safe for concurrent
+// use: one goroutine (Shedder.Run) reads it.
+type Sampler struct {
+	sample []metrics.Sample
+	prev   []uint64
+}
+
+// NewSampler returns a Sampler whose first Read covers the time since now.
+func NewSampler() *Sampler {
+	s := &Sampler{sample: []metrics.Sample{{Name: schedLatencies}}}
+	s.Read()
+	return s
+}
+
+// Read returns the Quantile of the scheduling delays since the last Read,
+// or 0 when there were none (or the runtime does not keep the histogram).
+func (s *Sampler) Read() time.Duration {
+	metrics.Read(s.sample)
+	if s.sample[0].Value.Kind() != metrics.KindFloat64Histogram {
+		return 0
+	}
+	h := s.sample[0].Value.Float64Histogram()
+	d := quantile(h.Buckets, s.prev, h.Counts, Quantile)
+	s.prev = append(s.prev[:0], h.Counts...)
+	return d
+}
+
+// quantile returns the q quantile of the counts added between prev and cur
+// (cumulative histograms over buckets; prev may be empty, then it is all of
+// cur): the upper bound of the bucket the quantile falls in, its lower
+// bound for the last, unbounded one. 0 when nothing was added.
+func quantile(buckets []float64, prev, cur []uint64, q float64) time.Duration {
+	delta := func(i int) uint64 {
+		if i < len(prev) {
+			return cur[i] - prev[i]
+		}
+		return cur[i]
+	}
+	var total uint64
+	for i := range cur {
+		total += delta(i)
+	}
+	if total == 0 {
+		return 0
+	}
+	want := uint64(math.Ceil(q * float64(total)))
+	var seen uint64
+	for i := range cur {
+		seen += delta(i)
+		if seen >= want {
+			v := buckets[i+1]
+			if math.IsInf(v, 1) {
+				v = buckets[i]
+			}
+			return time.Duration(v * float64(time.Second))
+		}
+	}
+	return 0
+}
