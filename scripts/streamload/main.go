@@ -257,13 +257,13 @@ func calls(target string, rate float64, duration time.Duration, pid int) {
 	tr := &http.Transport{MaxIdleConnsPerHost: 4096, DisableCompression: true}
 	client := &http.Client{Transport: tr, Timeout: 10 * time.Second}
 	var (
-		mu   sync.Mutex
-		lat  []time.Duration
+		mu  sync.Mutex
+		lat []time.Duration
 		// refusals are the answers 429 and 503 with a Retry-After: what
 		// shedding is meant to answer, quickly.
 		refusals []time.Duration
 		errs     = map[string]int{}
-		wg   sync.WaitGroup
+		wg       sync.WaitGroup
 	)
 	_, cpu0 := proc(pid)
 	start := time.Now()
