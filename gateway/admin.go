@@ -77,6 +77,19 @@ type State struct {
 	// Learned are the pools whose concurrency is learnt from the
 	// provider's answers (limit.go), with what the learner estimates.
 	Learned []LearnedState `json:"learned,omitempty"`
+	// Saturation is the shedding on the gateway's own CPU (saturated.go);
+	// absent when server.saturation.disabled.
+	Saturation *SaturationState `json:"saturation,omitempty"`
+}
+
+// SaturationState is the gateway's own CPU in State: the last window's
+// scheduling delay (its p99) against the target, the fraction of new
+// calls admitted, and the calls shed so far.
+type SaturationState struct {
+	SchedulingDelayMs float64 `json:"scheduling_delay_ms"`
+	TargetMs          float64 `json:"target_ms"`
+	Admitted          float64 `json:"admitted"`
+	Shed              uint64  `json:"shed"`
 }
 
 // PoolStatus is one pool's state in State.
@@ -140,6 +153,7 @@ func (g *Gateway) State() State {
 		Rejected: map[string]uint64{},
 		Classes:  map[string]ClassState{},
 	}
+	s.Saturation = g.cpu.state()
 	for r := range st.Depth {
 		s.Ranks = append(s.Ranks, RankState{Rank: r, Depth: st.Depth[r], EstimatedWaitMs: st.EstimatedWait[r].Milliseconds()})
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"math/rand/v2"
 	"net/http"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -19,6 +20,7 @@ type saturated struct {
 	shedder *saturation.Shedder
 	target  time.Duration
 	shed    *prometheus.CounterVec // class
+	total   atomic.Uint64          // calls shed, every class
 }
 
 func newSaturated(cfg saturation.Config, reg prometheus.Registerer) *saturated {
@@ -75,6 +77,21 @@ func (s *saturated) refuse(g *Gateway, w http.ResponseWriter, hdr callHeaders, t
 	exchangeOf(w).refused(rej.Reason, hdr.class)
 	g.metrics.rejections.WithLabelValues(reasonLabel(rej.Reason), hdr.class, tenant).Inc()
 	s.shed.WithLabelValues(hdr.class).Inc()
+	s.total.Add(1)
 	wire.WriteSaturated(w, rej, delay, s.target)
 	return true
+}
+
+// state is the shedding's part of the state dump; nil when it is off.
+func (s *saturated) state() *SaturationState {
+	if s == nil {
+		return nil
+	}
+	st := s.shedder.State()
+	return &SaturationState{
+		SchedulingDelayMs: float64(st.Delay.Microseconds()) / 1000,
+		TargetMs:          float64(s.target.Microseconds()) / 1000,
+		Admitted:          st.Admitted,
+		Shed:              s.total.Load(),
+	}
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/sluicehq/sluice/admission"
 	"github.com/sluicehq/sluice/contract"
+	"github.com/sluicehq/sluice/gateway/saturation"
 	"github.com/sluicehq/sluice/mockllm"
 )
 
@@ -87,6 +88,9 @@ func TestShedWhenTheGatewaysCPUIsSaturated(t *testing.T) {
 	if got := counter(t, g, "rejections", "queue_full", "speculative", contract.AnonymousTenant); got != 1 {
 		t.Fatalf("rejections{queue_full,speculative} = %v, want 1", got)
 	}
+	if got := g.State().Saturation; got == nil || *got != (SaturationState{SchedulingDelayMs: 1000, TargetMs: float64(saturation.DefaultMaxSchedulingDelay.Microseconds()) / 1000, Admitted: 0.8, Shed: 1}) {
+		t.Fatalf("state's saturation %+v", got)
+	}
 }
 
 // TestSaturationShedDisabled: server.saturation.disabled leaves every call
@@ -96,7 +100,7 @@ func TestSaturationShedDisabled(t *testing.T) {
 	cfg := baseConfig(up.URL)
 	cfg.Server.Saturation.Disabled = true
 	g, srv := startGateway(t, cfg)
-	if g.cpu != nil {
+	if g.cpu != nil || g.State().Saturation != nil {
 		t.Fatal("disabled, the gateway still has a shedder")
 	}
 	resp := post(t, context.Background(), srv.URL, chatBody, map[string]string{contract.HeaderPriority: "speculative"})
