@@ -20,7 +20,9 @@
 # errors by kind ("unsolicited" counts Go's "Unsolicited response"), and
 # the target's CPU-seconds per 1,000 calls. The last lines are medians
 # over the runs. BIN picks the sluice binary (default: built from this
-# tree); SLUICE_ARGS adds flags to sluice serve. TARGETS picks what is
+# tree); SLUICE_ARGS adds flags to sluice serve, SLUICE_YAML lines to its
+# config file ("server: {saturation: {max_scheduling_delay: 5ms}}"; not
+# a server: section with TARGETS' unshed). TARGETS picks what is
 # measured (default "bare sluice"); "unshed" is sluice with its shedding
 # on a saturated CPU off (server.saturation.disabled), to measure what the
 # shedding does: calls then also print how many were refused (429 or 503
@@ -53,11 +55,11 @@ start() {
 	port=$(free_port)
 	case $1 in
 	bare) "$dir/bareproxy" --upstream http://127.0.0.1:$up_port --listen 127.0.0.1:$port 2>/dev/null & ;;
-	sluice) $bin serve --upstream http://127.0.0.1:$up_port --listen 127.0.0.1:$port --admin 127.0.0.1:$(free_port) \
-		--concurrency 20000 --max-queue 0 ${SLUICE_ARGS:-} >/dev/null 2>&1 & ;;
-	unshed)
-		printf 'upstream: {url: "http://127.0.0.1:%s"}\nserver: {saturation: {disabled: true}}\n' "$up_port" >"$dir/unshed.yaml"
-		$bin serve --config "$dir/unshed.yaml" --listen 127.0.0.1:$port --admin 127.0.0.1:$(free_port) \
+	sluice | unshed)
+		# The config file names the provider; SLUICE_YAML adds to it.
+		printf 'upstream: {url: "http://127.0.0.1:%s"}\n%s\n' "$up_port" "${SLUICE_YAML:-}" >"$dir/$1.yaml"
+		[ "$1" = unshed ] && printf 'server: {saturation: {disabled: true}}\n' >>"$dir/$1.yaml"
+		$bin serve --config "$dir/$1.yaml" --listen 127.0.0.1:$port --admin 127.0.0.1:$(free_port) \
 			--concurrency 20000 --max-queue 0 ${SLUICE_ARGS:-} >/dev/null 2>&1 & ;;
 	esac
 	pid=$!
