@@ -83,11 +83,13 @@ type State struct {
 }
 
 // SaturationState is the gateway's own CPU in State: the last window's
-// scheduling delay (its p99) against the target, the fraction of new
-// calls admitted, and the calls shed so far.
+// scheduling delay (its p99) against the target, the share of its cores
+// the process used, the fraction of new calls admitted, and the calls
+// shed so far.
 type SaturationState struct {
 	SchedulingDelayMs float64 `json:"scheduling_delay_ms"`
 	TargetMs          float64 `json:"target_ms"`
+	Busy              float64 `json:"busy"`
 	Admitted          float64 `json:"admitted"`
 	Shed              uint64  `json:"shed"`
 }

@@ -91,6 +91,7 @@ func (s *saturated) state() *SaturationState {
 	return &SaturationState{
 		SchedulingDelayMs: float64(st.Delay.Microseconds()) / 1000,
 		TargetMs:          float64(s.target.Microseconds()) / 1000,
+		Busy:              st.Busy,
 		Admitted:          st.Admitted,
 		Shed:              s.total.Load(),
 	}

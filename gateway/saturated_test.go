@@ -35,7 +35,7 @@ func saturate(t *testing.T, g *Gateway) {
 	for range 80 {
 		g.cpu.shedder.Shed(rank("interactive"))
 	}
-	if a := g.cpu.shedder.Observe(time.Second).Admitted; a != 0.8 {
+	if a := g.cpu.shedder.Observe(saturation.Window{Delay: time.Second, Busy: 1}).Admitted; a != 0.8 {
 		t.Fatalf("admitted %v after a saturated window, want 0.8", a)
 	}
 }
@@ -88,7 +88,7 @@ func TestShedWhenTheGatewaysCPUIsSaturated(t *testing.T) {
 	if got := counter(t, g, "rejections", "queue_full", "speculative", contract.AnonymousTenant); got != 1 {
 		t.Fatalf("rejections{queue_full,speculative} = %v, want 1", got)
 	}
-	if got := g.State().Saturation; got == nil || *got != (SaturationState{SchedulingDelayMs: 1000, TargetMs: float64(saturation.DefaultMaxSchedulingDelay.Microseconds()) / 1000, Admitted: 0.8, Shed: 1}) {
+	if got := g.State().Saturation; got == nil || *got != (SaturationState{SchedulingDelayMs: 1000, TargetMs: float64(saturation.DefaultMaxSchedulingDelay.Microseconds()) / 1000, Busy: 1, Admitted: 0.8, Shed: 1}) {
 		t.Fatalf("state's saturation %+v", got)
 	}
 }

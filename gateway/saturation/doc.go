@@ -20,6 +20,13 @@
 // use does not show. The Sampler turns the cumulative histogram into a
 // quantile per window (the p99 of the delays of the last window).
 //
+// The delay counts as the gateway's own saturation only while the process
+// used at least MinBusy (a quarter) of the cores GOMAXPROCS gives it: a
+// gateway doing little on a machine a neighbour has saturated would shed
+// its callers and relieve nothing. Below it, nothing is cut and what was
+// is given back: on a crowded machine the gateway keeps at least that
+// share of its cores busy serving.
+//
 // # The rule: AIMD on the admitted fraction
 //
 // A Shedder keeps the fraction of new calls it admits. After a window
@@ -50,6 +57,6 @@
 // chunk's copy each, and cutting them would waste what the provider has
 // already spent.
 //
-// Time is an input: Shedder.Observe takes the window's delay, and the
-// Sampler a histogram; only Run reads the clock and the runtime.
+// Time is an input: Shedder.Observe takes the window's delay and CPU
+// share, Sampler.Read the time; only Run reads the clock.
 package saturation

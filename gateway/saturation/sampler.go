@@ -2,6 +2,7 @@ package saturation
 
 import (
 	"math"
+	"runtime"
 	"runtime/metrics"
 	"time"
 )
@@ -15,32 +16,52 @@ const schedLatencies = "/sched/latencies:seconds"
 // the median moves.
 const Quantile = 0.99
 
-// A Sampler reads the runtime's scheduling-latency histogram and returns
-// the Quantile of the delays since its last read. Not safe for concurrent
-// use: one goroutine (Shedder.Run) reads it.
+// A Window is what a Sampler read of the time since its last read.
+type Window struct {
+	// Delay is the Quantile of the scheduling delays; 0 when there were
+	// none, or the runtime does not keep them.
+	Delay time.Duration
+	// Busy is the CPU time the process used, as a share of what its
+	// GOMAXPROCS cores could have given it (1: every one of them, all the
+	// time); 1 when it cannot be read.
+	Busy float64
+}
+
+// A Sampler reads the runtime's scheduling-latency histogram and the
+// process's CPU time. Not safe for concurrent use: one goroutine
+// (Shedder.Run) reads it.
 type Sampler struct {
 	sample []metrics.Sample
 	prev   []uint64
+	at     time.Time
+	cpu    time.Duration
 }
 
 // NewSampler returns a Sampler whose first Read covers the time since now.
 func NewSampler() *Sampler {
 	s := &Sampler{sample: []metrics.Sample{{Name: schedLatencies}}}
-	s.Read()
+	s.Read(time.Now())
 	return s
 }
 
-// Read returns the Quantile of the scheduling delays since the last Read,
-// or 0 when there were none (or the runtime does not keep the histogram).
-func (s *Sampler) Read() time.Duration {
+// Read returns the Window from the last Read to now.
+func (s *Sampler) Read(now time.Time) Window {
+	w := Window{Busy: 1}
+	if cpu, ok := processCPU(); ok {
+		if wall := now.Sub(s.at); !s.at.IsZero() && wall > 0 {
+			w.Busy = float64(cpu-s.cpu) / (float64(wall) * float64(runtime.GOMAXPROCS(0)))
+		}
+		s.cpu = cpu
+	}
+	s.at = now
 	metrics.Read(s.sample)
 	if s.sample[0].Value.Kind() != metrics.KindFloat64Histogram {
-		return 0
+		return w
 	}
 	h := s.sample[0].Value.Float64Histogram()
-	d := quantile(h.Buckets, s.prev, h.Counts, Quantile)
+	w.Delay = quantile(h.Buckets, s.prev, h.Counts, Quantile)
 	s.prev = append(s.prev[:0], h.Counts...)
-	return d
+	return w
 }
 
 // quantile returns the q quantile of the counts added between prev and cur

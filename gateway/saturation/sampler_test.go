@@ -33,7 +33,8 @@ func TestQuantile(t *testing.T) {
 	}
 }
 
-// TestSamplerSeesASaturatedCPU reads the runtime's own histogram: eight
+// TestSamplerSeesASaturatedCPU reads the runtime's own histogram and the
+// process's CPU time: eight
 // goroutines for every core, each working a while and then yielding,
 // wait their turn behind the others — milliseconds, where a process with
 // a core to spare shows microseconds. The direction, not a figure, is
@@ -50,8 +51,14 @@ func TestSamplerSeesASaturatedCPU(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	if got := s.Read(); got < time.Millisecond {
-		t.Fatalf("p99 scheduling delay with every core taken: %s, want at least 1ms", got)
+	got := s.Read(time.Now())
+	if got.Delay < time.Millisecond {
+		t.Fatalf("p99 scheduling delay with every core taken: %s, want at least 1ms", got.Delay)
+	}
+	// The cores worked for this process, as much as the machine's other
+	// processes let them: read, not the 1 of a process it cannot read.
+	if got.Busy <= 0.05 || got.Busy > 1.5 {
+		t.Fatalf("busy %.2f of the cores, want a share read from the process's CPU time", got.Busy)
 	}
 }
 

@@ -19,7 +19,8 @@ type Config struct {
 	Disabled bool `yaml:"disabled"`
 	// MaxSchedulingDelay is the target for the p99 of the time the
 	// gateway's runnable goroutines wait for a core, over a window of
-	// Window: above it new calls are shed. Zero means 10ms; at least
+	// Period: above it, while the gateway uses at least MinBusy of its
+	// cores, new calls are shed. Zero means 10ms; at least
 	// 100µs, at most 1s.
 	MaxSchedulingDelay yamltime.Duration `yaml:"max_scheduling_delay"`
 }
@@ -31,11 +32,11 @@ type Config struct {
 // out of CPU").
 const DefaultMaxSchedulingDelay = 10 * time.Millisecond
 
-// Window is how often the delay is read and the shed fraction decided: a
+// Period is how often the delay is read and the shed fraction decided: a
 // tenth of a second holds thousands of scheduling events at the rates
 // where shedding matters, and lets the fraction follow a burst within a
 // few windows.
-const Window = 100 * time.Millisecond
+const Period = 100 * time.Millisecond
 
 const (
 	minMaxDelay = 100 * time.Microsecond
@@ -45,6 +46,11 @@ const (
 	// a fiftieth, so that from half admitted it takes 2.5 s to admit all.
 	cut  = 0.8
 	step = 0.02
+	// MinBusy is the least share of its cores the process must have used
+	// in a window for its delay to count as its own saturation: a
+	// gateway doing little while a neighbour takes the machine's CPU
+	// would shed its callers and relieve nothing.
+	MinBusy = 0.25
 	// draining is how much lower than the window before a delay over the
 	// target must be to hold rather than cut: the backlog a cut leaves
 	// takes windows to drain, and cutting again while it does would shed
@@ -85,7 +91,7 @@ type Shedder struct {
 	mu    struct {
 		sync.Mutex
 		admitted float64
-		delay    time.Duration
+		last     Window
 	}
 }
 
@@ -116,6 +122,8 @@ func (s *Shedder) Shed(rank int) bool {
 type State struct {
 	// Delay is the last window's scheduling delay (its p99).
 	Delay time.Duration
+	// Busy is the share of its cores the process used in the last window.
+	Busy float64
 	// Admitted is the fraction of new calls admitted: 1 while nothing is
 	// shed.
 	Admitted float64
@@ -125,26 +133,25 @@ type State struct {
 func (s *Shedder) State() State {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return State{Delay: s.mu.delay, Admitted: s.mu.admitted}
+	return State{Delay: s.mu.last.Delay, Busy: s.mu.last.Busy, Admitted: s.mu.admitted}
 }
 
-// Observe ends a window whose scheduling delay was delay: it moves the
-// admitted fraction and spreads the shed fraction over the ranks by the
-// window's arrivals, lowest first.
-func (s *Shedder) Observe(delay time.Duration) State {
+// Observe ends a window: it moves the admitted fraction and spreads the
+// shed fraction over the ranks by the window's arrivals, lowest first.
+func (s *Shedder) Observe(w Window) State {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	a := s.mu.admitted
-	switch {
-	case delay > s.target && float64(delay) < draining*float64(s.mu.delay):
+	switch own := w.Busy >= MinBusy; {
+	case w.Delay > s.target && own && float64(w.Delay) < draining*float64(s.mu.last.Delay):
 		// Over the target but falling fast: the last cut is draining
 		// the backlog. Hold.
-	case delay > s.target:
+	case w.Delay > s.target && own:
 		a = max(a*cut, 1-MaxShed)
-	case delay < s.target/2:
+	case w.Delay < s.target/2 || !own:
 		a = min(a+step, 1)
 	}
-	s.mu.admitted, s.mu.delay = a, delay
+	s.mu.admitted, s.mu.last = a, w
 	var arrivals [MaxRanks]float64
 	for r := range arrivals {
 		arrivals[r] = float64(s.arrivals[r].Swap(0))
@@ -152,7 +159,7 @@ func (s *Shedder) Observe(delay time.Duration) State {
 	for r, p := range spread(1-a, arrivals) {
 		s.shedP[r].Store(math.Float64bits(p))
 	}
-	return State{Delay: delay, Admitted: a}
+	return State{Delay: w.Delay, Busy: w.Busy, Admitted: a}
 }
 
 // spread returns, per rank, the probability of shedding a call of that
@@ -190,17 +197,17 @@ func spread(frac float64, arrivals [MaxRanks]float64) [MaxRanks]float64 {
 	return p
 }
 
-// Run reads the sampler once a Window and feeds its delay to Observe until
+// Run reads the sampler once a Period and feeds its delay to Observe until
 // ctx ends; observed, if not nil, is told each window's state.
 func (s *Shedder) Run(ctx context.Context, sampler *Sampler, observed func(State)) {
-	t := time.NewTicker(Window)
+	t := time.NewTicker(Period)
 	defer t.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			st := s.Observe(sampler.Read())
+			st := s.Observe(sampler.Read(time.Now()))
 			if observed != nil {
 				observed(st)
 			}

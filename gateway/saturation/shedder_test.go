@@ -58,7 +58,7 @@ func TestAdmittedFractionAIMD(t *testing.T) {
 	steps := []struct {
 		delay time.Duration
 		want  float64
-	}{
+	}{ // the process busy throughout
 		{time.Millisecond, 1},
 		{11 * time.Millisecond, 0.8},
 		{50 * time.Millisecond, 0.64},
@@ -72,18 +72,18 @@ func TestAdmittedFractionAIMD(t *testing.T) {
 		{0, 0.4496},
 	}
 	for i, st := range steps {
-		if got := s.Observe(st.delay).Admitted; math.Abs(got-st.want) > 1e-9 {
+		if got := s.Observe(Window{Delay: st.delay, Busy: 1}).Admitted; math.Abs(got-st.want) > 1e-9 {
 			t.Fatalf("step %d (delay %s): admitted %v, want %v", i, st.delay, got, st.want)
 		}
 	}
 	for range 100 {
-		s.Observe(time.Second)
+		s.Observe(Window{Delay: time.Second, Busy: 1})
 	}
 	if got := s.State().Admitted; math.Abs(got-(1-MaxShed)) > 1e-9 {
 		t.Fatalf("after 100 saturated windows admitted %v, want the floor %v", got, 1-MaxShed)
 	}
 	for range 100 {
-		s.Observe(0)
+		s.Observe(Window{Busy: 1})
 	}
 	if got := s.State(); got.Admitted != 1 || got.Delay != 0 {
 		t.Fatalf("after 100 idle windows: %+v, want all admitted", got)
@@ -94,6 +94,7 @@ func TestAdmittedFractionAIMD(t *testing.T) {
 // the calls of a window, then its end.
 func TestShedsTheLowestRanksFirst(t *testing.T) {
 	s := New(10 * time.Millisecond)
+	saturated := Window{Delay: time.Second, Busy: 1}
 	ask := func(rank, n int) (shed int) {
 		for range n {
 			if s.Shed(rank) {
@@ -105,7 +106,7 @@ func TestShedsTheLowestRanksFirst(t *testing.T) {
 	if got := ask(0, 100) + ask(4, 900); got != 0 {
 		t.Fatalf("nothing observed yet, %d shed", got)
 	}
-	s.Observe(time.Second) // admit 80%: 200 of the window's 1,000
+	s.Observe(saturated) // admit 80%: 200 of the window's 1,000
 	if got := ask(0, 100); got != 100 {
 		t.Fatalf("rank 0 (a tenth of the traffic): %d of 100 shed, want all", got)
 	}
@@ -115,7 +116,7 @@ func TestShedsTheLowestRanksFirst(t *testing.T) {
 	}
 	// That window was 100 of rank 0 and 9,000 of rank 4: at 64%
 	// admitted 3,276 are shed, rank 0's 100 and 3,176 of rank 4's (35%).
-	s.Observe(time.Second)
+	s.Observe(saturated)
 	if got := ask(-1, 50); got != 50 {
 		t.Fatalf("a rank below 0 counts as 0: %d of 50 shed", got)
 	}
@@ -126,10 +127,30 @@ func TestShedsTheLowestRanksFirst(t *testing.T) {
 		t.Fatalf("a rank past the last counts as the last, above the cut: %d of 100 shed", got)
 	}
 	for range 50 {
-		s.Observe(0)
+		s.Observe(Window{Busy: 1})
 	}
 	if got := ask(0, 100); got != 0 {
 		t.Fatalf("recovered, rank 0: %d shed", got)
+	}
+}
+
+// TestNotItsOwnSaturation: a delay over the target while the process used
+// less than MinBusy of its cores is another process's load, which
+// shedding would not relieve: nothing is cut, and what was is given back.
+func TestNotItsOwnSaturation(t *testing.T) {
+	s := New(10 * time.Millisecond)
+	if got := s.Observe(Window{Delay: time.Second, Busy: MinBusy - 0.01}).Admitted; got != 1 {
+		t.Fatalf("a neighbour's load: admitted %v, want 1", got)
+	}
+	s.Observe(Window{Delay: time.Second, Busy: MinBusy})
+	s.Observe(Window{Delay: time.Second, Busy: 0.9})
+	if got := s.State().Admitted; math.Abs(got-0.64) > 1e-9 {
+		t.Fatalf("its own load: admitted %v, want 0.64", got)
+	}
+	// Shedding, the process fell under MinBusy while the delay stays
+	// high: the rest is not its own.
+	if got := s.Observe(Window{Delay: time.Second, Busy: 0.1}).Admitted; math.Abs(got-0.66) > 1e-9 {
+		t.Fatalf("shed down to a neighbour's load: admitted %v, want 0.66", got)
 	}
 }
 
