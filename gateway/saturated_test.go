@@ -16,10 +16,10 @@ import (
 	"github.com/sluicehq/sluice/mockllm"
 )
 
-// saturate ends a window of the gateway's CPU shedder as if its cores had
-// been saturated (a scheduling delay of a second), after 20 speculative
-// calls and 80 interactive ones: a fifth is shed, the speculative ones —
-// the lowest rank — all of them, the interactive none.
+// saturate ends two windows of the gateway's CPU shedder as if its cores
+// had been saturated (a scheduling delay of a second), the second after 20
+// speculative calls and 80 interactive ones: a fifth is shed, the
+// speculative ones — the lowest rank — all of them, the interactive none.
 func saturate(t *testing.T, g *Gateway) {
 	t.Helper()
 	rank := func(class string) int {
@@ -29,6 +29,7 @@ func saturate(t *testing.T, g *Gateway) {
 		}
 		return r
 	}
+	g.cpu.shedder.Observe(saturation.Window{Delay: time.Second, Busy: 1}) // the first window over: held
 	for range 20 {
 		g.cpu.shedder.Shed(rank("speculative"))
 	}

@@ -29,8 +29,9 @@
 //
 // # The rule: AIMD on the admitted fraction
 //
-// A Shedder keeps the fraction of new calls it admits. After a window
-// whose delay is above the target, the fraction is cut by a fifth —
+// A Shedder keeps the fraction of new calls it admits. After a second
+// window in a row whose delay is above the target (one alone may be a
+// garbage collection's or a burst's), the fraction is cut by a fifth —
 // unless the delay fell by a fifth or more since the window before: the
 // backlog the last cut left is draining, and cutting again for it would
 // shed far more than the overload. After a window below half the target

@@ -92,6 +92,9 @@ type Shedder struct {
 		sync.Mutex
 		admitted float64
 		last     Window
+		// over counts the windows in a row over the target of the
+		// process's own saturation.
+		over int
 	}
 }
 
@@ -142,11 +145,20 @@ func (s *Shedder) Observe(w Window) State {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	a := s.mu.admitted
-	switch own := w.Busy >= MinBusy; {
-	case w.Delay > s.target && own && float64(w.Delay) < draining*float64(s.mu.last.Delay):
+	own := w.Busy >= MinBusy
+	if w.Delay > s.target && own {
+		s.mu.over++
+	} else {
+		s.mu.over = 0
+	}
+	switch {
+	case s.mu.over == 1:
+		// One window over the target may be a collection's or a
+		// burst's: hold, and cut if the next one is over too.
+	case s.mu.over > 1 && float64(w.Delay) < draining*float64(s.mu.last.Delay):
 		// Over the target but falling fast: the last cut is draining
 		// the backlog. Hold.
-	case w.Delay > s.target && own:
+	case s.mu.over > 1:
 		a = max(a*cut, 1-MaxShed)
 	case w.Delay < s.target/2 || !own:
 		a = min(a+step, 1)
