@@ -399,10 +399,14 @@ func (c *Concurrency) close(now time.Time) {
 			next = capacity + target
 		}
 		next = max(float64(c.cfg.Min), next)
+		starting := c.phase == Starting
 		c.phase, c.grown = Tracking, 0
 		if next < c.limit {
 			c.last.Cuts++
-			if c.cut == nil {
+			// The end of the slow start is no run of cuts to judge: the
+			// limit before it was a trial, up to twice the provider's
+			// capacity, and a slowdown read later would restore it.
+			if c.cut == nil && !starting {
 				// The first of a run of cuts: what they are judged by.
 				c.cut = &cut{limit: c.limit, inflight: inflight, latency: rtt}
 			}
