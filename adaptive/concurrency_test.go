@@ -213,3 +213,39 @@ func TestSlowStartIsClockedByAnswers(t *testing.T) {
 		t.Errorf("tracking, settled %d, want the limit %d", c.Settled(), c.Limit())
 	}
 }
+
+// TestASlowdownDoesNotRestoreTheSlowStartsTrial: the slow start overshoots
+// a provider of 16 slots (up to about twice them, grown by the answer
+// within a round trip) and ends with a cut to near the slots. That cut
+// is no run of cuts to judge: if the provider then gets slower (every
+// call twice as long) in the very next window, the controller tells the
+// slowdown from a queue and keeps its slots, but must not go back to the
+// slow start's trial, which would queue some fifteen calls at the
+// provider (seen over HTTP: 18 back to 32).
+func TestASlowdownDoesNotRestoreTheSlowStartsTrial(t *testing.T) {
+	c, _ := New(Config{}, epoch)
+	p := &provider{slots: 16, service: 200 * time.Millisecond}
+	now, peak := epoch, 0
+	for c.State().Phase == Starting && now.Before(epoch.Add(10*time.Second)) {
+		var l []int
+		now, l = p.run(c, now, 50*time.Millisecond)
+		peak = max(peak, slices.Max(append(l, 0)))
+	}
+	st := c.State()
+	if st.Phase == Starting || peak < 24 || st.Limit > 21 {
+		t.Fatalf("slow start: peak %d, then %+v; the scenario needs a trial of at least 24 cut to at most 21", peak, st)
+	}
+	// The slowdown, within the window that follows the slow start's cut
+	// (50 ms of answers past it, of a window of about a second).
+	p.service *= 2
+	_, limits := p.run(c, now, 30*time.Second)
+	if hi := slices.Max(limits); hi > 21 {
+		t.Errorf("after the slowdown the limit reached %d, want at most 21: the slow start's trial (peak %d) was restored; state %+v", hi, peak, c.State())
+	}
+	if lo, hi := tail(limits, 1000); lo < 11 || hi > 21 {
+		t.Errorf("after the slowdown, limit in [%d, %d], want within [11, 21]; state %+v", lo, hi, c.State())
+	}
+	if c.State().Slowdowns == 0 {
+		t.Errorf("no slowdown told apart from a queue: %+v", c.State())
+	}
+}
