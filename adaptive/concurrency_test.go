@@ -2,6 +2,7 @@ package adaptive
 
 import (
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -172,5 +173,79 @@ func TestConfigNamesTheField(t *testing.T) {
 	}
 	if got := (Config{Max: 50, Initial: 30}).WithDefaults(20); got.Max != 20 || got.Initial != 20 {
 		t.Errorf("a ceiling of 20 caps max and initial: %+v", got)
+	}
+}
+
+// TestSlowStartIsClockedByAnswers: from 4, in front of a provider of 16
+// slots at 200 ms whose every slot the callers would fill, the limit is
+// at 16 within a second and a half — each answer sent at the limit adds
+// half a slot, where a step a window (at least 24 answers, and the calls
+// sent before the step discarded) took four seconds — and the slow start
+// ends near the slots. While it grows, Settled stays at the limit its
+// window started at, and once it tracks, at the limit.
+func TestSlowStartIsClockedByAnswers(t *testing.T) {
+	c, _ := New(Config{}, epoch)
+	p := &provider{slots: 16, service: 200 * time.Millisecond}
+	now, limits := p.run(c, epoch, 1500*time.Millisecond)
+	if hi := slices.Max(limits); hi < 16 {
+		t.Errorf("limit at most %d within 1.5s, want 16 (the provider's slots); state %+v", hi, c.State())
+	}
+	sawTrial := false
+	for c.State().Phase == Starting && now.Before(epoch.Add(10*time.Second)) {
+		var l []int
+		now, l = p.run(c, now, 50*time.Millisecond)
+		if len(l) == 0 {
+			continue
+		}
+		if s := c.Settled(); s > c.Limit() {
+			t.Fatalf("settled %d above the limit %d", s, c.Limit())
+		} else if s < c.Limit() {
+			sawTrial = true
+		}
+	}
+	if !sawTrial {
+		t.Error("Settled never below the limit while starting: the slow start's growth was counted on")
+	}
+	if st := c.State(); st.Phase == Starting || st.Limit > 24 || st.Limit < 12 {
+		t.Errorf("after the slow start: %+v, want tracking between 12 and 24", st)
+	}
+	if c.Settled() != c.Limit() {
+		t.Errorf("tracking, settled %d, want the limit %d", c.Settled(), c.Limit())
+	}
+}
+
+// TestASlowdownDoesNotRestoreTheSlowStartsTrial: the slow start overshoots
+// a provider of 16 slots (up to about twice them, grown by the answer
+// within a round trip) and ends with a cut to near the slots. That cut
+// is no run of cuts to judge: if the provider then gets slower (every
+// call twice as long) in the very next window, the controller tells the
+// slowdown from a queue and keeps its slots, but must not go back to the
+// slow start's trial, which would queue some fifteen calls at the
+// provider (seen over HTTP: 18 back to 32).
+func TestASlowdownDoesNotRestoreTheSlowStartsTrial(t *testing.T) {
+	c, _ := New(Config{}, epoch)
+	p := &provider{slots: 16, service: 200 * time.Millisecond}
+	now, peak := epoch, 0
+	for c.State().Phase == Starting && now.Before(epoch.Add(10*time.Second)) {
+		var l []int
+		now, l = p.run(c, now, 50*time.Millisecond)
+		peak = max(peak, slices.Max(append(l, 0)))
+	}
+	st := c.State()
+	if st.Phase == Starting || peak < 24 || st.Limit > 21 {
+		t.Fatalf("slow start: peak %d, then %+v; the scenario needs a trial of at least 24 cut to at most 21", peak, st)
+	}
+	// The slowdown, within the window that follows the slow start's cut
+	// (50 ms of answers past it, of a window of about a second).
+	p.service *= 2
+	_, limits := p.run(c, now, 30*time.Second)
+	if hi := slices.Max(limits); hi > 21 {
+		t.Errorf("after the slowdown the limit reached %d, want at most 21: the slow start's trial (peak %d) was restored; state %+v", hi, peak, c.State())
+	}
+	if lo, hi := tail(limits, 1000); lo < 11 || hi > 21 {
+		t.Errorf("after the slowdown, limit in [%d, %d], want within [11, 21]; state %+v", lo, hi, c.State())
+	}
+	if c.State().Slowdowns == 0 {
+		t.Errorf("no slowdown told apart from a queue: %+v", c.State())
 	}
 }

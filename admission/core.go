@@ -25,11 +25,15 @@ type Core struct {
 	cfg         Config
 	ranks       *Ranks
 	concurrency int
-	inFlight    int
-	inFlightAt  []int // in flight by rank, for Stats.InFlightByRank
-	queued      int
-	levels      []level
-	overload    overload
+	// settled, when positive and below concurrency, is the part of the
+	// slots the estimates count on: the rest is a limit being tried (see
+	// SetTrialConcurrency).
+	settled    int
+	inFlight   int
+	inFlightAt []int // in flight by rank, for Stats.InFlightByRank
+	queued     int
+	levels     []level
+	overload   overload
 
 	// Tenants and their fair shares (see fair.go). active lists the
 	// tenants with demand; waterLevel is worked out again from it, when
@@ -422,9 +426,36 @@ func (c *Core) SetConcurrency(now time.Time, n int) error {
 	if n < 1 {
 		return fmt.Errorf("admission: concurrency %d, want ≥ 1", n)
 	}
-	c.concurrency = n
+	c.concurrency, c.settled = n, 0
 	c.dispatch(now)
 	return nil
+}
+
+// SetTrialConcurrency changes the number of slots to n, as SetConcurrency
+// does, of which the wait estimates, the refusals they decide and every
+// RetryAfter count on settled only (at most n): for an owner trying a
+// limit it has not measured yet — a learnt concurrency's slow start —
+// work is sent to all n slots, but what the gate promises a caller is
+// the rate it knows. Counting the tried slots, the gate would admit a
+// queue for a rate the dependency may not have; when the trial ends in
+// a lower limit, that queue's tail is refused after it waited.
+func (c *Core) SetTrialConcurrency(now time.Time, n, settled int) error {
+	if settled < 1 || settled > n {
+		return fmt.Errorf("admission: settled concurrency %d, want 1..%d", settled, n)
+	}
+	if err := c.SetConcurrency(now, n); err != nil {
+		return err
+	}
+	c.settled = settled
+	return nil
+}
+
+// rateSlots is the concurrency the estimates count on.
+func (c *Core) rateSlots() int {
+	if c.settled > 0 && c.settled < c.concurrency {
+		return c.settled
+	}
+	return c.concurrency
 }
 
 // Shed refuses every queued ticket at now with reason, retry as its
@@ -639,7 +670,7 @@ func (c *Core) perSlot() time.Duration {
 	if s <= 0 {
 		return time.Second
 	}
-	return max(s/time.Duration(c.concurrency), time.Millisecond)
+	return max(s/time.Duration(c.rateSlots()), time.Millisecond)
 }
 
 // Interval is the expected time between two completions while every slot
@@ -698,9 +729,9 @@ func (c *Core) drain(now time.Time, rank int, ts *tenantState, need int) time.Du
 		return 0
 	}
 	if c.cfg.NoEarlyRefusal || ts == nil || rank+1 >= len(c.levels) {
-		return scale(need, s, c.concurrency)
+		return scale(need, s, c.rateSlots())
 	}
-	mu := float64(c.concurrency) / s.Seconds()
+	mu := float64(c.rateSlots()) / s.Seconds()
 	rest := mu - ts.grants.above(now, rank, c.rateWindow())
 	if rest <= mu/1000 {
 		return maxWait

@@ -241,6 +241,18 @@ func (g *Gate) SetConcurrency(n int) error {
 	return err
 }
 
+// SetTrialConcurrency changes the number of slots to n, of which the
+// estimates count on settled only (see [Core.SetTrialConcurrency]).
+func (g *Gate) SetTrialConcurrency(n, settled int) error {
+	var buf [16]*waiter
+	g.mu.Lock()
+	err := g.mu.core.SetTrialConcurrency(g.now(), n, settled)
+	woken := g.eventsLocked(buf[:0])
+	g.mu.Unlock()
+	wake(woken)
+	return err
+}
+
 // Shed refuses every queued request with reason and retry as its
 // RetryAfter, and reports how many (see [Core.Shed]).
 func (g *Gate) Shed(reason Reason, retry time.Duration) int {

@@ -224,3 +224,42 @@ func TestGateReconfigureWakesWaiters(t *testing.T) {
 	}
 	p.Done(Outcome{Result: Success})
 }
+
+// TestTrialConcurrencyEstimatesAtTheSettledSlots: a gate given 4 slots of
+// which 2 are settled sends calls to all 4 but estimates waits, and
+// refuses by them, at 2 — the rate a learnt limit's slow start has
+// measured, not the one it is trying; SetConcurrency counts every slot
+// again; a settled count outside 1..n is an error.
+func TestTrialConcurrencyEstimatesAtTheSettledSlots(t *testing.T) {
+	c := newCore(t, Config{Concurrency: 2, MaxQueue: 100, FIFOOnly: true})
+	warm(c, time.Second, 32)
+	if err := c.SetTrialConcurrency(at(0), 4, 2); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 4 {
+		if d := mustArrive(t, c, at(0), Request{}, &Ticket{}); d.Verdict != Granted {
+			t.Fatalf("call %d: %+v, want granted: all 4 slots are sent to", i, d)
+		}
+	}
+	for range 3 {
+		mustArrive(t, c, at(0), Request{}, &Ticket{})
+	}
+	// Four completions at two slots of 1s: 2s, not the 1s four slots give.
+	if wait := c.waitFor(at(0), 4, "", 1); wait < 1900*time.Millisecond || wait > 2100*time.Millisecond {
+		t.Errorf("estimated wait %v at 2 settled slots of 4, want about 2s", wait)
+	}
+	if d := mustArrive(t, c, at(0), Request{Deadline: at(2500)}, &Ticket{}); d.Verdict != Rejected || d.Reason != ReasonQueueWait {
+		t.Errorf("a 2.5s deadline behind 3 queued at 2 settled slots: %+v, want queue_wait", d)
+	}
+	if err := c.SetConcurrency(at(0), 4); err != nil {
+		t.Fatal(err)
+	}
+	if wait := c.waitFor(at(0), 4, "", 1); wait > 1100*time.Millisecond {
+		t.Errorf("estimated wait %v once all 4 slots are settled, want about 1s", wait)
+	}
+	for _, settled := range []int{0, 5} {
+		if err := c.SetTrialConcurrency(at(0), 4, settled); err == nil || !strings.Contains(err.Error(), "settled") {
+			t.Errorf("settled %d of 4: error %v, want one naming the settled concurrency", settled, err)
+		}
+	}
+}

@@ -321,6 +321,13 @@ func (c *Core) SetConcurrency(now time.Time, n int) error {
 	return c.gates[0].SetConcurrency(now, n)
 }
 
+// SetTrialConcurrency sets the first pool's gate to n slots, of which its
+// estimates count on settled only (admission.Core.SetTrialConcurrency).
+func (c *Core) SetTrialConcurrency(now time.Time, n, settled int) error {
+	c.now = now
+	return c.gates[0].SetTrialConcurrency(now, n, settled)
+}
+
 // withdrawal is the cause a withdrawn call's holds are told: its deadline
 // passed (a refusal, reason expired), or its caller left.
 func withdrawal(reason admission.Reason) error {

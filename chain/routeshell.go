@@ -320,3 +320,9 @@ func (c *Chain) SetPoolShare(i int, share float64) {
 // SetPoolConcurrency sets pool i's concurrency: the gateway's adaptive
 // limit acts on each pool's gate.
 func (c *Chain) SetPoolConcurrency(i, n int) error { return c.gates[i].SetConcurrency(n) }
+
+// SetPoolTrialConcurrency sets pool i's gate to n slots, of which its
+// estimates count on settled only (admission.Gate.SetTrialConcurrency).
+func (c *Chain) SetPoolTrialConcurrency(i, n, settled int) error {
+	return c.gates[i].SetTrialConcurrency(n, settled)
+}

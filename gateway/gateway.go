@@ -127,7 +127,7 @@ func New(cfg config.Config, opts Options) (*Gateway, error) {
 		if err != nil {
 			return nil, err
 		}
-		g.pools = append(g.pools, &gatewayPool{info: p, dep: d, limit: limit, set: g.poolSetter(i)})
+		g.pools = append(g.pools, &gatewayPool{info: p, dep: d, limit: limit, set: g.poolSetter(i), trial: g.poolTrial(i)})
 	}
 	if err := g.books.OpenLease(clusterPools{g}); err != nil { // the cluster's concurrency (cluster.go)
 		return nil, err

@@ -39,6 +39,7 @@ type aimd struct {
 	base    int       // the level right after the last decrease
 	lowered time.Time // when; zero before any
 	applied int       // the level last given to the gate
+	settled int       // the part of it the gate's estimates count on, when learning
 
 	learn *adaptive.Concurrency // nil: the configured concurrency
 	// atProvider counts the pool's attempts sent and not yet answered,
@@ -57,7 +58,7 @@ func newLimit(cfg config.UpstreamLimitConfig, ceiling int, learn *adaptive.Confi
 	if err != nil {
 		return nil, fmt.Errorf("config: %w", err)
 	}
-	a.learn, a.ceiling, a.base, a.applied = l, learn.Max, l.Limit(), l.Limit()
+	a.learn, a.ceiling, a.base, a.applied, a.settled = l, learn.Max, l.Limit(), l.Limit(), l.Settled()
 	return a, nil
 }
 
@@ -181,7 +182,9 @@ func (g *Gateway) observe(s sent, now time.Time, resp *http.Response, c *call) {
 }
 
 // observeLearned feeds the answer to the learner of c's pool, under its
-// lock, and gives the gate the limit it returns: its latency when a 2xx
+// lock, and gives the gate the limit it returns, with the part of it the
+// learner has measured, which the gate's estimates count on
+// (adaptive.Concurrency.Settled): its latency when a 2xx
 // (to the headers: for a stream, the provider's queue and the first
 // token), a 429 as a refusal, a remaining count at zero as the provider
 // at its limit; nothing else times the provider's queue.
@@ -204,11 +207,12 @@ func (g *Gateway) observeLearned(s sent, now time.Time, resp *http.Response, c *
 	a.atProvider--
 	before := a.learn.State()
 	n := a.learn.Observe(now, smp)
-	if n == a.applied {
+	settled := a.learn.Settled()
+	if n == a.applied && settled == a.settled {
 		return
 	}
-	a.applied = n
-	p.set(n)
+	a.applied, a.settled = n, settled
+	p.trial(n, settled)
 	if n < before.Limit {
 		g.metrics.limitDecreases.Inc()
 	}

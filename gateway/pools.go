@@ -63,6 +63,9 @@ type gatewayPool struct {
 	// set gives the pool's gate its adaptive limit's level (see
 	// poolSetter), made once rather than on every admission.
 	set func(int)
+	// trial gives it a learnt limit and the part of it measured (see
+	// poolTrial).
+	trial func(n, settled int)
 }
 
 // poolSetter gives pool i's gate the level of its adaptive limit: with
@@ -76,6 +79,21 @@ func (g *Gateway) poolSetter(i int) func(int) {
 			return
 		}
 		_ = g.chain.SetPoolConcurrency(i, max(1, n/g.replicas()))
+	}
+}
+
+// poolTrial returns the function that gives pool i's gate a learnt
+// limit n of which settled is measured (admission.Gate.SetTrialConcurrency).
+// A learnt concurrency has no leases (store.redis requires a configured
+// one); if the pool leases anyway, the limit goes to the lease as set's.
+func (g *Gateway) poolTrial(i int) func(n, settled int) {
+	set := g.poolSetter(i)
+	return func(n, settled int) {
+		if c := g.books.Lease(); c != nil && c.Leasing() || g.replicas() > 1 {
+			set(n)
+			return
+		}
+		_ = g.chain.SetPoolTrialConcurrency(i, max(1, n), max(1, min(settled, n)))
 	}
 }
 

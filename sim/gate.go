@@ -247,18 +247,19 @@ func (g *gateServer) done(now time.Duration, a *attempt) {
 }
 
 // observe feeds the answer of a's call to the concurrency controller of
-// the policy learned, and gives the gate the limit it returns.
+// the policy learned, and gives the gate the limit it returns and the
+// part of it measured, which its estimates count on.
 func (g *gateServer) observe(now time.Duration, a *attempt) {
 	if g.learn == nil {
 		return
 	}
 	g.atProvider--
-	before := g.learn.Limit()
+	before, settled := g.learn.Limit(), g.learn.Settled()
 	n := g.learn.Observe(g.e.s.at(now), adaptive.Sample{Sent: g.e.s.at(a.start), Answered: g.e.s.at(a.end), InFlight: int(a.inflight)})
-	if n == before {
+	if n == before && g.learn.Settled() == settled {
 		return
 	}
-	if err := g.core.SetConcurrency(g.e.s.at(now), n); err != nil {
+	if err := g.core.SetTrialConcurrency(g.e.s.at(now), n, g.learn.Settled()); err != nil {
 		g.e.fail(fmt.Errorf("policy %s: %w", g.e.s.policy.Name, err))
 	}
 	g.e.m.learnedLimit(now, n)

@@ -45,6 +45,7 @@ func runPromise(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		redis    = fs.String("redis", "", "host:port of a Redis for the replicas over HTTP (without it they are left out)")
 		gateway  = fs.String("gateway-bin", "", "over HTTP, run `sluice serve` from this binary instead (a baseline: an older release against the same mock and load)")
 		asJSON   = fs.Bool("json", false, "print every run's result as JSON")
+		conc     = fs.Int("concurrency", promise.Slots, "over HTTP, the provider's concurrency the gateways are told; 0: none, they learn it as `sluice serve --upstream U` does (replicas are told it regardless: store.redis requires it)")
 	)
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -57,6 +58,9 @@ func runPromise(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	}
 	if *runs < 1 {
 		return fmt.Errorf("--runs: must be at least 1, got %d", *runs)
+	}
+	if *conc < 0 {
+		return fmt.Errorf("--concurrency: must be 0 (learnt) or more, got %d", *conc)
 	}
 	if *window < time.Second {
 		return fmt.Errorf("--window: must be at least 1s, got %v", *window)
@@ -94,7 +98,7 @@ func runPromise(ctx context.Context, args []string, stdout, stderr io.Writer) er
 					if way == "sim" {
 						r, err = promise.RunSim(ctx, sc, v, promise.SimOptions{Seed: s})
 					} else {
-						r, err = promise.RunHTTP(ctx, sc, v, promise.HTTPOptions{Bin: bin, GatewayBin: *gateway, Seed: s, Window: *window, Redis: *redis})
+						r, err = promise.RunHTTP(ctx, sc, v, promise.HTTPOptions{Bin: bin, GatewayBin: *gateway, Seed: s, Window: *window, Redis: *redis, Concurrency: *conc})
 					}
 					if err != nil {
 						return err

@@ -2,7 +2,9 @@
 // each with the floors sluice's defaults must hold, run two ways — by the
 // simulator in virtual time (package sim runs the shipped admission chain),
 // and over real HTTP on loopback: `sluice serve --upstream U --concurrency
-// 16` and no other flag (a config file only where a scenario needs one:
+// 16` and no other flag, or with HTTPOptions.Concurrency 0 (`sluice promise
+// --concurrency 0`) no --concurrency either, the concurrency learnt as a
+// user who says nothing gets it (a config file only where a scenario needs one:
 // tenants' keys, a Redis for replicas) in front of `sluice mock`, driven by
 // the load generator `sluice load` runs (package loadgen).
 //

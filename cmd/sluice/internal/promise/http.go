@@ -49,6 +49,13 @@ type HTTPOptions struct {
 	// Dir holds the config files a scenario needs. Empty means a
 	// temporary directory, removed afterwards.
 	Dir string
+	// Concurrency, when positive, tells the gateways the provider's
+	// concurrency (--concurrency N, admission.concurrency: N). Zero runs
+	// them as a user does who says nothing: the concurrency is learnt
+	// from the provider's answers (docs/learned-concurrency.md) — except
+	// for replicas, which share a configured one by leases (store.redis
+	// requires it), and are told Slots.
+	Concurrency int
 }
 
 // warmUp is how long the gateways serve half the capacity before a run:
@@ -61,9 +68,10 @@ const warmUp = time.Second
 const mockMedian = 2 * Median
 
 // RunHTTP runs sc with callers v over real HTTP on loopback: `sluice
-// mock` with Slots slots, in front of it `sluice serve --upstream U
-// --concurrency Slots` (and a config file only for what flags cannot say:
-// tenants' keys, the Redis of replicas), driven by package loadgen — the
+// mock` with Slots slots, in front of it `sluice serve --upstream U`
+// (--concurrency opt.Concurrency when it is set; a config file only for
+// what flags cannot say: tenants' keys, the Redis of replicas), driven by
+// package loadgen — the
 // load generator of `sluice load` — with naive callers that retry twice
 // at once and give each attempt their deadline.
 func RunHTTP(ctx context.Context, sc Scenario, v Variant, opt HTTPOptions) (*Result, error) {
@@ -103,6 +111,7 @@ func RunHTTP(ctx context.Context, sc Scenario, v Variant, opt HTTPOptions) (*Res
 	if err != nil {
 		return nil, err
 	}
+	trace := traceLimits(ctx, procs.admins)
 	// The gateway has served traffic before the storm: a warm-up at half
 	// the capacity, not measured, gives it the service times the
 	// simulator's gate starts from (see RunSim).
@@ -152,8 +161,67 @@ func RunHTTP(ctx context.Context, sc Scenario, v Variant, opt HTTPOptions) (*Res
 		}
 		r.Recognised += n
 	}
+	r.Limits = trace()
 	r.Seconds = time.Since(start).Seconds()
 	return r, nil
+}
+
+// traceEvery is how often traceLimits reads the gateways' concurrency.
+const traceEvery = 250 * time.Millisecond
+
+// traceLimits reads the concurrency of each gateway's gate from its admin
+// listener every traceEvery, from the warm-up on, until the returned
+// function is called, which returns the readings (one slice per gateway).
+// They are what a learnt concurrency did in the run; a configured one
+// reads flat.
+func traceLimits(ctx context.Context, admins []string) func() [][]int {
+	ctx, cancel := context.WithCancel(ctx)
+	out := make([][]int, len(admins))
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		tick := time.NewTicker(traceEvery)
+		defer tick.Stop()
+		for {
+			for i, a := range admins {
+				n, err := gateConcurrency(ctx, "http://"+a)
+				if err != nil {
+					n = -1
+				}
+				out[i] = append(out[i], n)
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
+		}
+	}()
+	return func() [][]int {
+		cancel()
+		<-done
+		return out
+	}
+}
+
+// gateConcurrency reads a gateway's concurrency from its state dump.
+func gateConcurrency(ctx context.Context, admin string) (int, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, admin+"/admin/v1/state", nil)
+	if err != nil {
+		return 0, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	var st struct {
+		Concurrency int `json:"concurrency"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&st); err != nil {
+		return 0, err
+	}
+	return st.Concurrency, nil
 }
 
 // phase is one run of the load generators and the mock's figures before
@@ -178,12 +246,21 @@ func startGateways(ctx context.Context, procs *procs, sc Scenario, upstream stri
 	if sc.Replicas > 1 {
 		fmt.Fprintf(&cfg, "store: {redis: {url: \"redis://%s\", cluster: %q}}\n", opt.Redis, fmt.Sprintf("promise-%d", time.Now().UnixNano()))
 	}
-	args := []string{"serve", "--upstream", upstream, "--concurrency", fmt.Sprint(Slots), "--listen", "127.0.0.1:0", "--admin", "127.0.0.1:0"}
+	args := []string{"serve", "--upstream", upstream, "--listen", "127.0.0.1:0", "--admin", "127.0.0.1:0"}
+	if opt.Concurrency == 0 && sc.Replicas > 1 {
+		opt.Concurrency = Slots
+	}
+	if opt.Concurrency > 0 {
+		args = append(args, "--concurrency", fmt.Sprint(opt.Concurrency))
+	}
 	if cfg.Len() > 0 {
 		// The file must name the provider to be valid on its own; the
 		// flags say the same, and everything else is the defaults.
 		// With tenants, the provider's own key replaces theirs.
-		fmt.Fprintf(&cfg, "upstream: {url: %q, api_key_env: %s}\nadmission: {concurrency: %d}\n", upstream, providerKeyEnv, Slots)
+		fmt.Fprintf(&cfg, "upstream: {url: %q, api_key_env: %s}\n", upstream, providerKeyEnv)
+		if opt.Concurrency > 0 {
+			fmt.Fprintf(&cfg, "admission: {concurrency: %d}\n", opt.Concurrency)
+		}
 		path := filepath.Join(opt.Dir, sc.Name+".yaml")
 		if err := os.WriteFile(path, []byte(cfg.String()), 0o600); err != nil {
 			return "", err

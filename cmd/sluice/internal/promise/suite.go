@@ -120,6 +120,9 @@ type Result struct {
 	Recognised int
 	// Seconds is how long the run took, in wall time.
 	Seconds float64
+	// Limits are each gateway's concurrency every quarter of a second
+	// from the warm-up on (HTTP only): what a learnt one did in the run.
+	Limits [][]int `json:",omitempty"`
 }
 
 // Floor is one promise: a figure of a Result and the bound it must keep.
