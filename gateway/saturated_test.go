@@ -17,7 +17,8 @@ import (
 )
 
 // saturate ends two windows of the gateway's CPU shedder as if its cores
-// had been saturated (a scheduling delay of a second), the second after 20
+// had been saturated (a scheduling delay of 12 ms, over the 10 ms
+// target), the second after 20
 // speculative calls and 80 interactive ones: a fifth is shed, the
 // speculative ones — the lowest rank — all of them, the interactive none.
 func saturate(t *testing.T, g *Gateway) {
@@ -29,14 +30,15 @@ func saturate(t *testing.T, g *Gateway) {
 		}
 		return r
 	}
-	g.cpu.shedder.Observe(saturation.Window{Delay: time.Second, Busy: 1}) // the first window over: held
+	over := saturation.Window{Delay: 12 * time.Millisecond, Busy: 1}
+	g.cpu.shedder.Observe(over) // the first window over: held
 	for range 20 {
 		g.cpu.shedder.Shed(rank("speculative"))
 	}
 	for range 80 {
 		g.cpu.shedder.Shed(rank("interactive"))
 	}
-	if a := g.cpu.shedder.Observe(saturation.Window{Delay: time.Second, Busy: 1}).Admitted; a != 0.8 {
+	if a := g.cpu.shedder.Observe(over).Admitted; a != 0.8 {
 		t.Fatalf("admitted %v after a saturated window, want 0.8", a)
 	}
 }
@@ -66,8 +68,8 @@ func TestShedWhenTheGatewaysCPUIsSaturated(t *testing.T) {
 	if ms, _ := strconv.Atoi(resp.Header.Get(contract.HeaderRetryAfterMs)); ms < 1000 || ms > 2000 {
 		t.Fatalf("retry-after-ms %q, want 1000..2000", resp.Header.Get(contract.HeaderRetryAfterMs))
 	}
-	if got := resp.Header.Get(contract.HeaderEstimatedWaitMs); got != "1000" {
-		t.Fatalf("estimated wait %q ms, want the measured delay, 1000", got)
+	if got := resp.Header.Get(contract.HeaderEstimatedWaitMs); got != "12" {
+		t.Fatalf("estimated wait %q ms, want the measured delay, 12", got)
 	}
 	if e := decodeError(t, b); e.Code != contract.ReasonQueueFull || !strings.Contains(e.Message, "CPU is saturated") {
 		t.Fatalf("error %+v, want queue_full saying the gateway's CPU is saturated", e)
@@ -89,7 +91,7 @@ func TestShedWhenTheGatewaysCPUIsSaturated(t *testing.T) {
 	if got := counter(t, g, "rejections", "queue_full", "speculative", contract.AnonymousTenant); got != 1 {
 		t.Fatalf("rejections{queue_full,speculative} = %v, want 1", got)
 	}
-	if got := g.State().Saturation; got == nil || *got != (SaturationState{SchedulingDelayMs: 1000, TargetMs: float64(saturation.DefaultMaxSchedulingDelay.Microseconds()) / 1000, Busy: 1, Admitted: 0.8, Shed: 1}) {
+	if got := g.State().Saturation; got == nil || *got != (SaturationState{SchedulingDelayMs: 12, TargetMs: float64(saturation.DefaultMaxSchedulingDelay.Microseconds()) / 1000, Busy: 1, Admitted: 0.8, Shed: 1}) {
 		t.Fatalf("state's saturation %+v", got)
 	}
 }

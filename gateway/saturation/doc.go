@@ -31,7 +31,9 @@
 //
 // A Shedder keeps the fraction of new calls it admits. After a second
 // window in a row whose delay is above the target (one alone may be a
-// garbage collection's or a burst's), the fraction is cut by a fifth —
+// garbage collection's or a burst's), the fraction is cut by a fifth, or
+// in the ratio of the target to the delay when that is deeper, at most by
+// half (an overload that feeds itself must be stopped within windows) —
 // unless the delay fell by a fifth or more since the window before: the
 // backlog the last cut left is draining, and cutting again for it would
 // shed far more than the overload. After a window below half the target

@@ -41,11 +41,16 @@ const Period = 100 * time.Millisecond
 const (
 	minMaxDelay = 100 * time.Microsecond
 	maxMaxDelay = time.Second
-	// cut and step are the AIMD's: a window over the target keeps
-	// four fifths of the admitted fraction; one under half of it adds
-	// a fiftieth, so that from half admitted it takes 2.5 s to admit all.
-	cut  = 0.8
-	step = 0.02
+	// cut and step are the AIMD's: a window over the target keeps at
+	// most four fifths of the admitted fraction — target/delay of it,
+	// down to half, when the delay is further over: a backlog that feeds
+	// itself (callers opening connections as their answers come late)
+	// must be stopped within a few windows, not twenty; one under half
+	// of the target adds a fiftieth, so that from half admitted it takes
+	// 2.5 s to admit all.
+	cut     = 0.8
+	deepest = 0.5
+	step    = 0.02
 	// MinBusy is the least share of its cores the process must have used
 	// in a window for its delay to count as its own saturation: a
 	// gateway doing little while a neighbour takes the machine's CPU
@@ -159,7 +164,7 @@ func (s *Shedder) Observe(w Window) State {
 		// Over the target but falling fast: the last cut is draining
 		// the backlog. Hold.
 	case s.mu.over > 1:
-		a = max(a*cut, 1-MaxShed)
+		a = max(a*min(cut, max(deepest, float64(s.target)/float64(w.Delay))), 1-MaxShed)
 	case w.Delay < s.target/2 || !own:
 		a = min(a+step, 1)
 	}

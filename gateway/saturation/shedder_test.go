@@ -50,7 +50,8 @@ func TestSpread(t *testing.T) {
 }
 
 // TestAdmittedFractionAIMD pins the rule: a second window in a row over
-// the target cuts the admitted fraction by a fifth, down to 1-MaxShed,
+// the target cuts the admitted fraction by a fifth (by target/delay when
+// deeper, at most by half), down to 1-MaxShed,
 // unless its delay fell by a fifth since the window before (a backlog
 // draining); one under half the target adds a fiftieth; one between, or a
 // first one over, holds.
@@ -61,16 +62,16 @@ func TestAdmittedFractionAIMD(t *testing.T) {
 		want  float64
 	}{ // the process busy throughout
 		{time.Millisecond, 1},
-		{11 * time.Millisecond, 1}, // the first over the target: held
-		{50 * time.Millisecond, 0.8},
-		{35 * time.Millisecond, 0.8}, // over the target, falling by more than a fifth: held
-		{30 * time.Millisecond, 0.64},
-		{12 * time.Millisecond, 0.64},
-		{11 * time.Millisecond, 0.512}, // falling by less than a fifth: cut
-		{7 * time.Millisecond, 0.512},  // between half the target and the target: held
-		{11 * time.Millisecond, 0.512}, // the first over the target again
-		{4 * time.Millisecond, 0.532},
-		{0, 0.552},
+		{11 * time.Millisecond, 1},     // the first over the target: held
+		{12 * time.Millisecond, 0.8},   // a fifth: 10/12 would be less
+		{16 * time.Millisecond, 0.5},   // 10/16 of it
+		{50 * time.Millisecond, 0.25},  // by half at most
+		{35 * time.Millisecond, 0.25},  // over the target, falling by more than a fifth: held
+		{30 * time.Millisecond, 0.125}, // falling by less than a fifth: cut
+		{7 * time.Millisecond, 0.125},  // between half the target and the target: held
+		{11 * time.Millisecond, 0.125}, // the first over the target again
+		{4 * time.Millisecond, 0.145},
+		{0, 0.165},
 	}
 	for i, st := range steps {
 		if got := s.Observe(Window{Delay: st.delay, Busy: 1}).Admitted; math.Abs(got-st.want) > 1e-9 {
@@ -95,7 +96,7 @@ func TestAdmittedFractionAIMD(t *testing.T) {
 // the calls of a window, then its end.
 func TestShedsTheLowestRanksFirst(t *testing.T) {
 	s := New(10 * time.Millisecond)
-	saturated := Window{Delay: time.Second, Busy: 1}
+	saturated := Window{Delay: 11 * time.Millisecond, Busy: 1} // just over: cut by a fifth
 	ask := func(rank, n int) (shed int) {
 		for range n {
 			if s.Shed(rank) {
@@ -108,7 +109,7 @@ func TestShedsTheLowestRanksFirst(t *testing.T) {
 	if got := ask(0, 100) + ask(4, 900); got != 0 {
 		t.Fatalf("nothing cut yet, %d shed", got)
 	}
-	s.Observe(saturated) // admit 80%: 200 of the window's 1,000
+	s.Observe(saturated) // a second window over: admit 80%, 200 of its 1,000 shed
 	if got := ask(0, 100); got != 100 {
 		t.Fatalf("rank 0 (a tenth of the traffic): %d of 100 shed, want all", got)
 	}
@@ -146,9 +147,9 @@ func TestNotItsOwnSaturation(t *testing.T) {
 			t.Fatalf("a neighbour's load: admitted %v, want 1", got)
 		}
 	}
-	s.Observe(Window{Delay: time.Second, Busy: MinBusy})
-	s.Observe(Window{Delay: time.Second, Busy: 0.9})
-	s.Observe(Window{Delay: time.Second, Busy: 0.5})
+	s.Observe(Window{Delay: 11 * time.Millisecond, Busy: MinBusy})
+	s.Observe(Window{Delay: 11 * time.Millisecond, Busy: 0.9})
+	s.Observe(Window{Delay: 11 * time.Millisecond, Busy: 0.5})
 	if got := s.State().Admitted; math.Abs(got-0.64) > 1e-9 {
 		t.Fatalf("its own load: admitted %v, want 0.64", got)
 	}
