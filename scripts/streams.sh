@@ -26,7 +26,9 @@
 # measured (default "bare sluice"); "unshed" is sluice with its shedding
 # on a saturated CPU off (server.saturation.disabled), to measure what the
 # shedding does: calls then also print how many were refused (429 or 503
-# with Retry-After) and the refusals' p99.
+# with Retry-After) and the refusals' p99; p99_ms_steady is the answered
+# calls' p99 leaving out those sent in the first 2 s (a quarter of a
+# shorter run), the onset of the overload.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 mode=${1:-streams}
@@ -99,7 +101,7 @@ for l in open(sys.argv[1]):
     f = l.split(' ', 5)
     rows.setdefault((int(f[3]), f[4]), []).append(json.loads(f[5]))
 keys = (['rss_per_stream_kb', 'cpu_per_chunk_us', 'delay_p50_ms', 'delay_p99_ms', 'errors'] if sys.argv[2] == 'streams'
-        else ['achieved', 'p50_ms', 'p99_ms', 'cpu_s_per_1000', 'refused', 'refusal_p99_ms'])
+        else ['achieved', 'p50_ms', 'p99_ms', 'cpu_s_per_1000', 'refused', 'refusal_p99_ms', 'p99_ms_steady'])
 targets = [t for t in ('bare', 'sluice', 'unshed') if any(k[1] == t for k in rows)]
 print('medians over %d runs' % len(next(iter(rows.values()))))
 for size in sorted({k[0] for k in rows}):
@@ -113,5 +115,5 @@ for size in sorted({k[0] for k in rows}):
         if t == 'bare' or 'bare' not in med:
             continue
         print('%6d ratio %s/bare  %s' % (size, t, '  '.join('%s=%.2f' % (k, med[t][k] / med['bare'][k]) for k in keys
-              if med['bare'][k] and k not in ('errors', 'refused', 'refusal_p99_ms'))))
+              if med['bare'][k] and k not in ('errors', 'refused', 'refusal_p99_ms', 'p99_ms_steady'))))
 PY

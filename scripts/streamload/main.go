@@ -262,9 +262,14 @@ func calls(target string, rate float64, duration time.Duration, pid int) {
 		// refusals are the answers 429 and 503 with a Retry-After: what
 		// shedding is meant to answer, quickly.
 		refusals []time.Duration
-		errs     = map[string]int{}
-		wg       sync.WaitGroup
+		// steady are the answers to calls sent after the first
+		// seconds (settle): a run's onset apart, what an overload
+		// that lasts looks like.
+		steady []time.Duration
+		errs   = map[string]int{}
+		wg     sync.WaitGroup
 	)
+	settle := min(2*time.Second, duration/4)
 	_, cpu0 := proc(pid)
 	start := time.Now()
 	total := int(rate * duration.Seconds())
@@ -300,6 +305,9 @@ func calls(target string, rate float64, duration time.Duration, pid int) {
 				errs[kind]++
 			} else {
 				lat = append(lat, d)
+				if t.Sub(start) >= settle {
+					steady = append(steady, d)
+				}
 			}
 			mu.Unlock()
 		})
@@ -309,6 +317,7 @@ func calls(target string, rate float64, duration time.Duration, pid int) {
 	_, cpu1 := proc(pid)
 	slices.Sort(lat)
 	slices.Sort(refusals)
+	slices.Sort(steady)
 	pctOf := func(lat []time.Duration, p float64) float64 {
 		if len(lat) == 0 {
 			return 0
@@ -318,7 +327,8 @@ func calls(target string, rate float64, duration time.Duration, pid int) {
 	pct := func(p float64) float64 { return pctOf(lat, p) }
 	out := map[string]any{
 		"rate": rate, "achieved": float64(total) / sent.Seconds(), "answered": len(lat), "errors": errs,
-		"p50_ms": pct(0.50), "p99_ms": pct(0.99), "refused": len(refusals), "refusal_p99_ms": pctOf(refusals, 0.99), "cpu_s_per_1000": (cpu1 - cpu0).Seconds() * 1000 / float64(max(total, 1)),
+		"p50_ms": pct(0.50), "p99_ms": pct(0.99), "refused": len(refusals), "refusal_p99_ms": pctOf(refusals, 0.99),
+		"p99_ms_steady": pctOf(steady, 0.99), "cpu_s_per_1000": (cpu1 - cpu0).Seconds() * 1000 / float64(max(total, 1)),
 	}
 	b, _ := json.Marshal(out)
 	fmt.Println(string(b))
