@@ -26,6 +26,9 @@ var layers = [][]string{
 	{"internal/loghist", "internal/yamltime", "internal/yamlpath", "internal/loopback", "internal/layering"},
 	// The wire contract: headers, reasons, error bodies.
 	{"contract"},
+	// gateway/saturation, the shedding on the gateway's own saturated
+	// CPU: below gateway/guard, whose server: section holds its config.
+	{"gateway/saturation"},
 	// The policies, none of which imports another: admission; retry
 	// budgets; lease, the division of a cluster's concurrency among its
 	// replicas, in Go without Redis so that the simulator runs it too;
