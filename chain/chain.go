@@ -64,6 +64,17 @@ func (c *Chain) Identify(apiKey string) (tenant string, tier admission.Tier, ok 
 	return t.name, t.tier, true
 }
 
+// Observes says whether tenant's calls are observed — mode: observe, its
+// own or the chain's: decided, counted and forwarded, never refused. A
+// name the chain does not know is in the chain's mode.
+func (c *Chain) Observes(tenant string) bool {
+	tb := c.stages.identify.table.Load()
+	if t := tb.byName[tenant]; t != nil {
+		return t.observe
+	}
+	return tb.anonymous.observe
+}
+
 // Acquire runs req through the chain and waits for a slot until it is
 // granted, the call is refused, or ctx ends. A refusal is a
 // *admission.Rejection; a cancelled ctx returns ctx.Err(); other errors

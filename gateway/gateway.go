@@ -334,7 +334,8 @@ func (g *Gateway) serveCall(w http.ResponseWriter, r *http.Request, rt *route, t
 	if rt.class != "" {
 		hdr.class = rt.class
 	}
-	if g.cpu.refuse(g, w, hdr, tier, tenant) {
+	refused, wouldShed := g.cpu.refuse(g, w, hdr, tier, tenant)
+	if refused {
 		return
 	}
 	body, err := g.readBody(w, r, rt.billed)
@@ -370,6 +371,9 @@ func (g *Gateway) serveCall(w http.ResponseWriter, r *http.Request, rt *route, t
 		MaxOutputTokens: body.maxTokens,
 		Unpriced:        !rt.billed,
 		AllowDegrade:    hdr.degrade,
+	}
+	if wouldShed != nil {
+		req.Would = wouldShed // observed: shed on the gateway's CPU before any stage
 	}
 	if rt.billed {
 		// Priced by the spend stage, charged against its pool's tokens

@@ -61,25 +61,31 @@ func (s *saturated) run(ctx context.Context) {
 // a few hundred bytes of answer. The connection is kept: refusing is meant
 // to be cheap, and a new connection for the caller's retry would cost the
 // gateway more than the answer did.
-func (s *saturated) refuse(g *Gateway, w http.ResponseWriter, hdr callHeaders, tier admission.Tier, tenant string) bool {
+//
+// A call of a tenant in observe mode is not refused: would is the refusal
+// it would have had, for the chain to record as its first (the chain's
+// own stages would not have seen it).
+func (s *saturated) refuse(g *Gateway, w http.ResponseWriter, hdr callHeaders, tier admission.Tier, tenant string) (refused bool, would *admission.Rejection) {
 	if s == nil {
-		return false
+		return false, nil
 	}
 	rank, err := g.chain.Rank(admission.Request{Class: hdr.class, Attempt: hdr.attempt, Tier: tier})
 	if err != nil || !s.shedder.Shed(rank) {
-		return false // an unknown class is the chain's to refuse, with its message
+		return false, nil // an unknown class is the chain's to refuse, with its message
 	}
 	// A second, jittered over a second more: the callers refused in one
 	// window come back spread over the next ten, not together.
-	rej := &admission.Rejection{Reason: admission.ReasonQueueFull, RetryAfter: time.Second + rand.N(time.Second), Rank: rank}
 	delay := s.shedder.State().Delay
-	rej.EstimatedWait = delay
+	rej := &admission.Rejection{Reason: admission.ReasonQueueFull, RetryAfter: time.Second + rand.N(time.Second), Rank: rank, EstimatedWait: delay}
+	if g.chain.Observes(tenant) {
+		return false, rej
+	}
 	exchangeOf(w).refused(rej.Reason, hdr.class)
 	g.metrics.rejections.WithLabelValues(reasonLabel(rej.Reason), hdr.class, tenant).Inc()
 	s.shed.WithLabelValues(hdr.class).Inc()
 	s.total.Add(1)
 	wire.WriteSaturated(w, rej, delay, s.target)
-	return true
+	return true, nil
 }
 
 // state is the shedding's part of the state dump; nil when it is off.

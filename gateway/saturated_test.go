@@ -111,3 +111,30 @@ func TestSaturationShedDisabled(t *testing.T) {
 		t.Fatalf("%d %s, want 200", resp.StatusCode, b)
 	}
 }
+
+// TestObservedCallsAreNotShed: in observe mode a call the saturated CPU
+// would have shed is forwarded, and its answer, the access line and the
+// would-refuse count say queue_full — the first refusal it would have had.
+func TestObservedCallsAreNotShed(t *testing.T) {
+	m, up := startMock(t, mockllm.Config{Slots: 4, Median: time.Millisecond})
+	cfg := baseConfig(up.URL)
+	cfg.Mode = "observe"
+	g, srv := startGateway(t, cfg)
+	saturate(t, g)
+	resp := post(t, context.Background(), srv.URL, chatBody, map[string]string{contract.HeaderPriority: "speculative"})
+	if b := readAll(t, resp); resp.StatusCode != http.StatusOK {
+		t.Fatalf("observed speculative call: %d %s, want 200", resp.StatusCode, b)
+	}
+	if got := resp.Header.Get(contract.HeaderWouldRefuse); got != contract.ReasonQueueFull {
+		t.Fatalf("%s %q, want %s", contract.HeaderWouldRefuse, got, contract.ReasonQueueFull)
+	}
+	if got := m.Stats().Received; got != 1 {
+		t.Fatalf("the provider received %d calls, want 1", got)
+	}
+	if got := testutil.ToFloat64(g.metrics.would.refuse.WithLabelValues("queue_full", "speculative", contract.AnonymousTenant)); got != 1 {
+		t.Fatalf("sluice_would_refuse_total{queue_full,speculative} = %v, want 1", got)
+	}
+	if got := testutil.ToFloat64(g.cpu.shed.WithLabelValues("speculative")); got != 0 {
+		t.Fatalf("sluice_saturation_shed_total{speculative} = %v, want 0: nothing was refused", got)
+	}
+}
