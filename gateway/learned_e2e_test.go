@@ -78,7 +78,7 @@ func runLearned(t *testing.T, mcfg mockllm.Config, d time.Duration, told int) *l
 	wg.Go(func() {
 		tick := time.NewTicker(50 * time.Millisecond)
 		defer tick.Stop()
-		for i := 1; ; i++ {
+		for {
 			select {
 			case <-ctx.Done():
 				return
@@ -87,13 +87,21 @@ func runLearned(t *testing.T, mcfg mockllm.Config, d time.Duration, told int) *l
 			el := time.Since(r.start)
 			st := mock.Stats()
 			r.queue, r.queueAt = append(r.queue, st.QueueDepth), append(r.queueAt, el)
-			if i%20 == 0 {
+			// One sample per whole second elapsed, by the clock rather
+			// than by ticks: a ticker drops the ticks a loaded machine
+			// makes it miss, and a count of them would fall behind the
+			// seconds the run's figures index.
+			for len(r.stats) < int(el/time.Second) {
 				r.stats = append(r.stats, st)
 				r.limits = append(r.limits, g.pools[0].limit.level(time.Now()))
 			}
 		}
 	})
 	wg.Wait()
+	for len(r.stats) < int(d/time.Second) { // the last second, if the sampler missed its tick
+		r.stats = append(r.stats, mock.Stats())
+		r.limits = append(r.limits, g.pools[0].limit.level(time.Now()))
+	}
 	t.Logf("learnt concurrency each second: %v", r.limits)
 	t.Logf("answers each second: %v", r.answers)
 	return r
