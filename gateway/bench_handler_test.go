@@ -2,7 +2,6 @@ package gateway
 
 import (
 	"io"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -13,6 +12,7 @@ import (
 	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/sluicehq/sluice/config"
+	"github.com/sluicehq/sluice/gateway/observe"
 	"github.com/sluicehq/sluice/mockllm"
 )
 
@@ -32,7 +32,9 @@ func (t handlerTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 // that what is measured is the handler's own work (and the mock's, the
 // same in every case) and not the loopback's or the scheduler's, which
 // BenchmarkRoundTrip's figures on a shared machine are mostly made of.
-// "noop-tracer" and "traced" are as in BenchmarkRoundTrip.
+// "noop-tracer" and "traced" are as in BenchmarkRoundTrip. The access
+// line is written by the logger `sluice serve` builds by default (text),
+// to io.Discard.
 func BenchmarkServeHTTP(b *testing.B) {
 	for _, name := range []string{"gateway", "noop-tracer", "traced", "pools"} {
 		b.Run(name, func(b *testing.B) { benchServeHTTP(b, name) })
@@ -65,7 +67,7 @@ func benchServeHTTP(b *testing.B, name string) {
 		}
 		func() {
 			g, err := New(tc.cfg,
-				Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Transport: handlerTransport{mock}, TracerProvider: tc.tp})
+				Options{Logger: observe.LogConfig{}.Logger(io.Discard), Transport: handlerTransport{mock}, TracerProvider: tc.tp})
 			if err != nil {
 				b.Fatal(err)
 			}

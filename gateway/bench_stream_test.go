@@ -54,7 +54,7 @@ func (u *sseUpstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // the bare httputil.ReverseProxy (as scripts/bareproxy), so the
 // difference is sluice's. held-B/stream is the heap and stacks the
 // process holds per open stream (200 open, after a GC), again the client's
-// and the provider's included.
+// and the provider's included; stack-B/stream the stacks' part of it.
 func BenchmarkStreamChunk(b *testing.B) {
 	for _, name := range []string{"reverseproxy", "gateway"} {
 		b.Run(name, func(b *testing.B) {
@@ -118,6 +118,7 @@ func BenchmarkStreamChunk(b *testing.B) {
 				}
 			}
 			b.ReportMetric(perStream, "held-B/stream")
+			b.ReportMetric(float64(int64(after.StackInuse)-int64(before.StackInuse))/held, "stack-B/stream")
 		})
 	}
 }

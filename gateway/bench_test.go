@@ -3,7 +3,6 @@ package gateway
 import (
 	"context"
 	"io"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
@@ -45,7 +44,7 @@ func BenchmarkRoundTrip(b *testing.B) {
 	defer up.Close()
 	gateway := func(tp trace.TracerProvider) string {
 		g, err := New(config.Config{Upstream: config.UpstreamConfig{URL: up.URL}, Admission: config.AdmissionConfig{Concurrency: 64, MaxQueue: new(64)}},
-			Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), TracerProvider: tp})
+			Options{Logger: observe.LogConfig{}.Logger(io.Discard), TracerProvider: tp})
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -92,7 +92,17 @@ func LogAccess(log *slog.Logger, r *Record) {
 		return
 	}
 	var buf [29]slog.Attr
-	a := append(buf[:0],
+	a := accessAttrs(buf[:0], r, time.Since(r.Start))
+	if h, ok := log.Handler().(*textHandler); ok {
+		h.line(time.Now(), "request", a)
+		return
+	}
+	log.LogAttrs(ctx, slog.LevelInfo, "request", a...)
+}
+
+// accessAttrs appends r's line to a, ms being elapsed.
+func accessAttrs(a []slog.Attr, r *Record, elapsed time.Duration) []slog.Attr {
+	a = append(a,
 		slog.String("request_id", r.RequestID),
 		slog.String("method", r.Method),
 		slog.String("path", boundPath(r.Path)),
@@ -133,13 +143,13 @@ func LogAccess(log *slog.Logger, r *Record) {
 			}
 		}
 	}
-	a = append(a, slog.Float64("ms", ms(time.Since(r.Start))))
+	a = append(a, slog.Float64("ms", ms(elapsed)))
 	if r.Span != nil {
 		if sc := r.Span.SpanContext(); sc.IsValid() {
 			a = append(a, slog.String("trace_id", sc.TraceID().String()))
 		}
 	}
-	log.LogAttrs(ctx, slog.LevelInfo, "request", a...)
+	return a
 }
 
 // ms is d in milliseconds, to the microsecond.

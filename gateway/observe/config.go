@@ -31,10 +31,11 @@ func (c LogConfig) Validate() error {
 }
 
 // Logger returns a logger writing to w in the configured format, for the
-// gateway's Options.Logger.
+// gateway's Options.Logger. The text format's is slog's TextHandler, whose
+// access lines LogAccess writes by hand in the same bytes (textHandler).
 func (c LogConfig) Logger(w io.Writer) *slog.Logger {
 	if c.Format == LogFormatJSON {
 		return slog.New(slog.NewJSONHandler(w, nil))
 	}
-	return slog.New(slog.NewTextHandler(w, nil))
+	return slog.New(newTextHandler(w))
 }

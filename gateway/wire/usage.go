@@ -141,17 +141,17 @@ func satAdd(a, b int64) int64 {
 
 // wireUsage is every provider's spelling of usage.
 type wireUsage struct {
-	PromptTokens        *int64 `json:"prompt_tokens"`
-	CompletionTokens    *int64 `json:"completion_tokens"`
-	InputTokens         *int64 `json:"input_tokens"`
-	OutputTokens        *int64 `json:"output_tokens"`
-	CacheReadInput      *int64 `json:"cache_read_input_tokens"`
-	PromptTokensDetails *struct {
-		CachedTokens int64 `json:"cached_tokens"`
-	} `json:"prompt_tokens_details"`
-	InputTokensDetails *struct {
-		CachedTokens int64 `json:"cached_tokens"`
-	} `json:"input_tokens_details"`
+	PromptTokens        *int64         `json:"prompt_tokens"`
+	CompletionTokens    *int64         `json:"completion_tokens"`
+	InputTokens         *int64         `json:"input_tokens"`
+	OutputTokens        *int64         `json:"output_tokens"`
+	CacheReadInput      *int64         `json:"cache_read_input_tokens"`
+	PromptTokensDetails *cachedDetails `json:"prompt_tokens_details"`
+	InputTokensDetails  *cachedDetails `json:"input_tokens_details"`
+}
+
+type cachedDetails struct {
+	CachedTokens int64 `json:"cached_tokens"`
 }
 
 type wireEnvelope struct {
@@ -164,7 +164,17 @@ type wireEnvelope struct {
 	} `json:"response"`
 }
 
+// parse merges the usage objects of one JSON body or event: read by hand
+// when the body is a common one (readUsage), else decoded.
 func (m *UsageMeter) parse(b []byte) {
+	if !m.readUsage(b) {
+		m.decode(b)
+	}
+}
+
+// decode merges the usage objects of b as encoding/json reads them: with
+// any error, none.
+func (m *UsageMeter) decode(b []byte) {
 	var env wireEnvelope
 	if json.Unmarshal(b, &env) != nil {
 		return
