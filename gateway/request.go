@@ -328,7 +328,7 @@ func topLevelFast(raw []byte, visit func(key string, value json.RawMessage) erro
 				}
 				key := raw[ks:ke]
 				for _, prev := range keys[:n] {
-					if asciiEqualFold(raw[prev[0]:prev[1]], key) {
+					if wire.EqualFoldASCII(raw[prev[0]:prev[1]], key) {
 						return false, nil
 					}
 				}
@@ -398,25 +398,6 @@ func foldedBodyField(key []byte) bool {
 		low[i] = c
 	}
 	return bodyFields[string(low)]
-}
-
-func asciiEqualFold(a, b []byte) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		x, y := a[i], b[i]
-		if 'A' <= x && x <= 'Z' {
-			x += 'a' - 'A'
-		}
-		if 'A' <= y && y <= 'Z' {
-			y += 'a' - 'A'
-		}
-		if x != y {
-			return false
-		}
-	}
-	return true
 }
 
 func skipSpace(raw []byte, i int) int {

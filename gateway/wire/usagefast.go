@@ -114,14 +114,17 @@ func known(key []byte, names ...string) int {
 		if string(key) == n {
 			return i
 		}
-		if asciiEqualFold(key, n) {
+		if EqualFoldASCII(key, n) {
 			return -1
 		}
 	}
 	return len(names)
 }
 
-func asciiEqualFold(a []byte, b string) bool {
+// EqualFoldASCII says whether a and b are equal under ASCII case folding
+// (A-Z to a-z, no other byte folded): the gateway's scans of JSON keys,
+// which leave any key with other bytes to the decoder.
+func EqualFoldASCII[S ~[]byte | ~string](a []byte, b S) bool {
 	if len(a) != len(b) {
 		return false
 	}
@@ -395,6 +398,17 @@ func (r *jsonReader) digits() bool {
 // holder reads message's or response's value: null, or an object whose
 // one key read is usage.
 func (r *jsonReader) holder(slot *usageSlot) (found, ok bool) {
+	_, ok = r.object("usage", func() (ok bool) {
+		found, ok = r.usage(slot)
+		return ok
+	})
+	return found && ok, ok
+}
+
+// object reads null (present false) or an object in which value reads
+// name's value — once: a second name is left to the decoder, as is the
+// name in another case — and every other key's is skipped.
+func (r *jsonReader) object(name string, value func() bool) (present, ok bool) {
 	if r.null() {
 		return false, true
 	}
@@ -408,9 +422,9 @@ func (r *jsonReader) holder(slot *usageSlot) (found, ok bool) {
 			return false, false
 		}
 		if !more {
-			return found, true
+			return true, true
 		}
-		switch known(key, "usage") {
+		switch known(key, name) {
 		case -1:
 			return false, false
 		case 0:
@@ -418,7 +432,7 @@ func (r *jsonReader) holder(slot *usageSlot) (found, ok bool) {
 				return false, false
 			}
 			seen = true
-			found, ok = r.usage(slot)
+			ok = value()
 		default:
 			ok = r.skip()
 		}
@@ -477,39 +491,14 @@ func (r *jsonReader) usage(slot *usageSlot) (found, ok bool) {
 // null (has false), or an object whose one key read is cached_tokens
 // (null leaves it 0, as the decoder does).
 func (r *jsonReader) details(d *cachedDetails) (has, ok bool) {
-	if r.null() {
-		return false, true
-	}
-	if !r.is('{') {
-		return false, false
-	}
-	seen := false
-	for first := true; ; first = false {
-		key, more, ok := r.member(first)
-		if !ok {
-			return false, false
+	return r.object("cached_tokens", func() bool {
+		if r.null() {
+			return true
 		}
-		if !more {
-			return true, true
-		}
-		switch known(key, "cached_tokens") {
-		case -1:
-			return false, false
-		case 0:
-			if seen {
-				return false, false
-			}
-			seen = true
-			if !r.null() {
-				d.CachedTokens, ok = r.int64()
-			}
-		default:
-			ok = r.skip()
-		}
-		if !ok {
-			return false, false
-		}
-	}
+		var ok bool
+		d.CachedTokens, ok = r.int64()
+		return ok
+	})
 }
 
 // int64 reads an integer that fits an int64; ok is false for anything
