@@ -49,6 +49,6 @@ func (g *Gateway) runBackground(ctx context.Context) {
 	var wg sync.WaitGroup
 	wg.Go(func() { _ = g.RunAlerts(ctx) })
 	wg.Go(func() { _ = g.RunStore(ctx) })
-	wg.Go(func() { g.cpu.run(ctx) })
+	wg.Go(func() { g.cpu.run(ctx, g) })
 	wg.Wait()
 }

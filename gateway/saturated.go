@@ -49,9 +49,12 @@ func newSaturated(cfg saturation.Config, reg prometheus.Registerer) *saturated {
 }
 
 // run moves the shed fraction once a window until ctx ends.
-func (s *saturated) run(ctx context.Context) {
+func (s *saturated) run(ctx context.Context, g *Gateway) {
 	if s != nil {
-		s.shedder.Run(ctx, saturation.NewSampler(), nil)
+		s.shedder.Run(ctx, saturation.NewSampler(), func() int {
+			st := g.stats()
+			return st.InFlight + st.Queued
+		})
 	}
 }
 

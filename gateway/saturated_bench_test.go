@@ -42,12 +42,12 @@ func BenchmarkShedCall(b *testing.B) {
 				// rank; the 5% let through are proxied.
 				rank, _ := g.chain.Rank(admission.Request{})
 				for range 200 {
-					g.cpu.shedder.Observe(saturation.Window{Delay: time.Second, Busy: 1})
+					g.cpu.shedder.Observe(saturation.Window{Delay: time.Second, Busy: 1, Calls: 1 << 20})
 				}
 				for range 100 {
 					g.cpu.shedder.Shed(rank)
 				}
-				g.cpu.shedder.Observe(saturation.Window{Delay: time.Second, Busy: 1})
+				g.cpu.shedder.Observe(saturation.Window{Delay: time.Second, Busy: 1, Calls: 1 << 20})
 				want = http.StatusServiceUnavailable
 			}
 			b.ReportAllocs()

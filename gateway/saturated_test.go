@@ -30,7 +30,7 @@ func saturate(t *testing.T, g *Gateway) {
 		}
 		return r
 	}
-	over := saturation.Window{Delay: 12 * time.Millisecond, Busy: 1}
+	over := saturation.Window{Delay: 12 * time.Millisecond, Busy: 1, Calls: 1 << 20}
 	g.cpu.shedder.Observe(over) // the first window over: held
 	for range 20 {
 		g.cpu.shedder.Shed(rank("speculative"))

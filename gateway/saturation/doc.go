@@ -20,12 +20,15 @@
 // use does not show. The Sampler turns the cumulative histogram into a
 // quantile per window (the p99 of the delays of the last window).
 //
-// The delay counts as the gateway's own saturation only while the process
-// used at least MinBusy (a quarter) of the cores GOMAXPROCS gives it: a
-// gateway doing little on a machine a neighbour has saturated would shed
-// its callers and relieve nothing. Below it, nothing is cut and what was
-// is given back: on a crowded machine the gateway keeps at least that
-// share of its cores busy serving.
+// The delay counts as the saturation of the gateway's calls only while the
+// process used at least MinBusy (a quarter) of the cores GOMAXPROCS gives
+// it, and is handling at least MinCallsPerCore calls a core (in flight and
+// waiting for a slot): a gateway doing little on a machine a neighbour has
+// saturated, or whose CPU goes to other work than calls (a flood of
+// connections its guard refuses), would shed its callers and relieve
+// nothing. Otherwise nothing is cut and what was is given back: on a
+// crowded machine the gateway keeps at least that share of its cores busy
+// serving.
 //
 // # The rule: AIMD on the admitted fraction
 //

@@ -25,6 +25,10 @@ type Window struct {
 	// GOMAXPROCS cores could have given it (1: every one of them, all the
 	// time); 1 when it cannot be read.
 	Busy float64
+	// Calls is how many calls the gateway was handling at the window's
+	// end (in flight and waiting for a slot): not the Sampler's to read,
+	// Shedder.Run asks the gateway.
+	Calls int
 }
 
 // A Sampler reads the runtime's scheduling-latency histogram and the

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -56,6 +57,12 @@ const (
 	// gateway doing little while a neighbour takes the machine's CPU
 	// would shed its callers and relieve nothing.
 	MinBusy = 0.25
+	// MinCallsPerCore is, per GOMAXPROCS core, the least number of calls
+	// the gateway must be handling for its saturation to count as its
+	// calls': a CPU taken by other work (a flood of connections the
+	// guard refuses, a neighbour in the same process) is not relieved by
+	// refusing the few callers it is serving.
+	MinCallsPerCore = 4
 	// draining is how much lower than the window before a delay over the
 	// target must be to hold rather than cut: the backlog a cut leaves
 	// takes windows to drain, and cutting again while it does would shed
@@ -87,7 +94,8 @@ func (c Config) Target() time.Duration {
 // take it. Shed is on every call's path and takes no lock; Observe, once a
 // window, moves the shed fraction. Safe for concurrent use.
 type Shedder struct {
-	target time.Duration
+	target   time.Duration
+	minCalls int // MinCallsPerCore for each of GOMAXPROCS
 	// arrivals counts the calls of each rank asked about in this window.
 	arrivals [MaxRanks]atomic.Uint64
 	// shedP is, per rank, the probability of shedding a call: a float64's
@@ -106,7 +114,7 @@ type Shedder struct {
 // New returns a Shedder that sheds nothing until a window's delay passes
 // target (Config.Target).
 func New(target time.Duration) *Shedder {
-	s := &Shedder{target: target}
+	s := &Shedder{target: target, minCalls: MinCallsPerCore * runtime.GOMAXPROCS(0)}
 	s.mu.admitted = 1
 	return s
 }
@@ -150,7 +158,7 @@ func (s *Shedder) Observe(w Window) State {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	a := s.mu.admitted
-	own := w.Busy >= MinBusy
+	own := w.Busy >= MinBusy && w.Calls >= s.minCalls
 	if w.Delay > s.target && own {
 		s.mu.over++
 	} else {
@@ -214,9 +222,9 @@ func spread(frac float64, arrivals [MaxRanks]float64) [MaxRanks]float64 {
 	return p
 }
 
-// Run reads the sampler once a Period and feeds its delay to Observe until
-// ctx ends; observed, if not nil, is told each window's state.
-func (s *Shedder) Run(ctx context.Context, sampler *Sampler, observed func(State)) {
+// Run reads the sampler once a Period, with calls (the calls the gateway
+// is handling), and feeds the window to Observe until ctx ends.
+func (s *Shedder) Run(ctx context.Context, sampler *Sampler, calls func() int) {
 	t := time.NewTicker(Period)
 	defer t.Stop()
 	for {
@@ -224,10 +232,9 @@ func (s *Shedder) Run(ctx context.Context, sampler *Sampler, observed func(State
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			st := s.Observe(sampler.Read(time.Now()))
-			if observed != nil {
-				observed(st)
-			}
+			w := sampler.Read(time.Now())
+			w.Calls = calls()
+			s.Observe(w)
 		}
 	}
 }

@@ -8,6 +8,9 @@ import (
 	"github.com/sluicehq/sluice/internal/yamltime"
 )
 
+// many is more calls than any machine's MinCallsPerCore asks for.
+const many = 1 << 20
+
 func TestSpread(t *testing.T) {
 	at := func(pairs ...float64) (a [MaxRanks]float64) {
 		for i := 0; i < len(pairs); i += 2 {
@@ -74,18 +77,18 @@ func TestAdmittedFractionAIMD(t *testing.T) {
 		{0, 0.165},
 	}
 	for i, st := range steps {
-		if got := s.Observe(Window{Delay: st.delay, Busy: 1}).Admitted; math.Abs(got-st.want) > 1e-9 {
+		if got := s.Observe(Window{Delay: st.delay, Busy: 1, Calls: many}).Admitted; math.Abs(got-st.want) > 1e-9 {
 			t.Fatalf("step %d (delay %s): admitted %v, want %v", i, st.delay, got, st.want)
 		}
 	}
 	for range 100 {
-		s.Observe(Window{Delay: time.Second, Busy: 1})
+		s.Observe(Window{Delay: time.Second, Busy: 1, Calls: many})
 	}
 	if got := s.State().Admitted; math.Abs(got-(1-MaxShed)) > 1e-9 {
 		t.Fatalf("after 100 saturated windows admitted %v, want the floor %v", got, 1-MaxShed)
 	}
 	for range 100 {
-		s.Observe(Window{Busy: 1})
+		s.Observe(Window{Busy: 1, Calls: many})
 	}
 	if got := s.State(); got.Admitted != 1 || got.Delay != 0 {
 		t.Fatalf("after 100 idle windows: %+v, want all admitted", got)
@@ -96,7 +99,7 @@ func TestAdmittedFractionAIMD(t *testing.T) {
 // the calls of a window, then its end.
 func TestShedsTheLowestRanksFirst(t *testing.T) {
 	s := New(10 * time.Millisecond)
-	saturated := Window{Delay: 11 * time.Millisecond, Busy: 1} // just over: cut by a fifth
+	saturated := Window{Delay: 11 * time.Millisecond, Busy: 1, Calls: many} // just over: cut by a fifth
 	ask := func(rank, n int) (shed int) {
 		for range n {
 			if s.Shed(rank) {
@@ -130,7 +133,7 @@ func TestShedsTheLowestRanksFirst(t *testing.T) {
 		t.Fatalf("a rank past the last counts as the last, above the cut: %d of 100 shed", got)
 	}
 	for range 50 {
-		s.Observe(Window{Busy: 1})
+		s.Observe(Window{Busy: 1, Calls: many})
 	}
 	if got := ask(0, 100); got != 0 {
 		t.Fatalf("recovered, rank 0: %d shed", got)
@@ -138,25 +141,32 @@ func TestShedsTheLowestRanksFirst(t *testing.T) {
 }
 
 // TestNotItsOwnSaturation: a delay over the target while the process used
-// less than MinBusy of its cores is another process's load, which
-// shedding would not relieve: nothing is cut, and what was is given back.
+// less than MinBusy of its cores is another process's load, and one while
+// it handles fewer than MinCallsPerCore calls a core is other work's:
+// shedding calls would relieve neither. Nothing is cut, and what was is
+// given back.
 func TestNotItsOwnSaturation(t *testing.T) {
 	s := New(10 * time.Millisecond)
 	for range 3 {
-		if got := s.Observe(Window{Delay: time.Second, Busy: MinBusy - 0.01}).Admitted; got != 1 {
+		if got := s.Observe(Window{Delay: time.Second, Busy: MinBusy - 0.01, Calls: many}).Admitted; got != 1 {
 			t.Fatalf("a neighbour's load: admitted %v, want 1", got)
 		}
 	}
-	s.Observe(Window{Delay: 11 * time.Millisecond, Busy: MinBusy})
-	s.Observe(Window{Delay: 11 * time.Millisecond, Busy: 0.9})
-	s.Observe(Window{Delay: 11 * time.Millisecond, Busy: 0.5})
+	s.Observe(Window{Delay: 11 * time.Millisecond, Busy: MinBusy, Calls: many})
+	s.Observe(Window{Delay: 11 * time.Millisecond, Busy: 0.9, Calls: many})
+	s.Observe(Window{Delay: 11 * time.Millisecond, Busy: 0.5, Calls: many})
 	if got := s.State().Admitted; math.Abs(got-0.64) > 1e-9 {
 		t.Fatalf("its own load: admitted %v, want 0.64", got)
 	}
+	// Saturated, busy, but handling fewer calls than MinCallsPerCore a
+	// core: the CPU is taken by other work than calls. Given back.
+	if got := s.Observe(Window{Delay: time.Second, Busy: 1, Calls: s.minCalls - 1}).Admitted; math.Abs(got-0.66) > 1e-9 {
+		t.Fatalf("few calls: admitted %v, want 0.66", got)
+	}
 	// Shedding, the process fell under MinBusy while the delay stays
 	// high: the rest is not its own.
-	if got := s.Observe(Window{Delay: time.Second, Busy: 0.1}).Admitted; math.Abs(got-0.66) > 1e-9 {
-		t.Fatalf("shed down to a neighbour's load: admitted %v, want 0.66", got)
+	if got := s.Observe(Window{Delay: time.Second, Busy: 0.1, Calls: many}).Admitted; math.Abs(got-0.68) > 1e-9 {
+		t.Fatalf("shed down to a neighbour's load: admitted %v, want 0.68", got)
 	}
 }
 
