@@ -18,7 +18,6 @@ import (
 // (package saturation): nil when server.saturation.disabled.
 type saturated struct {
 	shedder *saturation.Shedder
-	target  time.Duration
 	shed    *prometheus.CounterVec // class
 	total   atomic.Uint64          // calls shed, every class
 }
@@ -29,7 +28,6 @@ func newSaturated(cfg saturation.Config, reg prometheus.Registerer) *saturated {
 	}
 	s := &saturated{
 		shedder: saturation.New(cfg.Target()),
-		target:  cfg.Target(),
 		shed: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sluice_saturation_shed_total",
 			Help: "Calls refused (503 queue_full) before their bodies were read because the gateway's own CPU was saturated, by class.",
@@ -87,7 +85,7 @@ func (s *saturated) refuse(g *Gateway, w http.ResponseWriter, hdr callHeaders, t
 	g.metrics.rejections.WithLabelValues(reasonLabel(rej.Reason), hdr.class, tenant).Inc()
 	s.shed.WithLabelValues(hdr.class).Inc()
 	s.total.Add(1)
-	wire.WriteSaturated(w, rej, delay, s.target)
+	wire.WriteSaturated(w, rej, delay, s.shedder.Target())
 	return true, nil
 }
 
@@ -99,7 +97,7 @@ func (s *saturated) state() *SaturationState {
 	st := s.shedder.State()
 	return &SaturationState{
 		SchedulingDelayMs: float64(st.Delay.Microseconds()) / 1000,
-		TargetMs:          float64(s.target.Microseconds()) / 1000,
+		TargetMs:          float64(s.shedder.Target().Microseconds()) / 1000,
 		Busy:              st.Busy,
 		Admitted:          st.Admitted,
 		Shed:              s.total.Load(),

@@ -134,6 +134,9 @@ func (s *Shedder) Shed(rank int) bool {
 	return rand.Float64() < p
 }
 
+// Target is the delay above which calls are shed.
+func (s *Shedder) Target() time.Duration { return s.target }
+
 // State is the Shedder's last decision.
 type State struct {
 	// Delay is the last window's scheduling delay (its p99).
