@@ -124,6 +124,22 @@ type Concurrency struct {
 	cut       *cut
 	grown     int       // windows in a row that raised the limit
 	heldUntil time.Time // no increase before (an exhausted answer)
+	recent    recent    // the slow start's last answers
+}
+
+// recent is a ring of the last minEarlyWindow answers of the slow start:
+// what the limit reached in the last round trip, which a whole window,
+// most of it answers to calls sent at lower limits, tells late.
+type recent struct {
+	n        int
+	lat      [minEarlyWindow]float64 // seconds
+	inflight [minEarlyWindow]float64
+}
+
+func (r *recent) add(lat float64, inflight int) {
+	i := r.n % minEarlyWindow
+	r.lat[i], r.inflight[i] = lat, float64(inflight)
+	r.n++
 }
 
 // cut is a decrease for a queue, remembered until the next window tells
@@ -241,6 +257,9 @@ func (c *Concurrency) Observe(now time.Time, s Sample) int {
 	c.w.sumSq += lat * lat
 	c.w.inflight += float64(s.InFlight)
 	c.w.maxInflight = max(c.w.maxInflight, s.InFlight)
+	if c.phase == Starting {
+		c.recent.add(lat, s.InFlight)
+	}
 	// Starting, a window of twice the limit: the queue shows soon
 	// enough. Tracking and probing, four times: a queue of two calls at
 	// a limit of sixteen is a latency 12% above the baseline, which
@@ -249,6 +268,12 @@ func (c *Concurrency) Observe(now time.Time, s Sample) int {
 	if c.phase == Starting {
 		need = max(minWindow, int(2*c.limit))
 		c.start(now, s)
+	}
+	if c.phase == Starting {
+		if inflight, rtt, ok := c.recentQueue(); ok {
+			c.endStart(now, inflight, rtt)
+			return c.Limit()
+		}
 	}
 	if c.w.n >= need || c.phase == Starting && c.queueShows() {
 		c.close(now)
@@ -273,7 +298,14 @@ func (c *Concurrency) start(now time.Time, s Sample) {
 	if s.Exhausted || now.Before(c.heldUntil) || 2*s.InFlight < int(c.limit) {
 		return
 	}
-	c.limit = min(c.limit+growth-1, 2*c.w.from, float64(c.cfg.Max))
+	step := growth - 1
+	if mean, se, _, full := c.recent.stats(); full && c.base > 0 && mean-se > c.base.Seconds() {
+		// The last answers' latency is up, within their noise: a queue
+		// may be starting. A quarter of the growth, until it shows or
+		// the window closes (HyStart++'s conservative slow start).
+		step /= 4
+	}
+	c.limit = min(c.limit+step, 2*c.w.from, float64(c.cfg.Max))
 }
 
 // queueShows says whether the window so far, started while Starting,
@@ -298,6 +330,56 @@ func (c *Concurrency) queueShows() bool {
 	}
 	inflight := w.inflight / n
 	return inflight*(1-c.base.Seconds()/mean) > 2*(3+c.limit/32)
+}
+
+// recentQueue says whether the slow start's last minEarlyWindow answers
+// alone show a queue at the provider beyond their noise (a mean latency
+// two standard errors above the baseline and a Vegas estimate past beta),
+// and returns the concurrency they were sent at and their mean latency.
+// They are the last round trip's: a window, most of whose answers are to
+// calls sent at lower limits, shows the queue a round trip later, while
+// the limit grows by half again (HyStart's per-round test of the delay,
+// for the same reason).
+func (c *Concurrency) recentQueue() (inflight float64, rtt time.Duration, ok bool) {
+	mean, se, inflight, full := c.recent.stats()
+	if c.base == 0 || !full {
+		return 0, 0, false
+	}
+	ok = mean-2*se > c.base.Seconds() && inflight*(1-c.base.Seconds()/mean) > 3+c.limit/32
+	return inflight, seconds(mean), ok
+}
+
+// stats are the ring's mean latency, its standard error and the mean
+// concurrency its answers were sent at; full says it holds
+// minEarlyWindow answers.
+func (r *recent) stats() (mean, se, inflight float64, full bool) {
+	if r.n < minEarlyWindow {
+		return 0, 0, 0, false
+	}
+	var sum, sumSq float64
+	for i := range minEarlyWindow {
+		sum += r.lat[i]
+		sumSq += r.lat[i] * r.lat[i]
+		inflight += r.inflight[i]
+	}
+	const n = minEarlyWindow
+	mean = sum / n
+	return mean, math.Sqrt(max(sumSq/n-mean*mean, 0)) / math.Sqrt(n), inflight / n, true
+}
+
+// endStart ends the slow start on its last answers' queue (recentQueue):
+// the limit goes to the capacity they estimate plus the queue tracked,
+// but not below the limit the window started at, which the window
+// before measured: sixteen answers are too few to cut by (the tracking
+// windows that follow, of four limits' answers, will if they must).
+func (c *Concurrency) endStart(now time.Time, inflight float64, rtt time.Duration) {
+	c.last.Windows++
+	c.last.Latency = rtt
+	c.last.Cuts++
+	q := c.estimate(inflight, rtt)
+	c.phase, c.grown, c.cut = Tracking, 0, nil
+	c.windows++
+	c.set(now, max(float64(c.cfg.Min), min(c.limit, max(c.w.from, inflight-q+2+c.limit/48))))
 }
 
 // refused lowers the limit after a 429, at most once a baseline (the

@@ -45,7 +45,7 @@ func runPromise(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		redis    = fs.String("redis", "", "host:port of a Redis for the replicas over HTTP (without it they are left out)")
 		gateway  = fs.String("gateway-bin", "", "over HTTP, run `sluice serve` from this binary instead (a baseline: an older release against the same mock and load)")
 		asJSON   = fs.Bool("json", false, "print every run's result as JSON")
-		conc     = fs.Int("concurrency", promise.Slots, "over HTTP, the provider's concurrency the gateways are told; 0: none, they learn it as `sluice serve --upstream U` does (replicas are told it regardless: store.redis requires it)")
+		conc     = fs.Int("concurrency", promise.Slots, "the provider's concurrency the gateways are told; 0: none, they learn it as `sluice serve --upstream U` does (in the simulator too, as its policy learned; replicas are told it regardless: store.redis requires it)")
 	)
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -96,7 +96,7 @@ func runPromise(ctx context.Context, args []string, stdout, stderr io.Writer) er
 					s := *seed + uint64(i)
 					var r *promise.Result
 					if way == "sim" {
-						r, err = promise.RunSim(ctx, sc, v, promise.SimOptions{Seed: s})
+						r, err = promise.RunSim(ctx, sc, v, promise.SimOptions{Seed: s, Learn: *conc == 0})
 					} else {
 						r, err = promise.RunHTTP(ctx, sc, v, promise.HTTPOptions{Bin: bin, GatewayBin: *gateway, Seed: s, Window: *window, Redis: *redis, Concurrency: *conc})
 					}

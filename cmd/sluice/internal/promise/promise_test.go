@@ -44,6 +44,41 @@ func TestSuiteInTheSimulator(t *testing.T) {
 	}
 }
 
+// TestSimulatorLearnsWhenTold0: SimOptions.Learn runs the simulated gate
+// as `sluice serve --upstream U` runs told nothing — its concurrency
+// learnt from 4, a round trip at a time, not the slots — and keeps the
+// replicas told (store.redis requires a configured concurrency).
+func TestSimulatorLearnsWhenTold0(t *testing.T) {
+	byName := map[string]Scenario{}
+	for _, sc := range Suite() {
+		byName[sc.Name] = sc
+	}
+	r, err := RunSim(t.Context(), byName["storm-5x"], Variant{}, SimOptions{Seed: 1, Seconds: 20, Learn: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(r.Limits) != 1 || len(r.Limits[0]) < 10 || r.Limits[0][0] >= Slots {
+		t.Fatalf("learnt limits %v, want one trace of a second a bucket, starting below the %d slots", r.Limits, Slots)
+	}
+	last := -1
+	for _, l := range r.Limits[0] {
+		if l > 0 {
+			last = l
+		}
+	}
+	if last < Slots-4 || last > 2*Slots {
+		t.Errorf("learnt limit ended at %d, want near the %d slots; trace %v", last, Slots, r.Limits[0])
+	}
+	report(t, byName["storm-5x"], r)
+	told, err := RunSim(t.Context(), byName["replicas-3"], Variant{}, SimOptions{Seed: 1, Seconds: 20, Learn: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(told.Limits) != 0 {
+		t.Errorf("replicas learnt a limit (%v): they share a configured one", told.Limits)
+	}
+}
+
 // TestSuiteOverHTTP runs the table over real HTTP on loopback: the sluice
 // binary built from this tree as `sluice mock` and `sluice serve` (three
 // of them on a real Redis for the replicas), driven by the load generator.

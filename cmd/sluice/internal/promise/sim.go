@@ -6,6 +6,7 @@ import (
 	"math"
 	"time"
 
+	"github.com/sluicehq/sluice/adaptive"
 	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/sim"
 	"github.com/sluicehq/sluice/sim/scenario"
@@ -18,6 +19,12 @@ type SimOptions struct {
 	// Seconds is about how long the arrival window lasts in virtual time.
 	// Zero means 60.
 	Seconds float64
+	// Learn runs the gate as `sluice serve --upstream U` runs it when
+	// told no concurrency: learnt from the provider's latencies (the
+	// simulator's policy learned, adaptive's defaults), the provider
+	// queueing beyond its slots. Replicas are told the slots regardless,
+	// as over HTTP: store.redis requires a configured concurrency.
+	Learn bool
 }
 
 // RunSim runs sc with callers v in the simulator, under the policy the
@@ -27,8 +34,13 @@ func RunSim(ctx context.Context, sc Scenario, v Variant, opt SimOptions) (*Resul
 	if err != nil {
 		return nil, err
 	}
+	policy := scenario.PolicySluice
+	if opt.Learn && sc.Replicas <= 1 {
+		policy = scenario.PolicyLearned
+		s.Sluice.Learn = &adaptive.Config{}
+	}
 	start := time.Now()
-	r, err := sim.Run(ctx, s, "sluice", sc.Load, sim.Options{})
+	r, err := sim.Run(ctx, s, policy, sc.Load, sim.Options{})
 	if err != nil {
 		return nil, fmt.Errorf("%s %s: %w", sc.Name, v, err)
 	}
@@ -49,6 +61,9 @@ func RunSim(ctx context.Context, sc Scenario, v Variant, opt SimOptions) (*Resul
 	}
 	for _, src := range r.Sources {
 		out.Success[src.Name] = src.SuccessPct
+	}
+	if r.Learned != nil {
+		out.Limits = [][]int{r.Learned.Limit}
 	}
 	return out, nil
 }

@@ -121,7 +121,10 @@ type Result struct {
 	// Seconds is how long the run took, in wall time.
 	Seconds float64
 	// Limits are each gateway's concurrency every quarter of a second
-	// from the warm-up on (HTTP only): what a learnt one did in the run.
+	// from the warm-up on over HTTP, or the simulated gate's learnt one
+	// every second (sim.LearnedResult.Limit; a bucket where it did not
+	// change reads -1): what a learnt one did in the run. Empty for a
+	// simulated gate told its concurrency.
 	Limits [][]int `json:",omitempty"`
 }
 
