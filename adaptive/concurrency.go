@@ -147,6 +147,10 @@ func (r *recent) add(lat float64, inflight int) {
 type cut struct {
 	limit, inflight float64
 	latency         time.Duration
+	// queue: a window at a quarter or more below inflight showed the
+	// latency falling with it; the run is a queue's, and cuts may go
+	// to the capacity estimated.
+	queue bool
 }
 
 // window accumulates the samples of one window.
@@ -463,6 +467,7 @@ func (c *Concurrency) close(now time.Time) {
 			c.estimate(inflight, rtt)
 			return
 		}
+		cut.queue = true
 	}
 
 	switch {
@@ -479,6 +484,21 @@ func (c *Concurrency) close(now time.Time) {
 		}
 		if q > 2*beta {
 			next = capacity + target
+		}
+		if c.phase == Tracking {
+			// Until a cut has shown the latency falling with the
+			// concurrency, a run of cuts goes a quarter down at most:
+			// it is the test that tells a queue from a slowdown (above),
+			// and the capacity a slowdown's latency estimates — a
+			// quarter of the slots for calls four times as long — is no
+			// limit to test it at. A queue is cut to its capacity by the
+			// window after the test.
+			switch {
+			case c.cut == nil:
+				next = max(next, 0.75*c.limit)
+			case !c.cut.queue:
+				next = max(next, 0.75*c.cut.limit)
+			}
 		}
 		next = max(float64(c.cfg.Min), next)
 		starting := c.phase == Starting
