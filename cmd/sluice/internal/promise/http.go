@@ -154,6 +154,7 @@ func RunHTTP(ctx context.Context, sc Scenario, v Variant, opt HTTPOptions) (*Res
 	}
 	r := tally(sc, v, phases)
 	r.Declared = !v.Undeclared
+	r.Learnt = opt.Concurrency == 0 && sc.Replicas <= 1
 	for _, admin := range procs.admins {
 		n, err := recognised(ctx, "http://"+admin)
 		if err != nil {

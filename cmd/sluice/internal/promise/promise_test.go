@@ -81,9 +81,10 @@ func TestSimulatorLearnsWhenTold0(t *testing.T) {
 
 // TestSuiteOverHTTP runs the table over real HTTP on loopback: the sluice
 // binary built from this tree as `sluice mock` and `sluice serve` (three
-// of them on a real Redis for the replicas), driven by the load generator.
-// By default it runs the quick cells, in about a minute and a half
-// (-promise.full: all 32, in about four and a half); .ci/run runs it
+// of them on a real Redis for the replicas), driven by the load generator,
+// each cell twice: the gateways told the provider's 16 slots, and told
+// nothing, learning them. By default it runs the quick cells, in about
+// three minutes (-promise.full: all 32, in about nine); .ci/run runs it
 // without the race detector, which would measure itself.
 func TestSuiteOverHTTP(t *testing.T) {
 	if testing.Short() {
@@ -103,16 +104,26 @@ func TestSuiteOverHTTP(t *testing.T) {
 			if !*full && !quick(i, sc, v) {
 				continue
 			}
-			t.Run(sc.Name+"/"+v.String(), func(t *testing.T) {
-				// Told the provider's concurrency: learnt, the start of
-				// a storm does not hold the floors yet (docs/perf.md,
-				// "The promise under the defaults").
-				r, err := RunHTTP(t.Context(), sc, v, HTTPOptions{Bin: bin, Seed: 1, Redis: redis.Addr, Concurrency: Slots})
-				if err != nil {
-					t.Fatal(err)
+			// Told the provider's concurrency, and told nothing — the
+			// default of `sluice serve --upstream U`, which learns it
+			// (replicas are told it either way: store.redis requires
+			// it, so they run once).
+			for _, conc := range []int{Slots, 0} {
+				if conc == 0 && sc.Replicas > 1 {
+					continue
 				}
-				report(t, sc, r)
-			})
+				name := "told"
+				if conc == 0 {
+					name = "learnt"
+				}
+				t.Run(sc.Name+"/"+v.String()+"/"+name, func(t *testing.T) {
+					r, err := RunHTTP(t.Context(), sc, v, HTTPOptions{Bin: bin, Seed: 1, Redis: redis.Addr, Concurrency: conc})
+					if err != nil {
+						t.Fatal(err)
+					}
+					report(t, sc, r)
+				})
+			}
 		}
 	}
 }
@@ -151,6 +162,20 @@ func TestChecksTellFloorsFromFigures(t *testing.T) {
 	for _, c := range Checks(sc, &Result{PeakInFlight: -1}) {
 		if c.Floor.What == "provider calls at once" && (c.Has || !c.OK) {
 			t.Errorf("an unmeasured figure: %+v, want not measured and not failed", c)
+		}
+	}
+	// A floor's learnt bound applies to a learnt run only.
+	sc = Scenario{Name: "y", Floors: []Floor{waste(2).learnt(4)}}
+	for _, tc := range []struct {
+		r      Result
+		failed int
+	}{
+		{Result{WastePct: 3}, 1},
+		{Result{WastePct: 3, Learnt: true}, 0},
+		{Result{WastePct: 4.1, Learnt: true}, 1},
+	} {
+		if got := Failed(sc, &tc.r); len(got) != tc.failed {
+			t.Errorf("%+v: failed %q, want %d floors failed", tc.r, got, tc.failed)
 		}
 	}
 }

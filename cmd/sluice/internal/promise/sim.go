@@ -56,6 +56,7 @@ func RunSim(ctx context.Context, sc Scenario, v Variant, opt SimOptions) (*Resul
 		Success:       map[string]float64{},
 		PeakInFlight:  -1,
 		Declared:      !v.Undeclared,
+		Learnt:        policy == scenario.PolicyLearned,
 		Recognised:    r.RetriesRecognised + r.FirstsRecognised,
 		Seconds:       time.Since(start).Seconds(),
 	}

@@ -29,7 +29,7 @@ func MedianOf(runs []*Result) *Result {
 		return v[len(v)/2]
 	}
 	out := &Result{
-		Scenario: first.Scenario, Variant: first.Variant, Way: first.Way, Declared: first.Declared,
+		Scenario: first.Scenario, Variant: first.Variant, Way: first.Way, Declared: first.Declared, Learnt: first.Learnt,
 		GoodputPct:    med(func(r *Result) float64 { return r.GoodputPct }),
 		WastePct:      med(func(r *Result) float64 { return r.WastePct }),
 		UnansweredPct: med(func(r *Result) float64 { return r.UnansweredPct }),
