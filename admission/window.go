@@ -53,14 +53,17 @@ func bucketValue(i int) time.Duration { return buckets.Value(i) }
 // threshold of cusumLimit deviations. A dependency that slowed fourfold
 // with a lognormal spread of σ 0.5 (2.8 deviations a sample) is found in
 // about eight samples, one with an exponential's spread (1.1 deviations)
-// in twenty-five or so; on a steady stream of any spread the sum stays near zero —
-// its threshold is in units of the spread, so a wider distribution needs a
-// proportionally larger excursion, which a fixed factor did not ask (an
-// exponential's short memory strays past any fixed threshold). Each
+// in twenty-five or so; on a steady stream of any spread the sum stays
+// below the threshold — it is in units of the spread, so a wider
+// distribution needs a proportionally larger excursion, which a fixed
+// factor did not ask (an exponential's short memory strays past any fixed
+// threshold). Each
 // standardised step is clipped to ±cusumClip so that a heavy tail (a
 // logarithm of an exponential reaches far below its mean) cannot make one
 // sample a change point. The segment found is the samples since the sum
-// last stood at zero, where the excursion began.
+// last stood at zero, where the excursion began; at a change point the
+// samples of the segment before it are moved to its level for good (a
+// walk of the ring, rare), so that old is always one level.
 type window struct {
 	ring []time.Duration
 	bkts []int32 // each ring sample's bucket: its logarithm (see logOf)
@@ -278,7 +281,7 @@ func (w *window) split(k int) {
 	}
 	w.off, w.scale = 0, 1
 	w.up, w.down, w.upLen, w.downLen = 0, 0, 0, 0
-	w.refAge = 0
+	w.refAge, w.stale = 0, recomputeEvery
 	w.shifts++
 }
 
