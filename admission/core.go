@@ -47,6 +47,8 @@ type Core struct {
 
 	all  *window
 	keys map[string]*window
+	// running is the grant times of the calls in flight (inflight.go).
+	running running
 
 	events []*Ticket
 	c      counters
@@ -193,7 +195,7 @@ func (c *Core) arrive(now time.Time, req *Request, t *Ticket, wait bool) (Decisi
 // free and the work fits its deadline, Rejected when it cannot finish in time,
 // else Queued (bounds not yet considered).
 func (c *Core) decide(now time.Time, req *Request, rank int, ts *tenantState, cost float64) Decision {
-	p50, p95 := c.service(req.Key)
+	p50, p95 := c.service(now, req.Key)
 	d := Decision{Rank: rank, ServiceP50: p50, ServiceP95: p95}
 	var budget time.Duration // what is left of the caller's time
 	if hasDeadline := !req.Deadline.IsZero(); hasDeadline {
@@ -352,6 +354,7 @@ func (c *Core) release(now time.Time, ts *tenantState, key string, rank int, cos
 	if c.inFlight > 0 {
 		c.inFlight--
 		c.holdRank(rank, -1)
+		c.running.remove(now.Add(-o.ServiceTime))
 	}
 	if ts != nil && ts.inFlight > 0 {
 		ts.inFlight--
@@ -516,7 +519,7 @@ func (c *Core) dispatch(now time.Time) {
 			return // every tenant with queued work is at its cap
 		}
 		if !t.req.Deadline.IsZero() && !c.cfg.NoDequeueExpiry {
-			if now.Add(c.startMargin(t.req.Key)).After(t.req.Deadline) {
+			if now.Add(c.startMargin(now, t.req.Key)).After(t.req.Deadline) {
 				t.state, t.reason, t.decided = ticketRejected, ReasonExpired, now
 				t.retry = c.perSlot()
 				c.c.rejected[ReasonExpired]++
@@ -629,10 +632,20 @@ func (c *Core) forget(t *Ticket) {
 	c.changed(ts)
 }
 
-// service returns the p50 and p95 service time for key: the key's own window
-// once it has enough samples, else all requests', else the configured
-// initial service time.
-func (c *Core) service(key string) (p50, p95 time.Duration) {
+// service returns the p50 and p95 service time for key at now: the key's
+// own window once it has enough samples, else all requests', else the
+// configured initial service time — and a p95 no shorter than the calls in
+// flight say it is (see running), when they are all of one key: a gate
+// serving several keys cannot tell a slow key's calls from a slowdown.
+func (c *Core) service(now time.Time, key string) (p50, p95 time.Duration) {
+	p50, p95 = c.windowService(key)
+	if !c.cfg.NoEarlyRefusal && len(c.keys) <= 1 {
+		p95 = max(p95, c.running.overdue(now))
+	}
+	return p50, p95
+}
+
+func (c *Core) windowService(key string) (p50, p95 time.Duration) {
 	if key != "" {
 		if w := c.keys[key]; w != nil && w.count() >= minKeySamples {
 			return w.quantiles()
@@ -652,8 +665,8 @@ func (c *Core) service(key string) (p50, p95 time.Duration) {
 // p99) would drop admitted work whose promise still holds — at a deadline
 // twice the median service time, every request that waited a fifth of it —
 // turning a one-in-twenty chance of a late answer into a certain failure.
-func (c *Core) startMargin(key string) time.Duration {
-	_, p95 := c.service(key)
+func (c *Core) startMargin(now time.Time, key string) time.Duration {
+	_, p95 := c.service(now, key)
 	return p95
 }
 
@@ -839,7 +852,7 @@ func (c *Core) retryAfterFor(now time.Time, rank int, tenant string, req *Reques
 	if req.Deadline.IsZero() {
 		return max(wait, c.perSlot())
 	}
-	_, p95 := c.service(req.Key)
+	_, p95 := c.service(now, req.Key)
 	return c.retryAfter(wait, p95, req.Deadline.Sub(now))
 }
 
@@ -962,7 +975,7 @@ func (c *Core) refuseLate(now time.Time) {
 				continue
 			}
 			wait := c.drain(now, r, tq.ts, c.aheadAbove(r, tq.ts, t.cost)+l.aheadOfLast(tq)+1-free)
-			if !now.Add(wait + c.startMargin(t.req.Key)).After(t.req.Deadline) {
+			if !now.Add(wait + c.startMargin(now, t.req.Key)).After(t.req.Deadline) {
 				break
 			}
 			c.refuseQueued(now, t)
@@ -984,7 +997,7 @@ func (c *Core) expire(now time.Time, l *level) {
 	}
 	late := c.lateScratch[:0]
 	for tq := l.ring; ; {
-		for t := tq.head; t != nil && !t.req.Deadline.IsZero() && now.Add(c.startMargin(t.req.Key)).After(t.req.Deadline); t = t.next {
+		for t := tq.head; t != nil && !t.req.Deadline.IsZero() && now.Add(c.startMargin(now, t.req.Key)).After(t.req.Deadline); t = t.next {
 			late = append(late, t)
 		}
 		if tq = tq.next; tq == l.ring {
@@ -1144,6 +1157,7 @@ func (c *Core) rankAndCost(req *Request) (int, float64, error) {
 func (c *Core) take(now time.Time, ts *tenantState, rank int, cost float64) {
 	c.granted(now, ts, c.servedAt(rank, ts, cost))
 	c.inFlight++
+	c.running.add(now)
 	c.holdRank(rank, 1)
 	ts.inFlight++
 	ts.inFlightCost += cost

@@ -50,9 +50,17 @@
 //     keeps. ([Config.LIFOTarget] and [Config.LIFOInterval], a CoDel-style
 //     switch on the age of the oldest item, order only queues whose oldest
 //     item has no deadline, and every queue with [Config.NoEarlyRefusal].)
-//   - The service-time window follows a level shift of the dependency within
-//     a few samples, so a slowed dependency's waits are estimated as slow
-//     within a second or two rather than after the window turns over; and a
+//   - The service-time window follows a level shift of the dependency: a
+//     change-point test (a CUSUM on its samples' logarithms, in units of
+//     their own spread, so a noisy but steady dependency is no shift) finds
+//     a fourfold slowdown of a typical spread within about eight samples,
+//     and the window's estimates are then the new level's — its samples
+//     from before the change moved to the level of those since — not a
+//     mixture's, so a slowed dependency's waits and p95 are estimated as
+//     they are within a second or two rather than after the window turns
+//     over (see window.go). Before any slowed call completes, the calls in
+//     flight say it: several running longer than the p95 put a floor under
+//     it (see inflight.go; a gate of one key). And a
 //     call with even odds (its budget above the median service time, below
 //     the p95) may take a slot that is free with nothing queued — it never
 //     waits — so that a gate whose p95 crept past every budget does not idle

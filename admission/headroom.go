@@ -54,7 +54,7 @@ func (c *Core) Headroom(now time.Time, req Request) (Headroom, error) {
 			return Headroom{Limit: held, Reset: c.perSlot()}, nil
 		}
 	}
-	_, p95 := c.service(req.Key)
+	_, p95 := c.service(now, req.Key)
 	free := c.concurrency - c.inFlight
 	ahead := c.ahead(now, rank, req.Tenant, ts, cost)
 	standing := !c.cfg.NoEarlyRefusal && ts.standing(now, rank)

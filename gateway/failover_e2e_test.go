@@ -528,14 +528,18 @@ func TestEastKilledQueuedCallsMoveToWest(t *testing.T) {
 }
 
 // East slows ×4 mid-run: the calls queued at east that can no longer
-// finish there by their deadline go to west or are refused at once. The
-// aim is goodput at least 95% of the ideal (east's slowed capacity plus
-// west's) and at most 1% of the calls started by a provider and cut at
-// their deadline; this test holds the figures reached (docs/gateway.md,
-// "Failover"): about 93% and 1.3%, the rest lost to the gate's estimate
-// of the slowed east while its service-time window turns over — its
-// quantiles, scaled to the new level, are those of a mixture of the two
-// levels, and east is left idle while they overshoot.
+// finish there by their deadline go to west or are refused at once, and
+// goodput after the slowdown is at least 95% of the ideal (east's slowed
+// capacity plus west's): the gate's window finds the change within about
+// eight slowed answers and reads the new level's quantiles, not a
+// mixture's, and the calls east holds put a floor under its p95 before
+// that (docs/perf.md, "A deployment killed or slowed mid-run": about 99%).
+// The aim of at most 1% of the calls started by a provider and cut at
+// their deadline is not reached (about 1.5%; this test holds 2%): a slowed
+// east's p95, 1.8 s, is nearly the whole 2 s budget, so every call it
+// starts runs past the budget with a chance of 3–5%, and the calls it
+// started in the half second after the slowdown were started before
+// anything could tell.
 func TestEastSlowedQueuedCallsMoveToWest(t *testing.T) {
 	measuresThroughput(t)
 	ew := newEastWest(t)
@@ -559,8 +563,8 @@ func TestEastSlowedQueuedCallsMoveToWest(t *testing.T) {
 	t.Logf("goodput after it %.1f/s = %.1f%% of the ideal; cut after the provider started them %d of %d calls (east %d+%d, west %d+%d); east answered %d, west %d; statuses %v; refusals %v",
 		after, 100*after/ideal, cut, rep.Requests, es.Aborted, es.Wasted, ws.Aborted, ws.Wasted,
 		by.get("interactive", "east"), by.get("interactive", "west"), rep.StatusCodes, rep.Rejections)
-	if after < 0.90*ideal {
-		t.Errorf("goodput after the slowdown %.1f/s, want ≥ 90%% of the ideal %.1f/s", after, ideal)
+	if after < 0.95*ideal {
+		t.Errorf("goodput after the slowdown %.1f/s, want ≥ 95%% of the ideal %.1f/s", after, ideal)
 	}
 	if cut > int64(rep.Requests)/50 {
 		t.Errorf("%d calls started by a provider and cut at their deadline, want ≤ 2%% of %d", cut, rep.Requests)
