@@ -286,9 +286,10 @@ func Suite() []Scenario {
 			// the provider (docs/learned-concurrency.md): four times
 			// slower, each waits four times as long, and callers whose
 			// 2 s barely covers the slowed p95 (1.8 s) give up on
-			// more of them — told 19 slots rather than 16, the same
-			// (docs/perf.md, "The promise under the defaults").
-			Floors: []Floor{goodput(90), waste(2).learnt(4), unanswered},
+			// more of them — told 19 slots rather than 16, the same:
+			// 0.9–3.9% by seed (docs/perf.md, "The promise under the
+			// defaults"), so the learnt bound leaves a point of room.
+			Floors: []Floor{goodput(90), waste(2).learnt(5), unanswered},
 		},
 		{
 			Name: "mixed-deadlines", Load: 3,
