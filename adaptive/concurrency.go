@@ -271,10 +271,9 @@ func (c *Concurrency) Observe(now time.Time, s Sample) int {
 	need := max(minWindow, int(4*c.limit))
 	if c.phase == Starting {
 		need = max(minWindow, int(2*c.limit))
-		c.start(now, s)
-	}
-	if c.phase == Starting {
-		if inflight, rtt, ok := c.recentQueue(); ok {
+		last := c.recent.stats()
+		c.start(now, s, last)
+		if inflight, rtt, ok := c.recentQueue(last); ok {
 			c.endStart(now, inflight, rtt)
 			return c.Limit()
 		}
@@ -298,12 +297,12 @@ func (c *Concurrency) Observe(now time.Time, s Sample) int {
 // steps (Sample.InFlight says what each answer was measured at), and it
 // may at most double the limit it started at, so that the first window
 // — the baseline — is measured at no more than twice the initial limit.
-func (c *Concurrency) start(now time.Time, s Sample) {
+func (c *Concurrency) start(now time.Time, s Sample, last ringStats) {
 	if s.Exhausted || now.Before(c.heldUntil) || 2*s.InFlight < int(c.limit) {
 		return
 	}
 	step := growth - 1
-	if mean, se, _, full := c.recent.stats(); full && c.base > 0 && mean-se > c.base.Seconds() {
+	if last.full && c.base > 0 && last.mean-last.se > c.base.Seconds() {
 		// The last answers' latency is up, within their noise: a queue
 		// may be starting. A quarter of the growth, until it shows or
 		// the window closes (HyStart++'s conservative slow start).
@@ -344,31 +343,35 @@ func (c *Concurrency) queueShows() bool {
 // calls sent at lower limits, shows the queue a round trip later, while
 // the limit grows by half again (HyStart's per-round test of the delay,
 // for the same reason).
-func (c *Concurrency) recentQueue() (inflight float64, rtt time.Duration, ok bool) {
-	mean, se, inflight, full := c.recent.stats()
-	if c.base == 0 || !full {
+func (c *Concurrency) recentQueue(last ringStats) (inflight float64, rtt time.Duration, ok bool) {
+	if c.base == 0 || !last.full {
 		return 0, 0, false
 	}
-	ok = mean-2*se > c.base.Seconds() && inflight*(1-c.base.Seconds()/mean) > 3+c.limit/32
-	return inflight, seconds(mean), ok
+	ok = last.mean-2*last.se > c.base.Seconds() && last.inflight*(1-c.base.Seconds()/last.mean) > 3+c.limit/32
+	return last.inflight, seconds(last.mean), ok
 }
 
-// stats are the ring's mean latency, its standard error and the mean
-// concurrency its answers were sent at; full says it holds
-// minEarlyWindow answers.
-func (r *recent) stats() (mean, se, inflight float64, full bool) {
+// ringStats are the ring's mean latency (seconds), its standard error and
+// the mean concurrency its answers were sent at; full says it holds
+// minEarlyWindow answers (the others are zero until it does).
+type ringStats struct {
+	mean, se, inflight float64
+	full               bool
+}
+
+func (r *recent) stats() ringStats {
 	if r.n < minEarlyWindow {
-		return 0, 0, 0, false
+		return ringStats{}
 	}
-	var sum, sumSq float64
+	var sum, sumSq, inflight float64
 	for i := range minEarlyWindow {
 		sum += r.lat[i]
 		sumSq += r.lat[i] * r.lat[i]
 		inflight += r.inflight[i]
 	}
 	const n = minEarlyWindow
-	mean = sum / n
-	return mean, math.Sqrt(max(sumSq/n-mean*mean, 0)) / math.Sqrt(n), inflight / n, true
+	mean := sum / n
+	return ringStats{mean: mean, se: math.Sqrt(max(sumSq/n-mean*mean, 0)) / math.Sqrt(n), inflight: inflight / n, full: true}
 }
 
 // endStart ends the slow start on its last answers' queue (recentQueue):
