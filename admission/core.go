@@ -211,7 +211,7 @@ func (c *Core) decide(now time.Time, req *Request, rank int, ts *tenantState, co
 		// others leave free.
 		d.EstimatedWait = max(d.EstimatedWait, c.cappedWait(ts))
 	}
-	if budget > 0 && d.EstimatedWait+p95 > budget && !c.probe(d.EstimatedWait, p50, budget) {
+	if budget > 0 && d.EstimatedWait+p95 > budget && !c.probe(req, d.EstimatedWait, p50, budget) {
 		d.Verdict, d.Reason = Rejected, ReasonQueueWait
 		d.RetryAfter = c.retryAfter(d.EstimatedWait, p95, budget)
 		return d
@@ -240,9 +240,12 @@ func (c *Core) decide(now time.Time, req *Request, rank int, ts *tenantState, co
 // provider that still serves most calls in time — would otherwise refuse
 // every call, complete no other, and never learn that it should not: idle
 // for good. Such calls never queue, so they take nothing from a call the
-// gate promised a start.
-func (c *Core) probe(wait, p50, budget time.Duration) bool {
-	return !c.cfg.NoEarlyRefusal && wait == 0 && c.queued == 0 && c.inFlight < c.concurrency && p50 < budget
+// gate promised a start. A retry is not a probe: first attempts probe as
+// well, and a retry's budget is what an earlier attempt left of it — a
+// retry of a call its provider failed late, sent with less than the p95,
+// is the gamble most likely lost, and retries are the work shed first.
+func (c *Core) probe(req *Request, wait, p50, budget time.Duration) bool {
+	return !c.cfg.NoEarlyRefusal && req.Attempt == 0 && wait == 0 && c.queued == 0 && c.inFlight < c.concurrency && p50 < budget
 }
 
 func (c *Core) refuseFull(now time.Time, d Decision, req *Request) Decision {

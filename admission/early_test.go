@@ -168,7 +168,8 @@ func TestCoreEveryCallerHearsInTime(t *testing.T) {
 // with nothing queued — refusing it would idle the slot, and a gate whose
 // p95 has crept past every budget would never complete another call to
 // learn otherwise — but never waits for one, and is refused below the
-// median, or with NoEarlyRefusal.
+// median, as a retry (first attempts probe; a retry is shed first), or
+// with NoEarlyRefusal.
 func TestCoreLetsAnEvenOddsCallTakeAnIdleSlot(t *testing.T) {
 	for _, off := range []bool{false, true} {
 		c := newCore(t, Config{Concurrency: 2, MaxQueue: 10, FIFOOnly: true, NoEarlyRefusal: off})
@@ -189,6 +190,11 @@ func TestCoreLetsAnEvenOddsCallTakeAnIdleSlot(t *testing.T) {
 		}
 		if d := mustArrive(t, c, at(0), Request{Deadline: at(900)}, &Ticket{}); d.Verdict != Rejected {
 			t.Fatalf("a budget below the median: %v, want refused", d.Verdict)
+		}
+		retry := between
+		retry.Attempt = 1
+		if d := mustArrive(t, c, at(0), retry, &Ticket{}); d.Verdict != Rejected || d.Reason != ReasonQueueWait {
+			t.Fatalf("a retry with a budget below its p95: %+v, want queue_wait (a retry is not a probe)", d)
 		}
 		mustArrive(t, c, at(0), Request{}, &Ticket{}) // the last slot
 		if d := mustArrive(t, c, at(0), between, &Ticket{}); d.Verdict != Rejected || d.Reason != ReasonQueueWait {

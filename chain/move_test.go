@@ -43,11 +43,7 @@ func TestQueuedCallLeavesAnUnreachablePool(t *testing.T) {
 		if err != nil || first.Request().Upstream != "a" {
 			t.Fatalf("first call: %v at %+v", err, first.Request())
 		}
-		queued := acquireLater(c, Request{Model: "m", Deadline: time.Now().Add(10 * time.Second)})
-		synctest.Wait()
-		if q := c.Pools()[0].Gate.Stats().Queued; q != 1 {
-			t.Fatalf("%d queued at a, want the second call", q)
-		}
+		queued := queueAtA(t, c, 10*time.Second)
 		start := time.Now()
 		if err := first.Done(Outcome{Result: admission.Failure, Unreachable: true}); err != nil {
 			t.Fatal(err)
@@ -68,6 +64,27 @@ func TestQueuedCallLeavesAnUnreachablePool(t *testing.T) {
 		}
 		p.Drop()
 	})
+}
+
+// queueAtA queues a call with the given budget at a, busy, of the
+// failoverChain: b's slot is taken first (a call waits at a only while b
+// cannot start it at once either) and given back once the call waits, so
+// that b can take the call when it leaves a.
+func queueAtA(t *testing.T, c *Chain, budget time.Duration) func() (*Permit, error) {
+	t.Helper()
+	atB, err := c.Acquire(context.Background(), Request{Model: "m", Deadline: time.Now().Add(10 * time.Second)})
+	if err != nil || atB.Request().Upstream != "b" {
+		t.Fatalf("call with a busy: %v, want it at b", err)
+	}
+	queued := acquireLater(c, Request{Model: "m", Deadline: time.Now().Add(budget)})
+	synctest.Wait()
+	if q := c.Pools()[0].Gate.Stats().Queued; q != 1 {
+		t.Fatalf("%d queued at a, want the call", q)
+	}
+	if err := atB.Done(Outcome{Result: admission.Success, ServiceTime: time.Second}); err != nil {
+		t.Fatal(err)
+	}
+	return queued
 }
 
 // A call queued at an unreachable pool whose route has no other pool up
@@ -182,11 +199,7 @@ func TestQueuedCallLeavesASlowedPool(t *testing.T) {
 			t.Fatal(err)
 		}
 		// 3 s: a serves it in time by its estimate (1 s wait, 1 s service).
-		queued := acquireLater(c, Request{Model: "m", Deadline: time.Now().Add(3 * time.Second)})
-		synctest.Wait()
-		if q := c.Pools()[0].Gate.Stats().Queued; q != 1 {
-			t.Fatalf("%d queued at a, want the second call", q)
-		}
+		queued := queueAtA(t, c, 3*time.Second)
 		// a's call took 5 s: the queued call cannot finish there by its
 		// deadline any more; b, idle, serves it in 1 s.
 		first.Done(Outcome{Result: admission.Success, ServiceTime: 5 * time.Second})
@@ -200,4 +213,35 @@ func TestQueuedCallLeavesASlowedPool(t *testing.T) {
 		}
 		p.Drop()
 	})
+}
+
+// A call that leaves its pool goes only where it would be served in time
+// and not late: a pool whose estimate meets its deadline only after a wait
+// of over a third of what is left of it (or whose queue serves
+// newest-first) would start it with little of its budget left, if at all
+// — a call admitted for its wait, overtaken there, and started with barely
+// its p95 left is cut at its deadline one time in twenty, billed. It is
+// refused at once instead (queue_wait), with the wait it would have had.
+func TestMovedCallIsNotSentToBeServedLate(t *testing.T) {
+	rc := twoPools()
+	rc.Routes["n"] = []string{"b/m"}
+	c := routeCore(t, Config{Routing: rc})
+	for range 3 { // b's slot and two queued: a newcomer would wait 2s at b, by its estimate
+		if _, tk := arriveAt(t, c, t0, Request{Model: "n"}); tk.Request().Pool != 1 {
+			t.Fatalf("call of n went to pool %d, want b", tk.Request().Pool)
+		}
+	}
+	rt := c.stages.route
+	leftA := rt.pools[0].bit()
+	// 10s left: 2s of wait and 1s of service at b, the wait within a third.
+	r := Request{Model: "m", Deadline: t0.Add(10 * time.Second)}
+	if nc, ok, rej := rt.elsewhere(t0, &r, leftA); !ok || nc.p != rt.pools[1] {
+		t.Fatalf("call with 10s left: moved %v (refused %+v), want moved to b", ok, rej)
+	}
+	// 5s left: b's estimate meets it, after a wait of 2s — over a third.
+	r = Request{Model: "m", Deadline: t0.Add(5 * time.Second)}
+	_, ok, rej := rt.elsewhere(t0, &r, leftA)
+	if ok || rej == nil || rej.Reason != admission.ReasonQueueWait || rej.EstimatedWait != 2*time.Second {
+		t.Fatalf("call with 5s left: moved %v, refused %+v; want refused queue_wait, estimated wait 2s", ok, rej)
+	}
 }

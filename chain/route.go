@@ -12,8 +12,9 @@ import (
 
 // router is the route stage, the last before the gate: it picks the pool
 // of each call for the model the earlier stages leave it — the first of
-// the model's route whose estimate (the gate's wait and p95, plus the wait
-// for its tokens) meets the call's deadline — and reserves the call's
+// the model's route that starts it at once, else the first whose estimate
+// (the gate's wait and p95, plus the wait for its tokens) meets the call's
+// deadline — and reserves the call's
 // requests and tokens from the pool's buckets. Its estimates (pick) are
 // also the degrade stage's (degrade.go), which sends a call one rung down
 // the ladder before spend when none of its model's pools can serve it in
@@ -209,13 +210,25 @@ func (rt *router) consider(now time.Time, r *Request, p *pool) (choice, error) {
 }
 
 // pick is the pool of model the call should go to: the first usable one,
-// in route order, whose estimate meets its deadline and that would not
-// serve it late (see choice.late: its queue serving newest-first, or a
-// wait over a third of the call's budget); else the usable one of the soonest
-// estimated start among those that meet its deadline; else the usable one
-// of the soonest estimated start, with fits false. skip leaves pools out
-// (those a failover tried). With every pool down and none due a probe, the
-// first is chosen: a call is better sent than refused for a health check.
+// in route order, that starts it at once (a slot free, nothing ahead of
+// it, its tokens there) and meets its deadline; else the first whose
+// estimate meets its deadline and that would not serve it late (see
+// choice.late: its queue serving newest-first, or a wait over a third of
+// the call's budget); else the usable one of the soonest estimated start
+// among those that meet its deadline; else the usable one of the soonest
+// estimated start, with fits false. skip leaves pools out (those a
+// failover tried). With every pool down and none due a probe, the first
+// is chosen: a call is better sent than refused for a health check.
+//
+// A call waits at the first pool only when no pool of its route can
+// start it now: a first pool that is busy spills to the next, as a
+// provisioned deployment spills to a pay-as-you-go one when full. The
+// first pool's slots stay full while calls keep coming — a queue there
+// would not make it serve more — and a call that waits at it while the
+// next idles has only lost time: time it lacks if the first pool slows
+// meanwhile (east slowed ×4 in the gateway's failover tests: calls that
+// had queued 0.5–1.1 s at east were started into the slowdown with too
+// little of their 2 s left, and cut).
 //
 // A pool whose queue serves newest-first estimates a newcomer's wait as
 // short — it is served next — while the callers it overtakes expire:
@@ -229,8 +242,8 @@ func (rt *router) pick(now time.Time, r *Request, model string, skip func(*pool)
 	saved := r.Model
 	r.Model = model
 	defer func() { r.Model = saved }()
-	var best, late choice
-	found, foundLate := false, false
+	var first, best, late choice
+	foundFirst, found, foundLate := false, false, false
 	for _, p := range ps {
 		if skip != nil && skip(p) {
 			continue
@@ -245,8 +258,14 @@ func (rt *router) pick(now time.Time, r *Request, model string, skip func(*pool)
 		}
 		c.probe = probe
 		if c.fits {
-			if !c.late(now, r) {
+			if c.atOnce() {
 				return c, nil
+			}
+			if !c.late(now, r) {
+				if !foundFirst {
+					first, foundFirst = c, true
+				}
+				continue
 			}
 			if !foundLate || soonest(c) < soonest(late) {
 				late, foundLate = c, true
@@ -256,6 +275,9 @@ func (rt *router) pick(now time.Time, r *Request, model string, skip func(*pool)
 		if !found || soonest(c) < soonest(best) {
 			best, found = c, true
 		}
+	}
+	if foundFirst {
+		return first, nil
 	}
 	if foundLate {
 		return late, nil
@@ -273,6 +295,10 @@ func (rt *router) pick(now time.Time, r *Request, model string, skip func(*pool)
 
 // errNoPool: a failover found every pool of the route tried.
 var errNoPool = errors.New("routing: every pool of the route was tried")
+
+// atOnce says the call would start at c's pool now: a slot free there,
+// nothing ahead of it, no wait for tokens.
+func (c choice) atOnce() bool { return c.wait == 0 && c.d.Verdict == admission.Granted }
 
 // soonest orders choices that do not fit: a refusal last, then by
 // estimated wait.
@@ -485,15 +511,19 @@ func (h *routeHold) book(now time.Time, o Outcome) {
 // elsewhere is where a call admitted at a pool that cannot serve it after
 // all — its gate refused it while it waited (the pool slowed, or work
 // overtook it), or its deployment is down — goes at now: the first pool of
-// its route not tried yet (tried, by index), up or due its probe, whose
-// estimate meets the call's deadline (pick). ok false when there is none;
+// its route not tried yet (tried, by index), up or due its probe, that
+// would serve it in time and not late (pick, choice.inTime). A pool that
+// would serve it late is no place for it: it has waited already, and
+// there it would wait again, be overtaken by newer calls, and start — if
+// it starts — with barely its p95 left, to be cut at its deadline one time
+// in twenty, billed. ok false when there is none;
 // rej is then its refusal: queue_wait, with the soonest estimated wait of
 // the pools left or, with every pool left down, the time until the first
 // of them is probed, and a Retry-After that gives the call a chance.
 func (rt *router) elsewhere(now time.Time, r *Request, tried uint64) (c choice, ok bool, rej *admission.Rejection) {
 	skip := func(q *pool) bool { return q.idx < 64 && tried&(1<<q.idx) != 0 }
 	c, err := rt.pick(now, r, r.Model, skip)
-	if err == nil && c.fits && (c.probe || !c.p.health.isDown()) {
+	if err == nil && c.inTime(now, r) && (c.probe || !c.p.health.isDown()) {
 		return c, true, nil
 	}
 	rank, _ := rt.pools[0].gate.Rank(r.admission())

@@ -57,36 +57,65 @@ func tokensAt(c *Core, i int, now time.Time) float64 {
 	return c.stages.route.pools[i].tpm.Load().available(now)
 }
 
-// While the first pool can serve a call in time it gets it, queued or not
-// (route order, not the least loaded); the call its estimate cannot serve
-// by its deadline goes to the second, with the second's deployment and
-// model.
+// A call goes to the first pool of its route that can start it at once;
+// only when none can does it wait, at the first whose estimate meets its
+// deadline without serving it late (route order, not the least loaded);
+// the call its estimate cannot serve by its deadline there goes to the
+// next, with that pool's deployment and model. A queue at the first pool
+// while the next idles would only make its callers wait — and leave them
+// less of their budget for a provider that slows meanwhile.
 func TestRouteFirstPoolThatMeetsTheDeadline(t *testing.T) {
 	c := routeCore(t, Config{Routing: twoPools()})
 	d, first := arriveAt(t, c, t0, Request{Model: "m", Deadline: t0.Add(10 * time.Second)})
 	if r := first.Request(); d.Verdict != admission.Granted || r.Pool != 0 || r.Upstream != "a" || r.UpstreamModel != "m-a" || r.Model != "m" {
 		t.Fatalf("first call: %v, pool %d %s/%s model %s; want granted at a/m-a", d.Verdict, r.Pool, r.Upstream, r.UpstreamModel, r.Model)
 	}
-	// a busy, but a wait of 1s and 1s of service meet a 10s deadline.
+	// a busy: it would wait 1s there, and b starts it at once.
 	d, second := arriveAt(t, c, t0, Request{Model: "m", Deadline: t0.Add(10 * time.Second)})
-	if d.Verdict != admission.Queued || second.Request().Pool != 0 {
-		t.Fatalf("second call: %v at pool %d, want queued at pool 0", d.Verdict, second.Request().Pool)
+	if r := second.Request(); d.Verdict != admission.Granted || r.Pool != 1 || r.Upstream != "b" || r.UpstreamModel != "m-b" || r.Model != "m" {
+		t.Fatalf("second call: %v, pool %d %s/%s; want granted at b/m-b", d.Verdict, r.Pool, r.Upstream, r.UpstreamModel)
 	}
-	// a's estimate (2s of wait, 1s of service) misses 1.5s; b meets it.
-	d, third := arriveAt(t, c, t0, Request{Model: "m", Deadline: t0.Add(1500 * time.Millisecond)})
-	if r := third.Request(); d.Verdict != admission.Granted || r.Pool != 1 || r.Upstream != "b" || r.UpstreamModel != "m-b" || r.Model != "m" {
-		t.Fatalf("third call: %v, pool %d %s/%s; want granted at b/m-b", d.Verdict, r.Pool, r.Upstream, r.UpstreamModel)
+	// Both busy: a wait of 1s and 1s of service meet 10s at a, the first.
+	d, third := arriveAt(t, c, t0, Request{Model: "m", Deadline: t0.Add(10 * time.Second)})
+	if d.Verdict != admission.Queued || third.Request().Pool != 0 {
+		t.Fatalf("third call: %v at pool %d, want queued at pool 0", d.Verdict, third.Request().Pool)
 	}
-	if a, b := c.Pools()[0], c.Pools()[1]; a.InFlight() != 1 || a.Queued() != 1 || b.InFlight() != 1 {
-		t.Fatalf("pools: a %d in flight %d queued, b %d in flight; want 1 1 1", a.InFlight(), a.Queued(), b.InFlight())
+	// a's estimate (2s of wait, 1s of service) misses 2.5s; b's (1s, 1s)
+	// meets it.
+	d, fourth := arriveAt(t, c, t0, Request{Model: "m", Deadline: t0.Add(2500 * time.Millisecond)})
+	if r := fourth.Request(); d.Verdict != admission.Queued || r.Pool != 1 || r.Upstream != "b" {
+		t.Fatalf("fourth call: %v, pool %d %s; want queued at b", d.Verdict, r.Pool, r.Upstream)
+	}
+	if a, b := c.Pools()[0], c.Pools()[1]; a.InFlight() != 1 || a.Queued() != 1 || b.InFlight() != 1 || b.Queued() != 1 {
+		t.Fatalf("pools: a %d in flight %d queued, b %d in flight %d queued; want 1 1 1 1", a.InFlight(), a.Queued(), b.InFlight(), b.Queued())
 	}
 	// Released, the call's service time is the pool's own.
-	if err := c.Release(t0.Add(time.Second), third, Outcome{Result: admission.Success, ServiceTime: time.Second}); err != nil {
+	if err := c.Release(t0.Add(time.Second), second, Outcome{Result: admission.Success, ServiceTime: time.Second}); err != nil {
 		t.Fatal(err)
 	}
-	if b := c.Pools()[1]; b.InFlight() != 0 || b.Stats(t0).ServiceSamples != 1 || c.Pools()[0].Stats(t0).ServiceSamples != 0 {
-		t.Fatalf("release went to the wrong gate: b %d in flight, samples a %d b %d", b.InFlight(),
-			c.Pools()[0].Stats(t0).ServiceSamples, b.Stats(t0).ServiceSamples)
+	if b := c.Pools()[1]; b.Stats(t0).ServiceSamples != 1 || c.Pools()[0].Stats(t0).ServiceSamples != 0 {
+		t.Fatalf("release went to the wrong gate: samples a %d b %d", c.Pools()[0].Stats(t0).ServiceSamples, b.Stats(t0).ServiceSamples)
+	}
+}
+
+// A call that would wait at the first pool for its tokens goes to the
+// next pool that starts it at once, as one that would wait for a slot
+// does.
+func TestRouteSpillsPastAWaitForTokens(t *testing.T) {
+	rc := twoPools()
+	rc.Pools[0].TPM = 6000 // 100 tokens a second
+	rc.Pools[0].Admission.Concurrency = 2
+	c := routeCore(t, Config{Routing: rc})
+	deadline := t0.Add(10 * time.Minute)
+	req := Request{Model: "m", InputTokens: 3000, MaxOutputTokens: 3000, Deadline: deadline}
+	if _, tk := arriveAt(t, c, t0, req); tk.Request().Pool != 0 {
+		t.Fatalf("first call went to pool %d, want a (its tokens are there)", tk.Request().Pool)
+	}
+	// a has a slot free, and its tokens for the call in 20s: in time,
+	// and not late.
+	d, tk := arriveAt(t, c, t0, Request{Model: "m", InputTokens: 1000, MaxOutputTokens: 1000, Deadline: deadline})
+	if r := tk.Request(); d.Verdict != admission.Granted || r.Pool != 1 || !r.NotBefore.IsZero() {
+		t.Fatalf("call that would wait for a's tokens: %v at pool %d, not before %v; want granted at b at once", d.Verdict, r.Pool, r.NotBefore)
 	}
 }
 
@@ -786,6 +815,9 @@ func TestObserveLimits(t *testing.T) {
 		rc := twoPools()
 		rc.Pools[0].Admission.Concurrency, rc.Pools[1].Admission.Concurrency = 8, 8
 		rc.Routes["n"] = []string{"b/m"}
+		// m at a alone: with b on its route, a call that must wait
+		// for a's tokens goes to b (TestRouteSpillsPastAWaitForTokens).
+		rc.Routes["m"] = []string{"a/m"}
 		rc.Pools[1].TPM = 6000
 		c, err := New(Config{Routing: rc})
 		if err != nil {
@@ -1115,25 +1147,22 @@ func TestRouteTokenRefusalsSpreadByTheRefill(t *testing.T) {
 // every call and the next stays idle.
 func TestRoutePassesOverAPoolThatWouldServeLate(t *testing.T) {
 	c := routeCore(t, Config{Routing: twoPools()})
-	for range 3 { // a's slot and two queued: a newcomer would wait 3s at a
-		if _, tk := arriveAt(t, c, t0, Request{Model: "m"}); tk.Request().Pool != 0 {
-			t.Fatalf("call with no deadline went to pool %d, want a", tk.Request().Pool)
+	// a's slot, b's (a call spills to b rather than wait at a), then two
+	// queued at a: a newcomer would wait 3s at a, 1s at b.
+	for i, want := range []int{0, 1, 0, 0} {
+		if _, tk := arriveAt(t, c, t0, Request{Model: "m"}); tk.Request().Pool != want {
+			t.Fatalf("call %d with no deadline went to pool %d, want %d", i+1, tk.Request().Pool, want)
 		}
 	}
 	deadline := t0.Add(5 * time.Second) // 3s + 1s fits; 3s > 5s/3 is late
 	d, tk := arriveAt(t, c, t0, Request{Model: "m", Deadline: deadline})
-	if r := tk.Request(); d.Verdict != admission.Granted || r.Pool != 1 {
-		t.Fatalf("call that would wait 3s of 5s at a: %v at pool %d, want granted at b", d.Verdict, r.Pool)
-	}
-	// b busy too: a newcomer would wait 1s at b (not late) — b.
-	d, tk = arriveAt(t, c, t0, Request{Model: "m", Deadline: deadline})
 	if r := tk.Request(); d.Verdict != admission.Queued || r.Pool != 1 {
-		t.Fatalf("next call: %v at pool %d, want queued at b", d.Verdict, r.Pool)
+		t.Fatalf("call that would wait 3s of 5s at a, 1s at b: %v at pool %d, want queued at b", d.Verdict, r.Pool)
 	}
 	// b now: a newcomer would wait 2s, late too (over 5s/3) but sooner
 	// than a's 3s — b again.
 	if _, tk = arriveAt(t, c, t0, Request{Model: "m", Deadline: deadline}); tk.Request().Pool != 1 {
-		t.Fatalf("third call with 5s went to pool %d, want b", tk.Request().Pool)
+		t.Fatalf("call with 5s went to pool %d, want b", tk.Request().Pool)
 	}
 	// Both would serve a 5s call late (3s of wait each): the first of
 	// the route among the soonest.

@@ -533,13 +533,12 @@ func TestEastKilledQueuedCallsMoveToWest(t *testing.T) {
 // capacity plus west's): the gate's window finds the change within about
 // eight slowed answers and reads the new level's quantiles, not a
 // mixture's, and the calls east holds put a floor under its p95 before
-// that (docs/perf.md, "A deployment killed or slowed mid-run": about 99%).
-// The aim of at most 1% of the calls started by a provider and cut at
-// their deadline is not reached (about 1.5%; this test holds 2%): a slowed
-// east's p95, 1.8 s, is nearly the whole 2 s budget, so every call it
-// starts runs past the budget with a chance of 3–5%, and the calls it
-// started in the half second after the slowdown were started before
-// anything could tell.
+// that. At most 1% of the calls are started by a provider and cut at
+// their deadline: a call waits at east only when west cannot start it at
+// once either, so few start into the slowdown with their budget spent in
+// east's queue; a call that leaves east goes to west only if west would
+// serve it in time and not late; a retry does not take an idle slot on
+// even odds (docs/perf.md, "A deployment killed or slowed mid-run").
 func TestEastSlowedQueuedCallsMoveToWest(t *testing.T) {
 	measuresThroughput(t)
 	ew := newEastWest(t)
@@ -566,7 +565,7 @@ func TestEastSlowedQueuedCallsMoveToWest(t *testing.T) {
 	if after < 0.95*ideal {
 		t.Errorf("goodput after the slowdown %.1f/s, want ≥ 95%% of the ideal %.1f/s", after, ideal)
 	}
-	if cut > int64(rep.Requests)/50 {
-		t.Errorf("%d calls started by a provider and cut at their deadline, want ≤ 2%% of %d", cut, rep.Requests)
+	if cut > int64(rep.Requests)/100 {
+		t.Errorf("%d calls started by a provider and cut at their deadline, want ≤ 1%% of %d", cut, rep.Requests)
 	}
 }
