@@ -60,11 +60,12 @@
 //     they are within a second or two rather than after the window turns
 //     over (see window.go). Before any slowed call completes, the calls in
 //     flight say it: several running longer than the p95 put a floor under
-//     it (see inflight.go; a gate of one key). And a
-//     call with even odds (its budget above the median service time, below
-//     the p95) may take a slot that is free with nothing queued — it never
-//     waits — so that a gate whose p95 crept past every budget does not idle
-//     for good.
+//     it (see inflight.go; a gate of one key). And a first
+//     attempt with even odds (its budget above the median service time,
+//     below the p95) may take a slot that is free with nothing queued — it
+//     never waits — so that a gate whose p95 crept past every budget does
+//     not idle for good; a retry may not (its budget is what an earlier
+//     attempt left, and retries are shed first).
 //
 // # Fairness
 //

@@ -491,8 +491,13 @@ func eastWestLoadConfig(d time.Duration, by *answers) loadgen.Config {
 // East dies mid-run: the calls queued for it, and those sent there before
 // its death is known, reach west or are refused 503 with Retry-After;
 // only the calls east held when it died (at most its 16 slots) are
-// answered 502 or 504; and west's capacity is used: goodput after the
-// kill is at least 95% of it.
+// answered 502; and west's capacity is used: goodput after the kill is at
+// least 95% of it. West, alone at 1.5× its capacity, starts some forty
+// calls in the five seconds after with less than its p99 left (admitted on
+// their p95, as every call is), and its provider may cut one at its
+// deadline (a 504, or the caller's own timeout): those are held, with
+// west's calls cut, to the 1% of calls that TestEastSlowedQueuedCallsMoveToWest
+// holds them to (docs/perf.md, "A deployment killed or slowed mid-run").
 func TestEastKilledQueuedCallsMoveToWest(t *testing.T) {
 	measuresThroughput(t)
 	ew := newEastWest(t)
@@ -514,16 +519,19 @@ func TestEastKilledQueuedCallsMoveToWest(t *testing.T) {
 	rep := runLoad(t, ew.url, load)
 	inService := int(held.Load())
 	after := by.rate(start.Add(killAt+500*time.Millisecond), start.Add(load.Duration))
-	bad := rep.StatusCodes[http.StatusBadGateway] + rep.StatusCodes[http.StatusGatewayTimeout]
 	t.Logf("capacity %.1f/s a deployment, load %.1f/s; east held %d calls when killed", ew.capacity, load.Rate, inService)
-	t.Logf("goodput after the kill %.1f/s = %.1f%% of west's capacity; 502 %d, 504 %d; statuses %v; refusals %v; failures %v",
+	ws := ew.west.Stats()
+	t.Logf("goodput after the kill %.1f/s = %.1f%% of west's capacity; 502 %d, 504 %d; cut at west %d; statuses %v; refusals %v; failures %v",
 		after, 100*after/ew.capacity, rep.StatusCodes[http.StatusBadGateway], rep.StatusCodes[http.StatusGatewayTimeout],
-		rep.StatusCodes, rep.Rejections, rep.Failures)
+		ws.Aborted+ws.Wasted, rep.StatusCodes, rep.Rejections, rep.Failures)
 	if after < 0.95*ew.capacity {
 		t.Errorf("goodput after the kill %.1f/s, want ≥ 95%% of west's capacity %.1f/s", after, ew.capacity)
 	}
-	if bad > inService {
-		t.Errorf("%d answers 502 or 504, want at most the %d calls east held when it died", bad, inService)
+	if n := rep.StatusCodes[http.StatusBadGateway]; n > inService {
+		t.Errorf("%d answers 502, want at most the %d calls east held when it died", n, inService)
+	}
+	if cut := max(int64(rep.StatusCodes[http.StatusGatewayTimeout]), ws.Aborted+ws.Wasted); cut > int64(rep.Requests)/100 {
+		t.Errorf("%d calls cut at their deadline at west (%d answered 504), want ≤ 1%% of %d", cut, rep.StatusCodes[http.StatusGatewayTimeout], rep.Requests)
 	}
 }
 
