@@ -106,7 +106,7 @@ var equivBudget = retrybudget.Config{Ratio: 0.01, MinPerSecond: 0.001, MaxTokens
 // equivGateway is the gateway's side, in front of upstream.
 func equivGateway(upstream string) config.Config {
 	b := equivBudget
-	return config.Config{
+	cfg := config.Config{
 		Upstream: config.UpstreamConfig{URL: upstream, APIKeyEnv: "EQUIV_PROVIDER_KEY"},
 		Admission: config.AdmissionConfig{Concurrency: 1, MaxQueue: new(2),
 			InitialServiceTime: config.Duration(equivService)},
@@ -120,6 +120,12 @@ func equivGateway(upstream string) config.Config {
 		// global budget; the mock never fails, and one attempt keeps it so.
 		Retries: chain.RetryConfig{Budget: b, PerTenant: b, UpstreamAttempts: 1},
 	}
+	// The simulator has no CPU to saturate: the gateway's shedding on a
+	// saturated process, which reads the test's own callers and provider
+	// too (under -race, at CI's load), would refuse calls the script
+	// expects decided by the chain alone.
+	cfg.Server.Saturation.Disabled = true
+	return cfg
 }
 
 // equivPlain are the sources whose callers send no attempt header
