@@ -122,11 +122,16 @@ upstream: {url: https://api.openai.com}
 admission: {concurrency: 4}
 EOF
 chmod 0644 "$work/sluice.yaml"
-"${buildah[@]}" run --isolation chroot "$ctr" -- /usr/local/bin/sluice --help 2>&1 | grep -q '^  serve ' ||
-	fail "sluice --help in a container of the image does not list serve"
-"${buildah[@]}" run --isolation chroot -v "$work/sluice.yaml:/etc/sluice/sluice.yaml:ro" "$ctr" -- \
-	/usr/local/bin/sluice check-config /etc/sluice/sluice.yaml | grep -q ': ok$' ||
-	fail "check-config in a container of the image failed"
+# Each output is read whole before it is searched: under pipefail, grep -q
+# leaving at its first match would end the writer with SIGPIPE and fail
+# the pipeline whatever the output said.
+out=$("${buildah[@]}" run --isolation chroot "$ctr" -- /usr/local/bin/sluice --help 2>&1) ||
+	fail "sluice --help in a container of the image failed: $out"
+grep -q '^  serve ' <<<"$out" || fail "sluice --help in a container of the image does not list serve: $out"
+out=$("${buildah[@]}" run --isolation chroot -v "$work/sluice.yaml:/etc/sluice/sluice.yaml:ro" "$ctr" -- \
+	/usr/local/bin/sluice check-config /etc/sluice/sluice.yaml 2>&1) ||
+	fail "check-config in a container of the image failed: $out"
+grep -q ': ok$' <<<"$out" || fail "check-config in a container of the image did not say ok: $out"
 echo "image.sh: in a container of the image: sluice --help and check-config ok"
 
 # serve in front of mock, each the image's own binary run from the image's
