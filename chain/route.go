@@ -14,8 +14,8 @@ import (
 // of each call for the model the earlier stages leave it — the first of
 // the model's route that starts it at once, else the first whose estimate
 // (the gate's wait and p95, plus the wait for its tokens) meets the call's
-// deadline — and reserves the call's
-// requests and tokens from the pool's buckets. Its estimates (pick) are
+// deadline — and reserves the call's requests and tokens from the pool's
+// buckets. Its estimates (pick) are
 // also the degrade stage's (degrade.go), which sends a call one rung down
 // the ladder before spend when none of its model's pools can serve it in
 // time.
