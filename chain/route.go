@@ -15,10 +15,9 @@ import (
 // the model's route that starts it at once, else the first whose estimate
 // (the gate's wait and p95, plus the wait for its tokens) meets the call's
 // deadline — and reserves the call's requests and tokens from the pool's
-// buckets. Its estimates (pick) are
-// also the degrade stage's (degrade.go), which sends a call one rung down
-// the ladder before spend when none of its model's pools can serve it in
-// time.
+// buckets. Its estimates (pick) are also the degrade stage's
+// (degrade.go), which sends a call one rung down the ladder before spend
+// when none of its model's pools can serve it in time.
 type router struct {
 	pools    []*pool
 	routes   map[string][]*pool
