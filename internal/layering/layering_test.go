@@ -34,8 +34,10 @@ var layers = [][]string{
 	// replicas, in Go without Redis so that the simulator runs it too;
 	// batch, the durable job store and its executor; gateway/guard, the
 	// API listener's connection caps and timeouts; adaptive, the
-	// concurrency learnt from the provider's latencies.
-	{"admission", "retrybudget", "lease", "batch", "gateway/guard", "adaptive"},
+	// concurrency learnt from the provider's latencies; workload, traffic
+	// shaped like production's (traces, a provider's time by tokens, the
+	// offline schedule the production scenarios are measured against).
+	{"admission", "retrybudget", "lease", "batch", "gateway/guard", "adaptive", "workload"},
 	{"spend"}, // prices and budgets in the gate's ranks and reasons
 	// The admission chain, which runs the policies in order; store, their
 	// Redis side (the ledger, the lease table, the job store); the tests
