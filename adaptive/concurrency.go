@@ -23,6 +23,18 @@ type Sample struct {
 	// Failed: no answer worth timing (a 5xx, a transport error). It says
 	// nothing about the provider's queue and is not counted.
 	Failed bool
+	// Window is what Sent returned when the call was sent: the window
+	// that counts it among the calls it measures, zero when none did.
+	// Only the calls a window counted are measured by it.
+	Window uint64
+	// Units is the call's expected time as a share of the mean call's:
+	// the gate's estimate by the call's shape (admission's units of
+	// work, Decision.Units). A window's latency is its latencies' sum
+	// over their units' sum, the latency of a call of the mean time — so
+	// that a window of more long answers than the last does not read as
+	// a queue, while a provider slowed for every call reads slowed: the
+	// units are a share of a mean that slows with it. Zero means 1.
+	Units float64
 }
 
 // Phase is what the controller is doing.
@@ -92,9 +104,15 @@ type State struct {
 //
 // Everything is measured over windows of answers (at least 24, and twice
 // the limit), because an LLM's latencies vary several-fold from call to
-// call: a window's mean is within about 10% of the truth. Only answers to
-// calls sent after the limit last changed count, so that a window
-// measures one limit.
+// call: a window's mean is within about 10% of the truth. A window is the
+// calls sent after the limit last changed — the first of them, as many
+// as it needs (Sent says which) — and it closes once every one of them
+// has answered: closed at its first answers instead, it would hold the
+// short calls of its sends and miss the long ones still running, and a
+// provider whose answers run from a tenth of a second to two seconds
+// would read fast after every change and slow in between. Each answer's
+// latency counts in units of its expected time (Sample.Units), so that
+// a window of more long answers than the last is no queue.
 //
 // The baseline is the lowest window mean (plus its standard error, which
 // keeps the minimum of noisy means from drifting low) since the last
@@ -119,12 +137,17 @@ type Concurrency struct {
 	last      State
 	lastCut   time.Time // the last decrease for a refusal
 	w         window
-	windows   int // since the last probe
+	nw        window // the next window, taking calls while w waits for answers
+	windows   int    // since the last probe
 	resume    float64
 	cut       *cut
 	grown     int       // windows in a row that raised the limit
 	heldUntil time.Time // no increase before (an exhausted answer)
 	recent    recent    // the slow start's last answers
+	ids       uint64    // the windows numbered so far
+	// mixed: the answers have come in different sizes (Sample.Units):
+	// windows are then of the calls they sent (Sent, Sample.Window).
+	mixed bool
 }
 
 // recent is a ring of the last minEarlyWindow answers of the slow start:
@@ -133,12 +156,13 @@ type Concurrency struct {
 type recent struct {
 	n        int
 	lat      [minEarlyWindow]float64 // seconds
+	units    [minEarlyWindow]float64
 	inflight [minEarlyWindow]float64
 }
 
-func (r *recent) add(lat float64, inflight int) {
+func (r *recent) add(lat, units float64, inflight int) {
 	i := r.n % minEarlyWindow
-	r.lat[i], r.inflight[i] = lat, float64(inflight)
+	r.lat[i], r.units[i], r.inflight[i] = lat, units, float64(inflight)
 	r.n++
 }
 
@@ -155,8 +179,18 @@ type cut struct {
 
 // window accumulates the samples of one window.
 type window struct {
-	n                  int
-	sum, sumSq         float64 // latency, seconds
+	// id is the window's number (Sent), sends the calls it counted and
+	// answered how many of them answered; lastSend is when it counted
+	// its last.
+	id              uint64
+	sends, answered int
+	lastSend        time.Time
+	n               int
+	sum             float64 // latency, seconds
+	units           float64 // the samples' units (Sample.Units)
+	// norm and normSq sum each latency over its units, and the squares:
+	// the spread of a window whose mean is sum over units.
+	norm, normSq       float64
 	inflight           float64 // sum of InFlight
 	maxInflight        int
 	exhausted, refused bool
@@ -226,13 +260,79 @@ func (c *Concurrency) SetMax(now time.Time, n int) {
 	c.resume = min(c.resume, float64(c.cfg.Max))
 }
 
+// Sent counts a call sent to the provider at now, and returns the
+// window that measures it, zero when none does: the shell gives it back
+// with the call's answer (Sample.Window). The current window counts the
+// first calls sent after it opened, as many as it needs.
+func (c *Concurrency) Sent(now time.Time) uint64 {
+	if !c.mixed || now.Before(c.changed) {
+		return 0 // calls of one size, or sent at an earlier limit
+	}
+	w := &c.w
+	if w.id != 0 && w.sends >= c.need() {
+		// The current window has all its calls: the next one takes
+		// the calls sent while it waits for their answers.
+		w = &c.nw
+		if w.sends >= c.need() {
+			return 0
+		}
+	}
+	if w.id == 0 {
+		c.ids++
+		w.id, w.from = c.ids, c.limit
+	}
+	w.sends++
+	w.lastSend = now
+	return w.id
+}
+
+// need is how many answers a window measures. Starting, twice the
+// limit: the queue shows soon enough. Tracking and probing, four times:
+// a queue of two calls at a limit of sixteen is a latency 12% above the
+// baseline, which needs about a hundred answers to tell from the noise.
+func (c *Concurrency) need() int {
+	if c.phase == Starting {
+		return max(minWindow, int(2*c.limit))
+	}
+	return max(minWindow, int(4*c.limit))
+}
+
 // Observe feeds one answer at now and returns the limit after it.
 func (c *Concurrency) Observe(now time.Time, s Sample) int {
+	units := s.Units
+	if !(units > 0) || math.IsInf(units, 0) {
+		units = 1
+	}
+	if !c.mixed && math.Abs(units-1) > 0.01 {
+		// The first answer of a size of its own: from now on, windows
+		// of the calls they sent (see Concurrency).
+		c.mixed = true
+		c.w, c.nw = window{}, window{}
+		c.changed = now
+		// The baseline was read off windows of their first answers,
+		// low by the long answers they missed: measured again, at once
+		// while starting, else by the next probe, due now.
+		if c.phase == Starting {
+			c.base = 0
+		} else {
+			c.windows = probeEvery
+		}
+	}
+	var w *window
+	if c.mixed {
+		if w = c.windowOf(s.Window); w != nil {
+			w.answered++
+		}
+	}
 	if s.Failed {
+		c.closeIfDone(now)
 		return c.Limit()
 	}
 	if s.Refused {
 		c.refused(now, s)
+		if c.w.id == s.Window {
+			c.closeIfDone(now)
+		}
 		return c.Limit()
 	}
 	if s.Sent.Before(c.changed) {
@@ -253,24 +353,26 @@ func (c *Concurrency) Observe(now time.Time, s Sample) int {
 		c.w.exhausted = true
 	}
 	lat := max(s.Answered.Sub(s.Sent), 0).Seconds()
-	if c.w.n == 0 {
-		c.w.from = c.limit
+	if !c.mixed {
+		// Calls of one size: a window is every answer to a call sent
+		// since the limit changed, closed at the first it needs.
+		w = &c.w
+		if w.n == 0 {
+			w.from = c.limit
+		}
 	}
-	c.w.n++
-	c.w.sum += lat
-	c.w.sumSq += lat * lat
-	c.w.inflight += float64(s.InFlight)
-	c.w.maxInflight = max(c.w.maxInflight, s.InFlight)
-	if c.phase == Starting {
-		c.recent.add(lat, s.InFlight)
+	if w != nil {
+		w.n++
+		w.sum += lat
+		w.units += units
+		w.norm += lat / units
+		w.normSq += (lat / units) * (lat / units)
+		w.inflight += float64(s.InFlight)
+		w.maxInflight = max(w.maxInflight, s.InFlight)
 	}
-	// Starting, a window of twice the limit: the queue shows soon
-	// enough. Tracking and probing, four times: a queue of two calls at
-	// a limit of sixteen is a latency 12% above the baseline, which
-	// needs about a hundred answers to tell from the noise.
-	need := max(minWindow, int(4*c.limit))
+	need := c.need() // before the slow start grows the limit
 	if c.phase == Starting {
-		need = max(minWindow, int(2*c.limit))
+		c.recent.add(lat, units, s.InFlight)
 		last := c.recent.stats()
 		c.start(now, s, last)
 		if inflight, rtt, ok := c.recentQueue(last); ok {
@@ -278,11 +380,62 @@ func (c *Concurrency) Observe(now time.Time, s Sample) int {
 			return c.Limit()
 		}
 	}
-	if c.w.n >= need || c.phase == Starting && c.queueShows() {
+	if c.phase == Starting && c.w.n > 0 && c.queueShows(&c.w) {
 		c.close(now)
+		return c.Limit()
 	}
+	if !c.mixed {
+		if c.w.n >= need {
+			c.close(now)
+		}
+		return c.Limit()
+	}
+	if c.phase == Starting && c.nw.n > 0 && c.queueShows(&c.nw) {
+		// The next window's answers so far, sent while the current one
+		// waits for its slowest: the latest concurrency's, which the
+		// current window, all of whose calls are out, cannot see.
+		c.w, c.nw = c.nw, window{}
+		c.close(now)
+		return c.Limit()
+	}
+	c.closeIfDone(now)
 	return c.Limit()
 }
+
+// windowOf is the window of that number, the current one or the next; nil
+// for a window discarded (the limit changed since its calls were sent)
+// or none.
+func (c *Concurrency) windowOf(id uint64) *window {
+	switch {
+	case id == 0:
+		return nil
+	case id == c.w.id:
+		return &c.w
+	case id == c.nw.id:
+		return &c.nw
+	}
+	return nil
+}
+
+// closeIfDone closes the window once every call it counted has answered,
+// or, should an answer never come (a shell that lost one), once its last
+// call has been out staleWindow.
+func (c *Concurrency) closeIfDone(now time.Time) {
+	if !c.mixed {
+		return
+	}
+	w := &c.w
+	if w.sends < c.need() || w.n == 0 {
+		return
+	}
+	if w.answered >= w.sends || now.Sub(w.lastSend) > staleWindow {
+		c.close(now)
+	}
+}
+
+// staleWindow is how long a window waits for its last answers before it
+// closes without them: longer than any answer a provider's headers take.
+const staleWindow = 5 * time.Minute
 
 // start is the slow start's growth, clocked by the answers as TCP's is
 // by its acknowledgements: each answer to a call sent while the limit
@@ -302,13 +455,23 @@ func (c *Concurrency) start(now time.Time, s Sample, last ringStats) {
 		return
 	}
 	step := growth - 1
-	if last.full && c.base > 0 && last.mean-last.se > c.base.Seconds() {
+	if base := c.slowStartBase(); last.full && base > 0 && last.mean-last.se > base.Seconds() {
 		// The last answers' latency is up, within their noise: a queue
 		// may be starting. A quarter of the growth, until it shows or
 		// the window closes (HyStart++'s conservative slow start).
 		step /= 4
 	}
-	c.limit = min(c.limit+step, 2*c.w.from, float64(c.cfg.Max))
+	from := c.w.from
+	if c.mixed && c.last.Windows == 0 {
+		// The first window, the baseline, closes once its slowest
+		// answer is in: until then, from the next window's start,
+		// which opened when the first had its calls.
+		from = max(from, c.nw.from)
+	}
+	if from == 0 {
+		from = c.limit // no window opened since the limit changed
+	}
+	c.limit = min(c.limit+step, 2*from, float64(c.cfg.Max))
 }
 
 // queueShows says whether the window so far, started while Starting,
@@ -320,14 +483,12 @@ func (c *Concurrency) start(now time.Time, s Sample, last ringStats) {
 // round trip, and waiting for a whole window there would let it grow on
 // (TCP's HyStart leaves its slow start on a rise in delay for the same
 // reason).
-func (c *Concurrency) queueShows() bool {
-	w := c.w
+func (c *Concurrency) queueShows(w *window) bool {
 	if c.base == 0 || w.n < minEarlyWindow {
 		return false
 	}
 	n := float64(w.n)
-	mean := w.sum / n
-	se := math.Sqrt(max(w.sumSq/n-mean*mean, 0)) / math.Sqrt(n)
+	mean, se := w.stats()
 	if mean-2*se <= c.base.Seconds() {
 		return false
 	}
@@ -344,11 +505,27 @@ func (c *Concurrency) queueShows() bool {
 // the limit grows by half again (HyStart's per-round test of the delay,
 // for the same reason).
 func (c *Concurrency) recentQueue(last ringStats) (inflight float64, rtt time.Duration, ok bool) {
-	if c.base == 0 || !last.full {
+	base := c.slowStartBase().Seconds()
+	if base == 0 || !last.full {
 		return 0, 0, false
 	}
-	ok = last.mean-2*last.se > c.base.Seconds() && last.inflight*(1-c.base.Seconds()/last.mean) > 3+c.limit/32
+	ok = last.mean-2*last.se > base && last.inflight*(1-base/last.mean) > 3+c.limit/32
 	return last.inflight, seconds(last.mean), ok
+}
+
+// slowStartBase is the baseline the slow start's tests go by: the
+// baseline, or, before the first window has closed — it waits for its
+// slowest answers, while the growth goes on — its answers so far, once it
+// has minWindow of them, sent at the few calls the slow start began with.
+func (c *Concurrency) slowStartBase() time.Duration {
+	if c.base > 0 {
+		return c.base
+	}
+	if c.mixed && c.last.Windows == 0 && c.w.n >= minWindow {
+		mean, se := c.w.stats()
+		return seconds(mean + se)
+	}
+	return 0
 }
 
 // ringStats are the ring's mean latency (seconds), its standard error and
@@ -363,15 +540,17 @@ func (r *recent) stats() ringStats {
 	if r.n < minEarlyWindow {
 		return ringStats{}
 	}
-	var sum, sumSq, inflight float64
+	var w window
 	for i := range minEarlyWindow {
-		sum += r.lat[i]
-		sumSq += r.lat[i] * r.lat[i]
-		inflight += r.inflight[i]
+		w.n++
+		w.sum += r.lat[i]
+		w.units += r.units[i]
+		w.norm += r.lat[i] / r.units[i]
+		w.normSq += (r.lat[i] / r.units[i]) * (r.lat[i] / r.units[i])
+		w.inflight += r.inflight[i]
 	}
-	const n = minEarlyWindow
-	mean := sum / n
-	return ringStats{mean: mean, se: math.Sqrt(max(sumSq/n-mean*mean, 0)) / math.Sqrt(n), inflight: inflight / n, full: true}
+	mean, se := w.stats()
+	return ringStats{mean: mean, se: se, inflight: w.inflight / minEarlyWindow, full: true}
 }
 
 // endStart ends the slow start on its last answers' queue (recentQueue):
@@ -413,12 +592,17 @@ func (c *Concurrency) refused(now time.Time, s Sample) {
 
 // close ends a window: the estimate, then the decision.
 func (c *Concurrency) close(now time.Time) {
+	// The next window, which has been taking calls meanwhile, goes on
+	// unless the decision below changes the limit (set discards it).
 	w := c.w
-	c.w = window{}
+	c.w, c.nw = c.nw, window{}
+	if c.mixed && c.w.id != 0 {
+		// Its growth and its floor (start, endStart) count from the
+		// limit now, as a window opened now would.
+		c.w.from = c.limit
+	}
 	n := float64(w.n)
-	mean := w.sum / n
-	sd := math.Sqrt(max(w.sumSq/n-mean*mean, 0))
-	se := sd / math.Sqrt(n)
+	mean, se := w.stats()
 	inflight := w.inflight / n
 	rtt := seconds(mean)
 	c.last.Windows++
@@ -453,6 +637,12 @@ func (c *Concurrency) close(now time.Time) {
 	q := c.estimate(inflight, rtt)
 	capacity := inflight - q
 	alpha, beta, target := 1+c.limit/64, 3+c.limit/32, 2+c.limit/48
+	if c.mixed {
+		// Windows of every answer of their calls, unbiased by which
+		// answers come first, hold the queue a slot nearer the bound:
+		// a band as much lower (see Concurrency).
+		beta, target = 2.5+c.limit/32, 1.75+c.limit/48
+	}
 
 	if cut := c.cut; cut != nil && inflight <= 0.8*cut.inflight {
 		// A queue's latency falls with the concurrency; a slower
@@ -474,8 +664,11 @@ func (c *Concurrency) close(now time.Time) {
 	}
 
 	switch {
-	case q > beta:
-		// Far above the bound the estimate is sure: straight to it.
+	case q > beta && (!c.mixed || mean-2*se > c.base.Seconds()):
+		// A queue beyond the bound and beyond the window's noise (a
+		// window of answers from a tenth of a second to two seconds can
+		// read a third above its mean by chance). Far above the bound
+		// the estimate is sure: straight to it.
 		// Near it, half the way, so that a window's noise moves the
 		// limit by a slot or two.
 		next := c.limit - (q-target)/2
@@ -557,7 +750,17 @@ func (c *Concurrency) estimate(inflight float64, rtt time.Duration) float64 {
 func (c *Concurrency) set(now time.Time, l float64) {
 	c.limit = max(float64(c.cfg.Min), min(l, float64(c.cfg.Max)))
 	c.changed = now
-	c.w = window{}
+	c.w, c.nw = window{}, window{}
 }
 
 func seconds(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }
+
+// stats are the window's latency — its latencies' sum over their units'
+// sum, seconds for a call of the mean time — and that mean's standard
+// error, from the spread of the latencies each over its units.
+func (w *window) stats() (mean, se float64) {
+	n := float64(w.n)
+	mean = w.sum / w.units
+	nm := w.norm / n
+	return mean, math.Sqrt(max(w.normSq/n-nm*nm, 0)) / math.Sqrt(n)
+}

@@ -70,7 +70,7 @@ func waitError(t *testing.T, est WaitEstimator, sigma float64, seed uint64) (rel
 	h := &harness{t: t, c: c, service: func(string) time.Duration { return lognormal(rng, median, sigma) }}
 	// Warm the estimator with the same distribution, then offer 95% of capacity.
 	for range 256 {
-		c.record("", Outcome{ServiceTime: lognormal(rng, median, sigma)})
+		c.record(time.Time{}, "", 0, 0, Outcome{ServiceTime: lognormal(rng, median, sigma)})
 	}
 	meanService := float64(c.all.mean())
 	rate := 0.95 * slots / (meanService / float64(time.Second))

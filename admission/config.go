@@ -57,6 +57,13 @@ type Config struct {
 	// their own; further keys use the overall statistics. Zero means 64.
 	MaxKeys int
 
+	// MaxShapes bounds how many distinct Request.Shape values get
+	// statistics of their own (a window of ServiceWindow samples each);
+	// a shape seen when the table is full takes the place of one idle
+	// for a minute, or is estimated by its Key. Zero means 256; negative
+	// means none (every request is estimated by its Key).
+	MaxShapes int
+
 	// InitialServiceTime is the service time assumed before the first
 	// completion is recorded. Zero means none: until the first sample the
 	// gate admits by the queue bound alone and RetryAfter falls back to one
@@ -403,6 +410,9 @@ func (cfg Config) normalize() (Config, error) {
 	}
 	if cfg.MaxKeys == 0 {
 		cfg.MaxKeys = 64
+	}
+	if cfg.MaxShapes == 0 {
+		cfg.MaxShapes = 256
 	}
 	if cfg.LIFOTarget == 0 {
 		cfg.LIFOTarget = time.Second

@@ -47,6 +47,10 @@ type Core struct {
 
 	all  *window
 	keys map[string]*window
+	// shapes and families are the statistics of call shapes
+	// (Request.Shape, Request.Family), each bounded by Config.MaxShapes
+	// (see shapes.go).
+	shapes, families map[uint64]*shapeStats
 	// running is the grant times of the calls in flight (inflight.go).
 	running running
 
@@ -93,6 +97,10 @@ type Decision struct {
 	// join is serving newest-first: under sustained overload the request
 	// may be left behind by later arrivals whatever its estimated wait.
 	Overloaded bool
+	// Units is the request's expected work in calls of the gate's mean
+	// service time: its shape's (or key's) mean over the mean of all
+	// calls, 1 without statistics of its own (see shapes.go).
+	Units float64
 }
 
 // Rejection returns the decision as an error value, or nil unless rejected.
@@ -117,6 +125,8 @@ func NewCore(cfg Config) (*Core, error) {
 		tenants:     make(map[string]*tenantState),
 		all:         newWindow(cfg.ServiceWindow, !cfg.NoEarlyRefusal),
 		keys:        make(map[string]*window),
+		shapes:      make(map[uint64]*shapeStats),
+		families:    make(map[uint64]*shapeStats),
 		overload:    overload{off: cfg.FIFOOnly, target: cfg.LIFOTarget, interval: cfg.LIFOInterval},
 	}, nil
 }
@@ -149,16 +159,17 @@ func (c *Core) arrive(now time.Time, req *Request, t *Ticket, wait bool) (Decisi
 		return Decision{}, nil, fmt.Errorf("admission: ticket is already queued")
 	}
 	ts := c.tenant(req.Tenant)
-	d := c.decide(now, req, rank, ts, cost)
+	pl := c.placeOf(now, req)
+	d := c.decide(now, req, rank, ts, cost, &pl)
 	if d.Verdict == Rejected {
 		c.c.rejected[d.Reason]++
 		if d.Reason == ReasonQueueWait && budget(now, req) > 0 {
-			ts.refusingAt(rank).refused(now, standingInterval(budget(now, req)))
+			ts.refusingAt(rank, pl.class).refused(now, standingInterval(budget(now, req)))
 		}
 		return d, ts, nil
 	}
 	if d.Verdict == Granted {
-		c.take(now, ts, rank, cost)
+		c.take(now, ts, rank, cost, pl.class, pl.units)
 		c.c.admitted++
 		return d, ts, nil
 	}
@@ -170,20 +181,21 @@ func (c *Core) arrive(now time.Time, req *Request, t *Ticket, wait bool) (Decisi
 	}
 	// Queued, unless the waiting room is at its bounds.
 	if ts.maxQueue > 0 && ts.queued >= ts.maxQueue {
-		ts.refusingAt(rank).refused(now, standingInterval(budget(now, req)))
+		ts.refusingAt(rank, pl.class).refused(now, standingInterval(budget(now, req)))
 		return c.refuseFull(now, d, req), ts, nil
 	}
 	if c.queued >= c.cfg.MaxQueue {
 		victim := c.victimFor(rank, ts, cost)
 		if victim == nil {
-			ts.refusingAt(rank).refused(now, standingInterval(budget(now, req)))
+			ts.refusingAt(rank, pl.class).refused(now, standingInterval(budget(now, req)))
 			return c.refuseFull(now, d, req), ts, nil
 		}
 		c.reject(now, victim, ReasonEvicted, c.retryAfterFor(now, victim.rank, victim.req.Tenant, &victim.req))
 	}
-	*t = Ticket{Owner: t.Owner, req: *req, rank: rank, cost: cost, ts: ts, enqueued: now, state: ticketQueued, wait: d.EstimatedWait,
-		overload: !c.cfg.NoEarlyRefusal && !c.cfg.FIFOOnly && ts.standing(now, rank)}
-	c.push(t, ts)
+	*t = Ticket{Owner: t.Owner, req: *req, rank: rank, cost: cost, units: pl.units, startBy: pl.startBy, ts: ts, enqueued: now,
+		state: ticketQueued, wait: d.EstimatedWait,
+		overload: !c.cfg.NoEarlyRefusal && !c.cfg.FIFOOnly && ts.standing(now, rank, pl.class)}
+	c.push(t, ts, pl.class)
 	c.c.enqueued++
 	// The newcomer may overtake queued work (a higher rank, or newest
 	// first): what it pushes past its deadline is told now.
@@ -194,9 +206,9 @@ func (c *Core) arrive(now time.Time, req *Request, t *Ticket, wait bool) (Decisi
 // decide is the admission rule, without side effects: Granted when a slot is
 // free and the work fits its deadline, Rejected when it cannot finish in time,
 // else Queued (bounds not yet considered).
-func (c *Core) decide(now time.Time, req *Request, rank int, ts *tenantState, cost float64) Decision {
-	p50, p95 := c.service(now, req.Key)
-	d := Decision{Rank: rank, ServiceP50: p50, ServiceP95: p95}
+func (c *Core) decide(now time.Time, req *Request, rank int, ts *tenantState, cost float64, pl *place) Decision {
+	p50, p95 := pl.p50, pl.p95
+	d := Decision{Rank: rank, ServiceP50: p50, ServiceP95: p95, Units: pl.units}
 	var budget time.Duration // what is left of the caller's time
 	if hasDeadline := !req.Deadline.IsZero(); hasDeadline {
 		if budget = req.Deadline.Sub(now); budget <= 0 {
@@ -205,7 +217,7 @@ func (c *Core) decide(now time.Time, req *Request, rank int, ts *tenantState, co
 			return d
 		}
 	}
-	d.EstimatedWait = c.waitOf(now, rank, req.Tenant, ts, cost)
+	d.EstimatedWait = c.waitOf(now, rank, req.Tenant, ts, cost, pl)
 	if ts.capped() {
 		// At its cap the tenant waits for its own work, whatever the
 		// others leave free.
@@ -216,7 +228,7 @@ func (c *Core) decide(now time.Time, req *Request, rank int, ts *tenantState, co
 		d.RetryAfter = c.retryAfter(d.EstimatedWait, p95, budget)
 		return d
 	}
-	if budget > 0 && d.EstimatedWait > 0 && !c.cfg.NoEarlyRefusal && ts.standing(now, rank) {
+	if budget > 0 && d.EstimatedWait > 0 && !c.cfg.NoEarlyRefusal && ts.standing(now, rank, pl.class) {
 		if allow := c.allowance(budget); d.EstimatedWait > allow {
 			d.Verdict, d.Reason = Rejected, ReasonQueueWait
 			d.RetryAfter = max(d.EstimatedWait-allow, c.perSlot())
@@ -348,12 +360,12 @@ func (c *Core) Release(now time.Time, req Request, o Outcome) {
 	if err != nil {
 		rank = -1 // it was refused at arrival
 	}
-	c.release(now, c.tenants[req.Tenant], req.Key, rank, cost, o)
+	c.release(now, c.tenants[req.Tenant], req.Key, req.Shape, req.Family, rank, cost, o)
 }
 
 // release is Release with the tenant's state at hand (nil: unknown) and
 // the request's rank (-1: unknown) and cost worked out.
-func (c *Core) release(now time.Time, ts *tenantState, key string, rank int, cost float64, o Outcome) {
+func (c *Core) release(now time.Time, ts *tenantState, key string, shape, family uint64, rank int, cost float64, o Outcome) {
 	if c.inFlight > 0 {
 		c.inFlight--
 		c.holdRank(rank, -1)
@@ -367,12 +379,13 @@ func (c *Core) release(now time.Time, ts *tenantState, key string, rank int, cos
 	if o.Result <= Unused {
 		c.c.completed[o.Result]++
 	}
-	c.record(key, o)
+	c.record(now, key, shape, family, o)
 	c.dispatch(now)
 }
 
-// record adds a service-time sample per the Result's rules.
-func (c *Core) record(key string, o Outcome) {
+// record adds a service-time sample per the Result's rules: to the
+// statistics of all calls, of the key and of the shape.
+func (c *Core) record(now time.Time, key string, shape, family uint64, o Outcome) {
 	switch o.Result {
 	case Success, Failure:
 	case Canceled:
@@ -386,6 +399,12 @@ func (c *Core) record(key string, o Outcome) {
 	// estimate that follows (the window forgets it only after N samples).
 	o.ServiceTime = min(o.ServiceTime, maxSample)
 	c.all.add(o.ServiceTime)
+	if shape != 0 {
+		c.recordShape(now, c.shapes, shape, o.ServiceTime)
+	}
+	if family != 0 {
+		c.recordShape(now, c.families, family, o.ServiceTime)
+	}
 	if key == "" {
 		return
 	}
@@ -522,7 +541,7 @@ func (c *Core) dispatch(now time.Time) {
 			return // every tenant with queued work is at its cap
 		}
 		if !t.req.Deadline.IsZero() && !c.cfg.NoDequeueExpiry {
-			if now.Add(c.startMargin(now, t.req.Key)).After(t.req.Deadline) {
+			if now.Add(c.startMargin(now, &t.req)).After(t.req.Deadline) {
 				t.state, t.reason, t.decided = ticketRejected, ReasonExpired, now
 				t.retry = c.perSlot()
 				c.c.rejected[ReasonExpired]++
@@ -531,7 +550,7 @@ func (c *Core) dispatch(now time.Time) {
 			}
 		}
 		t.state, t.decided = ticketGranted, now
-		c.take(now, t.ts, t.rank, t.cost)
+		c.take(now, t.ts, t.rank, t.cost, t.class, t.units)
 		c.c.granted++
 		c.events = append(c.events, t)
 	}
@@ -612,8 +631,8 @@ func (c *Core) reject(now time.Time, t *Ticket, reason Reason, retry time.Durati
 	c.events = append(c.events, t)
 }
 
-func (c *Core) push(t *Ticket, ts *tenantState) {
-	c.levels[t.rank].push(t, ts, !c.cfg.NoEarlyRefusal)
+func (c *Core) push(t *Ticket, ts *tenantState, class uint8) {
+	c.levels[t.rank].push(t, ts, !c.cfg.NoEarlyRefusal, class)
 	c.queued++
 	ts.queued++
 	ts.queuedCost += t.cost
@@ -635,20 +654,24 @@ func (c *Core) forget(t *Ticket) {
 	c.changed(ts)
 }
 
-// service returns the p50 and p95 service time for key at now: the key's
-// own window once it has enough samples, else all requests', else the
-// configured initial service time — and a p95 no shorter than the calls in
-// flight say it is (see running), when they are all of one key: a gate
-// serving several keys cannot tell a slow key's calls from a slowdown.
-func (c *Core) service(now time.Time, key string) (p50, p95 time.Duration) {
-	p50, p95 = c.windowService(key)
-	if !c.cfg.NoEarlyRefusal && len(c.keys) <= 1 {
+// service returns the p50 and p95 service time of a call of key and shape
+// at now: its shape's own window once it has enough samples, else its
+// key's, else all requests', else the configured initial service time —
+// and a p95 no shorter than the calls in flight say it is (see running),
+// when they are all of one key and one shape: a gate serving several
+// cannot tell a long call of one from a slowdown.
+func (c *Core) service(now time.Time, key string, shape, family uint64) (p50, p95 time.Duration) {
+	p50, p95 = c.windowService(key, shape, family)
+	if !c.cfg.NoEarlyRefusal && len(c.keys) <= 1 && len(c.shapes) <= 1 && len(c.families) <= 1 {
 		p95 = max(p95, c.running.overdue(now))
 	}
 	return p50, p95
 }
 
-func (c *Core) windowService(key string) (p50, p95 time.Duration) {
+func (c *Core) windowService(key string, shape, family uint64) (p50, p95 time.Duration) {
+	if w := c.shapeWindow(shape, family); w != nil {
+		return w.quantiles()
+	}
 	if key != "" {
 		if w := c.keys[key]; w != nil && w.count() >= minKeySamples {
 			return w.quantiles()
@@ -668,8 +691,8 @@ func (c *Core) windowService(key string) (p50, p95 time.Duration) {
 // p99) would drop admitted work whose promise still holds — at a deadline
 // twice the median service time, every request that waited a fifth of it —
 // turning a one-in-twenty chance of a late answer into a certain failure.
-func (c *Core) startMargin(now time.Time, key string) time.Duration {
-	_, p95 := c.service(now, key)
+func (c *Core) startMargin(now time.Time, req *Request) time.Duration {
+	_, p95 := c.service(now, req.Key, req.Shape, req.Family)
 	return p95
 }
 
@@ -710,15 +733,15 @@ func (c *Core) serviceForRate() time.Duration {
 // Little's law: every queued ticket that would be served before it, plus
 // itself, needs one completion when all slots are busy; completions come at
 // concurrency / service time.
-func (c *Core) waitFor(now time.Time, rank int, tenant string, cost float64) time.Duration {
-	return c.waitOf(now, rank, tenant, c.tenants[tenant], cost)
+func (c *Core) waitFor(now time.Time, rank int, tenant string, cost float64, pl *place) time.Duration {
+	return c.waitOf(now, rank, tenant, c.tenants[tenant], cost, pl)
 }
 
 // waitOf is waitFor with the tenant's state at hand (nil: none yet).
-func (c *Core) waitOf(now time.Time, rank int, tenant string, ts *tenantState, cost float64) time.Duration {
-	ahead := c.ahead(now, rank, tenant, ts, cost)
+func (c *Core) waitOf(now time.Time, rank int, tenant string, ts *tenantState, cost float64, pl *place) time.Duration {
+	ahead := c.ahead(now, rank, tenant, ts, cost, pl)
 	free := c.concurrency - c.inFlight
-	return c.drain(now, rank, ts, ahead+1-free)
+	return c.drain(now, rank, pl.class, ts, ahead+1-float64(free))
 }
 
 // drain estimates how long, from now, need completions take to reach work
@@ -736,7 +759,7 @@ func (c *Core) waitOf(now time.Time, rank int, tenant string, ts *tenantState, c
 // tenant's own ranks above count: another tenant's flood yields to it
 // once it waits, by the fair shares (see pop), however many slots that
 // flood took while it did not.
-func (c *Core) drain(now time.Time, rank int, ts *tenantState, need int) time.Duration {
+func (c *Core) drain(now time.Time, rank int, class uint8, ts *tenantState, need float64) time.Duration {
 	if need <= 0 {
 		return 0
 	}
@@ -744,15 +767,19 @@ func (c *Core) drain(now time.Time, rank int, ts *tenantState, need int) time.Du
 	if s <= 0 {
 		return 0
 	}
-	if c.cfg.NoEarlyRefusal || ts == nil || rank+1 >= len(c.levels) {
-		return scale(need, s, c.rateSlots())
+	if c.cfg.NoEarlyRefusal || ts == nil {
+		return scaleUnits(need, s, c.rateSlots())
+	}
+	over := ts.grants.overtaking(now, rank, class, c.rateWindow())
+	if over == 0 && rank+1 >= len(c.levels) {
+		return scaleUnits(need, s, c.rateSlots())
 	}
 	mu := float64(c.rateSlots()) / s.Seconds()
-	rest := mu - ts.grants.above(now, rank, c.rateWindow())
+	rest := mu - over
 	if rest <= mu/1000 {
 		return maxWait
 	}
-	return min(time.Duration(float64(need)/rest*float64(time.Second)), maxWait)
+	return min(time.Duration(need/rest*float64(time.Second)), maxWait)
 }
 
 // cappedWait is the wait of a tenant at its concurrency cap: its queued
@@ -769,6 +796,15 @@ func (c *Core) cappedWait(ts *tenantState) time.Duration {
 // service time (at most maxSample) to one can never overflow.
 const maxWait = time.Duration(1 << 62)
 
+// scaleUnits returns u·s/k for u units of work, capped at maxWait.
+func scaleUnits(u float64, s time.Duration, k int) time.Duration {
+	w := u * float64(s) / float64(k)
+	if !(w < float64(maxWait)) {
+		return maxWait
+	}
+	return time.Duration(max(w, 0))
+}
+
 // scale returns n·s/k, capped at maxWait.
 func scale(n int, s time.Duration, k int) time.Duration {
 	if n > 0 && s > 0 && time.Duration(n) > maxWait/s {
@@ -782,7 +818,7 @@ func scale(n int, s time.Duration, k int) time.Duration {
 // while tenants contend, a newcomer within its fair share does not count
 // the work at higher ranks of tenants over their share, which pop serves
 // after it (as over-quota work).
-func (c *Core) ahead(now time.Time, rank int, tenant string, ts *tenantState, cost float64) int {
+func (c *Core) ahead(now time.Time, rank int, tenant string, ts *tenantState, cost float64, pl *place) float64 {
 	if c.queued == 0 {
 		return 0 // the fast path: nothing waits
 	}
@@ -791,39 +827,41 @@ func (c *Core) ahead(now time.Time, rank int, tenant string, ts *tenantState, co
 		weight = ts.weight
 	}
 	// Within its own rank fair queuing decides, whatever the shares.
-	return c.aheadAbove(rank, ts, cost) + c.levels[rank].ahead(tenant, cost, weight, c.front(now, rank, tenant, ts))
+	return c.aheadAbove(rank, ts, cost) + c.levels[rank].ahead(tenant, cost, weight, c.front(now, rank, tenant, ts, pl.class), pl.class, pl.startBy)
 }
 
 // front says whether a newcomer of tenant (state ts, nil: none yet) at rank
-// would be an overload ticket, queued at the front of its tenant's
-// newest-first tickets, behind the promised ones (see tenantQueue).
-func (c *Core) front(now time.Time, rank int, tenant string, ts *tenantState) bool {
+// and lane class would be an overload ticket, queued at the front of its
+// lane's newest-first tickets, behind the promised ones (see lane).
+func (c *Core) front(now time.Time, rank int, tenant string, ts *tenantState, class uint8) bool {
 	if c.cfg.NoEarlyRefusal || c.cfg.FIFOOnly {
 		return false
 	}
-	if tq := c.levels[rank].queues[tenant]; tq != nil && tq.ovN > 0 {
-		return true
+	if tq := c.levels[rank].queues[tenant]; tq != nil {
+		if ln := tq.laneOf(class, false); ln != nil && ln.ovN > 0 {
+			return true
+		}
 	}
-	return ts.standing(now, rank)
+	return ts.standing(now, rank, class)
 }
 
 // aheadAbove counts the queued tickets of ranks above rank served before
 // work of tenant ts and cost at rank (see ahead).
-func (c *Core) aheadAbove(rank int, ts *tenantState, cost float64) int {
+func (c *Core) aheadAbove(rank int, ts *tenantState, cost float64) float64 {
 	var skip func(*tenantQueue) bool
 	if rank > c.ranks.LowTier && c.contended() && (ts == nil || !c.overShare(ts, cost)) {
 		skip = func(tq *tenantQueue) bool { return c.overShare(tq.ts, tq.peek().cost) }
 	}
-	n := 0
+	n := 0.0
 	for r := len(c.levels) - 1; r > rank; r-- {
 		l := &c.levels[r]
 		if skip == nil || l.depth == 0 {
-			n += l.depth
+			n += l.units
 			continue
 		}
 		for tq := l.ring; ; {
 			if !skip(tq) {
-				n += tq.n
+				n += tq.units
 			}
 			if tq = tq.next; tq == l.ring {
 				break
@@ -851,12 +889,12 @@ func (c *Core) retryAfter(wait, p95, budget time.Duration) time.Duration {
 // completion, or for its wait to fit its deadline, whichever is later.
 func (c *Core) retryAfterFor(now time.Time, rank int, tenant string, req *Request) time.Duration {
 	cost, _ := req.cost()
-	wait := c.waitFor(now, rank, tenant, cost)
+	pl := c.placeOf(now, req)
+	wait := c.waitFor(now, rank, tenant, cost, &pl)
 	if req.Deadline.IsZero() {
 		return max(wait, c.perSlot())
 	}
-	_, p95 := c.service(now, req.Key)
-	return c.retryAfter(wait, p95, req.Deadline.Sub(now))
+	return c.retryAfter(wait, pl.p95, req.Deadline.Sub(now))
 }
 
 // Estimate says what would happen to req if it arrived now, without queuing
@@ -876,9 +914,12 @@ func (c *Core) Estimate(now time.Time, req Request) (Decision, error) {
 	if ts == nil {
 		ts = c.newTenant(req.Tenant)
 	}
-	d := c.decide(now, &req, rank, ts, cost)
-	if tq := c.levels[rank].queues[req.Tenant]; tq != nil && tq.newestFirst() {
-		d.Overloaded = true
+	pl := c.placeOf(now, &req)
+	d := c.decide(now, &req, rank, ts, cost, &pl)
+	if tq := c.levels[rank].queues[req.Tenant]; tq != nil {
+		if ln := tq.laneOf(pl.class, false); ln != nil && ln.newestFirst() {
+			d.Overloaded = true
+		}
 	}
 	if d.Verdict == Queued {
 		switch {
@@ -960,30 +1001,45 @@ func (c *Core) refuseLate(now time.Time) {
 	if s <= 0 {
 		return // no estimate yet: nothing to judge by
 	}
-	free := c.concurrency - c.inFlight
+	free := float64(c.concurrency - c.inFlight)
 	for r := len(c.levels) - 1; r >= 0; r-- {
 		l := &c.levels[r]
 		c.expire(now, l)
+		if l.depth == 0 {
+			continue
+		}
 		for l.depth > 0 {
-			tq := l.heaviest()
-			t := tq.lastServed()
-			if t.req.Deadline.IsZero() {
-				break
-			}
-			if t.overload && now.Sub(t.enqueued) > c.allowance(t.req.Deadline.Sub(t.enqueued)) {
-				// Served newest-first, it has been overtaken for its
-				// whole allowance: newer calls will go on taking its
-				// turn for as long as the queue stands.
-				c.refuseQueued(now, t)
-				continue
-			}
-			wait := c.drain(now, r, tq.ts, c.aheadAbove(r, tq.ts, t.cost)+l.aheadOfLast(tq)+1-free)
-			if !now.Add(wait + c.startMargin(now, t.req.Key)).After(t.req.Deadline) {
+			t := c.lateIn(now, r, l, l.heaviest(), free)
+			if t == nil {
 				break
 			}
 			c.refuseQueued(now, t)
 		}
 	}
+}
+
+// lateIn returns the first of tq's lanes' last-served tickets (see
+// refuseLate) that can no longer start by its deadline less its expected
+// service time, or that, served newest-first, has been overtaken for its
+// whole allowance; nil when each still fits.
+func (c *Core) lateIn(now time.Time, r int, l *level, tq *tenantQueue, free float64) *Ticket {
+	for _, ln := range tq.lanes {
+		t := ln.lastServed()
+		if t.req.Deadline.IsZero() {
+			continue
+		}
+		if t.overload && now.Sub(t.enqueued) > c.allowance(t.req.Deadline.Sub(t.enqueued)) {
+			// Served newest-first, it has been overtaken for its whole
+			// allowance: newer calls will go on taking its turn for as
+			// long as the lane stands.
+			return t
+		}
+		wait := c.drain(now, r, ln.class, tq.ts, c.aheadAbove(r, tq.ts, t.cost)+l.aheadOfLast(tq, t)+1-free)
+		if now.Add(wait + c.startMargin(now, &t.req)).After(t.req.Deadline) {
+			return t
+		}
+	}
+	return nil
 }
 
 // expire refuses, with reason expired, the tickets at the front of each of
@@ -1000,8 +1056,10 @@ func (c *Core) expire(now time.Time, l *level) {
 	}
 	late := c.lateScratch[:0]
 	for tq := l.ring; ; {
-		for t := tq.head; t != nil && !t.req.Deadline.IsZero() && now.Add(c.startMargin(now, t.req.Key)).After(t.req.Deadline); t = t.next {
-			late = append(late, t)
+		for _, ln := range tq.lanes {
+			for t := ln.head; t != nil && !t.req.Deadline.IsZero() && now.Add(c.startMargin(now, &t.req)).After(t.req.Deadline); t = t.next {
+				late = append(late, t)
+			}
 		}
 		if tq = tq.next; tq == l.ring {
 			break
@@ -1017,7 +1075,7 @@ func (c *Core) expire(now time.Time, l *level) {
 // refuseQueued refuses queued ticket t for its wait at now. Its queue is
 // refusing, as it is when it turns a newcomer away (see refusing).
 func (c *Core) refuseQueued(now time.Time, t *Ticket) {
-	t.ts.refusingAt(t.rank).refused(now, standingInterval(t.req.Deadline.Sub(t.enqueued)))
+	t.ts.refusingAt(t.rank, t.class).refused(now, standingInterval(t.req.Deadline.Sub(t.enqueued)))
 	c.reject(now, t, ReasonQueueWait, c.retryAfterFor(now, t.rank, t.req.Tenant, &t.req))
 }
 
@@ -1033,10 +1091,11 @@ func (c *Core) servedAt(rank int, ts *tenantState, cost float64) int {
 	return rank
 }
 
-// granted books a slot granted at now to work of tenant ts served at rank.
-func (c *Core) granted(now time.Time, ts *tenantState, rank int) {
+// granted books a slot granted at now to work of tenant ts served at
+// rank, of lane class and units of work.
+func (c *Core) granted(now time.Time, ts *tenantState, rank int, class uint8, units float64) {
 	if !c.cfg.NoEarlyRefusal {
-		ts.grants.add(now, rank, len(c.levels), c.rateWindow())
+		ts.grants.add(now, rank, len(c.levels), c.rateWindow(), class, units)
 	}
 }
 
@@ -1045,16 +1104,26 @@ func (c *Core) granted(now time.Time, ts *tenantState, rank int) {
 // smooth the grants of a few slots, short enough to see a flood start.
 func (c *Core) rateWindow() time.Duration { return max(time.Second, 32*c.perSlot()) }
 
-// grantRates are, by rank, the slots granted per second lately, counted
-// in two buckets of one window each, the current one and the one before:
-// the rate is the current count plus the share of the previous count its
-// window still covers, over a window — a sliding window's count, without
-// a clock read or an exponential per grant. A bucket's length is the
-// window when it began.
+// grantRates are, by rank, the work granted slots per second lately (in
+// units, see Ticket.units: a call of the mean service time is one),
+// counted in two buckets of one window each, the current one and the one
+// before: the rate is the current count plus the share of the previous
+// count its window still covers, over a window — a sliding window's
+// count, without a clock read or an exponential per grant. A bucket's
+// length is the window when it began. lanes count the same by lane of a
+// rank, for the lanes that overtake a longer lane's calls (see drain).
 type grantRates struct {
 	start     time.Time
 	length    time.Duration
 	cur, prev []float64
+	lanes     []laneGrants
+}
+
+// laneGrants is the work granted to one lane class of a rank.
+type laneGrants struct {
+	rank      int
+	class     uint8
+	cur, prev float64
 }
 
 // roll moves the buckets on to now.
@@ -1068,23 +1137,42 @@ func (g *grantRates) roll(now time.Time, window time.Duration) {
 		return
 	case now.Before(end.Add(window)):
 		copy(g.prev, g.cur)
+		for i := range g.lanes {
+			g.lanes[i].prev = g.lanes[i].cur
+		}
 	default:
 		clear(g.prev)
+		for i := range g.lanes {
+			g.lanes[i].prev = 0
+		}
 	}
 	clear(g.cur)
+	for i := range g.lanes {
+		g.lanes[i].cur = 0
+	}
 	g.start, g.length = now, window
 }
 
-func (g *grantRates) add(now time.Time, rank, ranks int, window time.Duration) {
+func (g *grantRates) add(now time.Time, rank, ranks int, window time.Duration, class uint8, units float64) {
 	if g.cur == nil {
 		g.cur, g.prev = make([]float64, ranks), make([]float64, ranks)
 	}
 	g.roll(now, window)
-	g.cur[rank]++
+	g.cur[rank] += units
+	for i := range g.lanes {
+		if l := &g.lanes[i]; l.rank == rank && l.class == class {
+			l.cur += units
+			return
+		}
+	}
+	g.lanes = append(g.lanes, laneGrants{rank: rank, class: class, cur: units})
 }
 
-// above is the rate of the grants to the ranks above rank at now.
-func (g *grantRates) above(now time.Time, rank int, window time.Duration) float64 {
+// overtaking is the rate, at now, of the work granted lately that a call
+// of rank and lane class waits for besides the work queued ahead of it:
+// the grants to the ranks above rank, and to the lanes of rank whose
+// callers' budgets are shorter — both served before it as they arrive.
+func (g *grantRates) overtaking(now time.Time, rank int, class uint8, window time.Duration) float64 {
 	if g.cur == nil {
 		return 0
 	}
@@ -1093,6 +1181,15 @@ func (g *grantRates) above(now time.Time, rank int, window time.Duration) float6
 	var n float64
 	for r := rank + 1; r < len(g.cur); r++ {
 		n += g.cur[r] + left*g.prev[r]
+	}
+	if class != noDeadline {
+		// A call without a deadline goes by its arrival: the calls with
+		// deadlines that come after it do not overtake it.
+		for i := range g.lanes {
+			if l := &g.lanes[i]; l.rank == rank && l.class < class {
+				n += l.cur + left*l.prev
+			}
+		}
 	}
 	return n / g.length.Seconds()
 }
@@ -1119,7 +1216,8 @@ func (c *Core) observe(now time.Time, req *Request, wait bool) (Decision, *tenan
 		return Decision{}, nil, err
 	}
 	ts := c.tenant(req.Tenant)
-	d := c.decide(now, req, rank, ts, cost)
+	pl := c.placeOf(now, req)
+	d := c.decide(now, req, rank, ts, cost, &pl)
 	if d.Verdict == Queued {
 		// The waiting room's bounds, with the slots taken past the
 		// concurrency as its occupants.
@@ -1137,11 +1235,11 @@ func (c *Core) observe(now time.Time, req *Request, wait bool) (Decision, *tenan
 		if d.Reason == ReasonQueueWait && budget(now, req) > 0 {
 			// Refused callers that come back are refused early, as
 			// they would be when enforced.
-			ts.refusingAt(rank).refused(now, standingInterval(budget(now, req)))
+			ts.refusingAt(rank, pl.class).refused(now, standingInterval(budget(now, req)))
 		}
 		return d, ts, nil
 	}
-	c.take(now, ts, rank, cost)
+	c.take(now, ts, rank, cost, pl.class, pl.units)
 	return d, ts, nil
 }
 
@@ -1156,9 +1254,10 @@ func (c *Core) rankAndCost(req *Request) (int, float64, error) {
 	return rank, cost, err
 }
 
-// take books a slot granted at now to work of rank and cost of tenant ts.
-func (c *Core) take(now time.Time, ts *tenantState, rank int, cost float64) {
-	c.granted(now, ts, c.servedAt(rank, ts, cost))
+// take books a slot granted at now to work of rank, cost, lane class
+// and units of tenant ts.
+func (c *Core) take(now time.Time, ts *tenantState, rank int, cost float64, class uint8, units float64) {
+	c.granted(now, ts, c.servedAt(rank, ts, cost), class, units)
 	c.inFlight++
 	c.running.add(now)
 	c.holdRank(rank, 1)

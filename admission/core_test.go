@@ -23,7 +23,7 @@ func newCore(t *testing.T, cfg Config) *Core {
 // warm records n samples of service time d, so estimates are known.
 func warm(c *Core, d time.Duration, n int) {
 	for range n {
-		c.record("", Outcome{ServiceTime: d})
+		c.record(time.Time{}, "", 0, 0, Outcome{ServiceTime: d})
 	}
 }
 
@@ -158,7 +158,7 @@ func TestCoreAdmitsByWaitNotDepth(t *testing.T) {
 	for range 3 {
 		mustArrive(t, c, at(0), Request{}, &Ticket{})
 	}
-	wait := c.waitFor(at(0), 4, "", 1)
+	wait := c.waitFor(at(0), 4, "", 1, &place{class: noDeadline, startBy: at(0), units: 1})
 	if wait < 1900*time.Millisecond || wait > 2100*time.Millisecond {
 		t.Fatalf("estimated wait %v, want about 2s", wait)
 	}

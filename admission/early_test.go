@@ -111,7 +111,7 @@ func TestCoreEveryCallerHearsInTime(t *testing.T) {
 		rng := rand.New(rand.NewPCG(21, 5))
 		h := &harness{t: t, c: c, service: func(string) time.Duration { return lognormal(rng, median, 0.5) }}
 		for range 256 {
-			c.record("", Outcome{ServiceTime: lognormal(rng, median, 0.5)})
+			c.record(time.Time{}, "", 0, 0, Outcome{ServiceTime: lognormal(rng, median, 0.5)})
 		}
 		capacity := slots / c.all.mean().Seconds()
 		arrivals := poisson(rng, t0, 5*capacity, dur, Request{})
@@ -214,7 +214,7 @@ func TestCoreExpiresQueuedWorkAtItsLatestStart(t *testing.T) {
 	var front, behind Ticket
 	mustArrive(t, c, at(0), Request{Deadline: at(1000)}, &front)
 	mustArrive(t, c, at(0), Request{Deadline: at(10_000)}, &behind)
-	mustArrive(t, c, at(850), Request{Class: ClassSpeculative}, &Ticket{})
+	mustArrive(t, c, at(750), Request{Class: ClassSpeculative}, &Ticket{})
 	if front.state != ticketQueued {
 		t.Fatalf("before its latest start (900ms) the front call was decided: %v", front.Rejection())
 	}

@@ -24,22 +24,43 @@ type tenantState struct {
 	// grants are the rates at which its work was granted slots lately, by
 	// the rank it was served at (see Core.drain).
 	grants grantRates
-	// refusing tells, by rank, whether its queue stands (see
-	// Core.allowance); made on its first refusal for the wait.
-	refusing []refusing
+	// refusing tells, by rank and lane class, whether its lane stands
+	// (see Core.allowance); an entry is made on the lane's first refusal
+	// for the wait.
+	refusing []laneRefusing
 }
 
-// refusingAt is the refusals of the tenant's queue at rank.
-func (ts *tenantState) refusingAt(rank int) *refusing {
-	if len(ts.refusing) <= rank {
-		ts.refusing = append(ts.refusing, make([]refusing, rank+1-len(ts.refusing))...)
+// laneRefusing is the refusals of one lane of the tenant's queue.
+type laneRefusing struct {
+	rank  int
+	class uint8
+	r     refusing
+}
+
+// refusingAt is the refusals of the tenant's lane of class at rank. The
+// pointer is good until the next call.
+func (ts *tenantState) refusingAt(rank int, class uint8) *refusing {
+	for i := range ts.refusing {
+		if e := &ts.refusing[i]; e.rank == rank && e.class == class {
+			return &e.r
+		}
 	}
-	return &ts.refusing[rank]
+	ts.refusing = append(ts.refusing, laneRefusing{rank: rank, class: class})
+	return &ts.refusing[len(ts.refusing)-1].r
 }
 
-// standing says whether the tenant's queue at rank stands (see refusing).
-func (ts *tenantState) standing(now time.Time, rank int) bool {
-	return ts != nil && len(ts.refusing) > rank && ts.refusing[rank].standing(now)
+// standing says whether the tenant's lane of class at rank stands (see
+// refusing).
+func (ts *tenantState) standing(now time.Time, rank int, class uint8) bool {
+	if ts == nil {
+		return false
+	}
+	for i := range ts.refusing {
+		if e := &ts.refusing[i]; e.rank == rank && e.class == class {
+			return e.r.standing(now)
+		}
+	}
+	return false
 }
 
 func (ts *tenantState) demand() float64 { return ts.inFlightCost + ts.queuedCost }

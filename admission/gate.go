@@ -119,7 +119,8 @@ func (g *Gate) admit(ctx context.Context, reqp *Request, p *Permit, wait bool) e
 			return d.Rejection()
 		}
 		cost, _ := req.cost() // valid: arrive accepted it
-		p.grant(g, req.Key, ts, cost, d.Rank, now, 0)
+		p.grant(g, req, ts, cost, d.Rank, now, 0)
+		p.units = d.Units
 		return nil
 	}
 
@@ -171,7 +172,8 @@ func contextDeadline(ctx context.Context) (time.Time, bool) {
 func (g *Gate) decided(w *waiter, p *Permit) error {
 	defer g.waiters.Put(w)
 	if w.t.Granted() {
-		p.grant(g, w.t.req.Key, w.t.ts, w.t.cost, w.t.rank, g.now(), w.t.QueueTime())
+		p.grant(g, &w.t.req, w.t.ts, w.t.cost, w.t.rank, g.now(), w.t.QueueTime())
+		p.units = w.t.units
 		return nil
 	}
 	return w.t.Rejection()
@@ -189,7 +191,7 @@ func (g *Gate) abandon(w *waiter, reason Reason, cause error) error {
 	if !queued {
 		<-w.ready // the waker signals after unlocking; wait for it before reuse
 		if w.t.Granted() {
-			g.release(g.now(), w.t.ts, w.t.req.Key, w.t.rank, w.t.cost, Outcome{Result: Unused})
+			g.release(g.now(), w.t.ts, w.t.req.Key, w.t.req.Shape, w.t.req.Family, w.t.rank, w.t.cost, Outcome{Result: Unused})
 		}
 	}
 	if reason == reasonNone {
@@ -205,11 +207,12 @@ func (g *Gate) abandon(w *waiter, reason Reason, cause error) error {
 	return rej
 }
 
-// release gives back a slot of tenant ts for work with the given key.
-func (g *Gate) release(now time.Time, ts *tenantState, key string, rank int, cost float64, o Outcome) {
+// release gives back a slot of tenant ts for work with the given key and
+// shape.
+func (g *Gate) release(now time.Time, ts *tenantState, key string, shape, family uint64, rank int, cost float64, o Outcome) {
 	var buf [4]*waiter
 	g.mu.Lock()
-	g.mu.core.release(now, ts, key, rank, cost, o)
+	g.mu.core.release(now, ts, key, shape, family, rank, cost, o)
 	woken := g.eventsLocked(buf[:0])
 	g.mu.Unlock()
 	wake(woken)
@@ -280,7 +283,8 @@ func (g *Gate) Observe(req Request, wait bool) (*Permit, Decision, error) {
 	}
 	cost, _ := req.cost() // valid: observe accepted it
 	p := &Permit{}
-	p.grant(g, req.Key, ts, cost, d.Rank, now, 0)
+	p.grant(g, &req, ts, cost, d.Rank, now, 0)
+	p.units = d.Units
 	return p, d, nil
 }
 
@@ -334,16 +338,19 @@ func (g *Gate) Rank(req Request) (int, error) {
 type Permit struct {
 	g        *Gate
 	key      string
+	shape    uint64
+	family   uint64
 	ts       *tenantState // guarded by g.mu; valid while the slot is held
 	cost     float64
 	start    time.Time
 	queued   time.Duration
 	rank     int
+	units    float64
 	released atomic.Bool
 }
 
-func (p *Permit) grant(g *Gate, key string, ts *tenantState, cost float64, rank int, start time.Time, queued time.Duration) {
-	p.g, p.key, p.ts, p.cost, p.rank, p.start, p.queued = g, key, ts, cost, rank, start, queued
+func (p *Permit) grant(g *Gate, req *Request, ts *tenantState, cost float64, rank int, start time.Time, queued time.Duration) {
+	p.g, p.key, p.shape, p.family, p.ts, p.cost, p.rank, p.start, p.queued = g, req.Key, req.Shape, req.Family, ts, cost, rank, start, queued
 }
 
 // Done releases the slot and reports how the work went; the service time
@@ -359,7 +366,7 @@ func (p *Permit) Done(o Outcome) {
 	if o.ServiceTime <= 0 {
 		o.ServiceTime = elapsed
 	}
-	p.g.release(p.start.Add(elapsed), p.ts, p.key, p.rank, p.cost, o)
+	p.g.release(p.start.Add(elapsed), p.ts, p.key, p.shape, p.family, p.rank, p.cost, o)
 }
 
 // Drop gives the slot back without doing the work; nothing is recorded.
@@ -374,6 +381,10 @@ func (p *Permit) QueueTime() time.Duration { return p.queued }
 
 // Rank is the rank the request was served at.
 func (p *Permit) Rank() int { return p.rank }
+
+// Units is the request's expected work, in calls of the gate's mean
+// service time (see Decision.Units).
+func (p *Permit) Units() float64 { return p.units }
 
 // Keys returns the keys that have service-time statistics of their own.
 func (g *Gate) Keys() []string {

@@ -1,6 +1,7 @@
 package admission
 
 import (
+	"math"
 	"sort"
 	"time"
 )
@@ -54,13 +55,14 @@ func (c *Core) Headroom(now time.Time, req Request) (Headroom, error) {
 			return Headroom{Limit: held, Reset: c.perSlot()}, nil
 		}
 	}
-	_, p95 := c.service(now, req.Key)
+	pl := c.placeOf(now, &req)
+	p95 := pl.p95
 	free := c.concurrency - c.inFlight
-	ahead := c.ahead(now, rank, req.Tenant, ts, cost)
-	standing := !c.cfg.NoEarlyRefusal && ts.standing(now, rank)
+	ahead := c.ahead(now, rank, req.Tenant, ts, cost, &pl)
+	standing := !c.cfg.NoEarlyRefusal && ts.standing(now, rank, pl.class)
 	// grantable extras take a slot at once: free slots nothing waits for,
 	// within the tenant's cap.
-	grantable := max(0, free-ahead)
+	grantable := max(0, free-int(math.Ceil(ahead)))
 	if ts.maxInFlight > 0 {
 		grantable = min(grantable, max(0, ts.maxInFlight-ts.inFlight))
 	}
@@ -76,9 +78,10 @@ func (c *Core) Headroom(now time.Time, req Request) (Headroom, error) {
 	}
 	upper := grantable + max(0, queueRoom)
 	// waitOfExtra is the estimated wait of the k-th extra request (from
-	// 0): k of its own ahead of it, besides what is ahead now.
+	// 0): k of its own ahead of it, each of its work, besides what is
+	// ahead now.
 	waitOfExtra := func(k int) time.Duration {
-		wait := c.drain(now, rank, ts, ahead+k+1-free)
+		wait := c.drain(now, rank, pl.class, ts, ahead+float64(k)*pl.units+1-float64(free))
 		if ts.maxInFlight > 0 {
 			// At its cap the tenant waits for its own slots (cappedWait),
 			// the extras before it that found none queued too.

@@ -1,6 +1,9 @@
 package admission
 
-import "time"
+import (
+	"slices"
+	"time"
+)
 
 // Ticket is one request's place in a [Core]'s queue. The owner of the Core
 // allocates it (or reuses one: a Ticket the Core has decided can be passed to
@@ -10,9 +13,19 @@ type Ticket struct {
 	// wake. The Core never reads it.
 	Owner any
 
-	req      Request
-	rank     int
-	cost     float64 // req.Cost, 1 when unset
+	req  Request
+	rank int
+	cost float64 // req.Cost, 1 when unset
+	// units is its expected work, in calls of the gate's mean service
+	// time: its shape's mean over the mean of all (see Core.unitsOf), so
+	// that a queue of short calls is estimated to drain faster than one
+	// of long calls; 1 without statistics of its own.
+	units float64
+	// startBy is when it must start to finish by its deadline: its
+	// deadline less its expected (p95) service time at arrival; its
+	// arrival without a deadline. Lanes are served by it (see lane.go).
+	startBy  time.Time
+	class    uint8 // its lane class (laneOf)
 	ts       *tenantState
 	enqueued time.Time
 	// overload: queued while its queue stood (see Core.allowance) — served
@@ -25,7 +38,8 @@ type Ticket struct {
 	retry   time.Duration // RetryAfter of a rejection
 	decided time.Time
 	tq      *tenantQueue
-	prev    *Ticket // within its tenant's queue of its rank
+	ln      *lane   // its lane in tq
+	prev    *Ticket // within its lane
 	next    *Ticket
 }
 
@@ -47,6 +61,9 @@ func (t *Ticket) Request() Request { return t.req }
 // Rank is the rank the request was given.
 func (t *Ticket) Rank() int { return t.rank }
 
+// Units is the ticket's expected work, as Decision.Units.
+func (t *Ticket) Units() float64 { return t.units }
+
 // QueueTime is how long the ticket waited before it was decided.
 func (t *Ticket) QueueTime() time.Duration { return t.decided.Sub(t.enqueued) }
 
@@ -58,37 +75,135 @@ func (t *Ticket) Rejection() *Rejection {
 	return &Rejection{Reason: t.reason, EstimatedWait: t.wait, RetryAfter: t.retry, Rank: t.rank}
 }
 
-// tenantQueue is one tenant's queued tickets of one rank, oldest first.
+// tenantQueue is one tenant's queued tickets of one rank, in lanes by
+// the budget they came with (see lane.go): one lane for callers that all
+// wait alike.
 type tenantQueue struct {
-	tenant     string
-	ts         *tenantState
-	head, tail *Ticket
-	n          int
-	cost       float64 // of the queued tickets
+	tenant string
+	ts     *tenantState
+	n      int
+	cost   float64 // of the queued tickets
+	units  float64 // their expected work (Ticket.units)
 	// finish is the tenant's virtual finish time in this rank: the start
 	// tag of its next ticket is max(level.vtime, finish).
 	finish float64
 	// ring links of the rank's active tenants, in serving order.
 	prev, next *tenantQueue
-	// The overload detector of this queue (see Core.observe): LIFO is
-	// decided per tenant queue, so that one tenant's flood does not turn
-	// the order of a tenant within its share upside down.
-	lifo    bool
-	aboveAt time.Time
 	// promises: the gate refuses early (Config.NoEarlyRefusal false), and
-	// keeps the place it promised a ticket at its arrival. Newest-first is
-	// then for the tickets queued while the queue stood (overload): from
-	// firstOverload, the oldest of them, to tail — they are always the
-	// newest, since a ticket queued after one of them is one too — ovN and
-	// ovCost count them. The tickets before them were promised their
-	// place, and are served first, oldest first; the overload tickets
-	// newest-first, each refused once it has waited its allowance (see
-	// Core.refuseLate). lifo and aboveAt are then used only while the
-	// oldest ticket has no deadline, and so no promise.
-	promises      bool
-	firstOverload *Ticket
-	ovN           int
-	ovCost        float64
+	// keeps the place it promised a ticket at its arrival: newest-first
+	// is then for the tickets queued while their lane stood (see lane),
+	// and the CoDel-style switch only for a lane whose oldest ticket has
+	// no deadline, and so no promise.
+	promises bool
+	// lanes are the non-empty lanes, by class, shortest budgets first;
+	// one lives in first, so that a queue of one lane allocates none.
+	lanes   []*lane
+	first   lane
+	laneBuf [1]*lane
+}
+
+// laneOf returns the queue's lane of class, making it when add.
+func (tq *tenantQueue) laneOf(class uint8, add bool) *lane {
+	i := 0
+	for ; i < len(tq.lanes); i++ {
+		if c := tq.lanes[i].class; c == class {
+			return tq.lanes[i]
+		} else if c > class {
+			break
+		}
+	}
+	if !add {
+		return nil
+	}
+	ln := &tq.first
+	if tq.usesFirst() {
+		ln = &lane{}
+	}
+	*ln = lane{class: class}
+	if tq.lanes == nil {
+		tq.lanes = tq.laneBuf[:0]
+	}
+	tq.lanes = append(tq.lanes, nil)
+	copy(tq.lanes[i+1:], tq.lanes[i:])
+	tq.lanes[i] = ln
+	return ln
+}
+
+// usesFirst says whether one of the lanes lives in tq.first.
+func (tq *tenantQueue) usesFirst() bool {
+	for _, ln := range tq.lanes {
+		if ln == &tq.first {
+			return true
+		}
+	}
+	return false
+}
+
+// dropLane forgets an empty lane.
+func (tq *tenantQueue) dropLane(ln *lane) {
+	for i, l := range tq.lanes {
+		if l == ln {
+			tq.lanes = slices.Delete(tq.lanes, i, i+1)
+			return
+		}
+	}
+}
+
+// peek is the ticket tq would serve next: of its lanes' next tickets, the
+// one that must start soonest (ties: the shorter budgets' lane).
+func (tq *tenantQueue) peek() *Ticket {
+	if len(tq.lanes) == 1 {
+		return tq.lanes[0].peek()
+	}
+	var best *Ticket
+	for _, ln := range tq.lanes {
+		if t := ln.peek(); best == nil || earlier(t, best) {
+			best = t
+		}
+	}
+	return best
+}
+
+// lastServed is the ticket tq would serve last: of its lanes' last
+// tickets, the one that may start latest (ties: the longer budgets').
+func (tq *tenantQueue) lastServed() *Ticket {
+	if len(tq.lanes) == 1 {
+		return tq.lanes[0].lastServed()
+	}
+	var last *Ticket
+	for _, ln := range tq.lanes {
+		if t := ln.lastServed(); last == nil || !earlier(t, last) {
+			last = t
+		}
+	}
+	return last
+}
+
+// newestFirst says whether tq serves some of its tickets newest-first.
+func (tq *tenantQueue) newestFirst() bool {
+	for _, ln := range tq.lanes {
+		if ln.newestFirst() {
+			return true
+		}
+	}
+	return false
+}
+
+// before sums the cost and work of tq's tickets served before a ticket
+// of lane class that must start by startBy: of its own lane, those ahead
+// of it as own counts them; of the other lanes, those that must start by
+// then.
+func (tq *tenantQueue) before(class uint8, startBy time.Time, ownCost, ownUnits float64) (cost, units float64) {
+	cost, units = ownCost, ownUnits
+	for _, ln := range tq.lanes {
+		if ln.class == class {
+			continue
+		}
+		c, u := ln.before(startBy)
+		cost += c
+		units += u
+	}
+	return cost, units
 }
 
 // overload is the CoDel-style detector: a queue is overloaded once the age
@@ -105,30 +220,30 @@ type overload struct {
 	target, interval time.Duration
 }
 
-// observe updates tq's mode before it is served. The age of the oldest item,
+// observe updates ln's mode before it is served. The age of the oldest item,
 // not the wait of the item served, is the signal: under LIFO the item served
 // is the newest, whose short wait would switch LIFO off while the backlog
 // behind it is still old.
-func (o *overload) observe(now time.Time, tq *tenantQueue) {
-	if o.off || (tq.promises && !tq.head.req.Deadline.IsZero()) {
-		tq.lifo = false
-		return // with promises, newest-first is for overload tickets (see tenantQueue)
+func (o *overload) observe(now time.Time, ln *lane, promises bool) {
+	if o.off || (promises && !ln.head.req.Deadline.IsZero()) {
+		ln.lifo = false
+		return // with promises, newest-first is for overload tickets (see lane)
 	}
-	head := tq.head
+	head := ln.head
 	target := o.target
 	if !head.req.Deadline.IsZero() {
 		target = head.req.Deadline.Sub(head.enqueued) / 2
 	}
 	if now.Sub(head.enqueued) < target {
-		tq.lifo, tq.aboveAt = false, time.Time{}
+		ln.lifo, ln.aboveAt = false, time.Time{}
 		return
 	}
-	if tq.aboveAt.IsZero() {
-		tq.aboveAt = now.Add(o.interval)
+	if ln.aboveAt.IsZero() {
+		ln.aboveAt = now.Add(o.interval)
 		return
 	}
-	if !now.Before(tq.aboveAt) {
-		tq.lifo = true
+	if !now.Before(ln.aboveAt) {
+		ln.lifo = true
 	}
 }
 
@@ -150,6 +265,7 @@ func (o *overload) observe(now time.Time, tq *tenantQueue) {
 type level struct {
 	depth  int
 	cost   float64      // of the queued tickets
+	units  float64      // their expected work (Ticket.units)
 	ring   *tenantQueue // where the search for the next tenant starts; nil when empty
 	queues map[string]*tenantQueue
 	vtime  float64 // the start tag of the ticket served last
@@ -187,7 +303,7 @@ func (r *refusing) standing(now time.Time) bool {
 	return !r.since.IsZero() && now.Sub(r.last) <= r.interval && now.Sub(r.since) >= r.interval
 }
 
-func (l *level) push(t *Ticket, ts *tenantState, promises bool) {
+func (l *level) push(t *Ticket, ts *tenantState, promises bool, class uint8) {
 	tq := l.queues[t.req.Tenant]
 	if tq == nil {
 		tq = &tenantQueue{tenant: t.req.Tenant, ts: ts, finish: l.vtime, promises: promises}
@@ -210,61 +326,37 @@ func (l *level) push(t *Ticket, ts *tenantState, promises bool) {
 			l.ring.prev = tq
 		}
 	}
-	t.tq = tq
-	if tq.promises && (t.overload || tq.firstOverload != nil) {
-		t.overload = true
-		if tq.firstOverload == nil {
-			tq.firstOverload = t
-		}
-		tq.ovN++
-		tq.ovCost += t.cost
-	}
-	t.prev, t.next = tq.tail, nil
-	if tq.tail != nil {
-		tq.tail.next = t
-	} else {
-		tq.head = t
-	}
-	tq.tail = t
+	t.tq, t.class = tq, class
+	t.ln = tq.laneOf(class, true)
+	t.ln.push(t, tq.promises)
 	tq.n++
 	tq.cost += t.cost
+	tq.units += t.units
 	l.depth++
 	l.cost += t.cost
+	l.units += t.units
 }
 
-// remove unlinks t from its tenant's queue, dropping the tenant from the
-// ring when its queue empties.
+// remove unlinks t from its tenant's queue, dropping its lane when it
+// empties, and the tenant from the ring when its queue does.
 func (l *level) remove(t *Ticket) {
-	tq := t.tq
-	if t.overload && tq.promises {
-		if tq.firstOverload == t {
-			tq.firstOverload = t.next // newer, and overload too, or nil
-		}
-		tq.ovN--
-		tq.ovCost -= t.cost
-		if tq.ovN == 0 {
-			tq.ovCost = 0 // no float drift carried over
-		}
+	tq, ln := t.tq, t.ln
+	ln.remove(t, tq.promises)
+	t.tq, t.ln = nil, nil
+	if ln.n == 0 {
+		tq.dropLane(ln)
 	}
-	if t.prev != nil {
-		t.prev.next = t.next
-	} else {
-		tq.head = t.next
-	}
-	if t.next != nil {
-		t.next.prev = t.prev
-	} else {
-		tq.tail = t.prev
-	}
-	t.prev, t.next, t.tq = nil, nil, nil
 	tq.n--
 	tq.cost -= t.cost
+	tq.units -= t.units
 	l.depth--
 	l.cost -= t.cost
+	l.units -= t.units
 	if l.depth == 0 {
-		l.cost = 0 // no float drift carried over
+		l.cost, l.units = 0, 0 // no float drift carried over
 	}
 	if tq.n == 0 {
+		tq.cost, tq.units = 0, 0
 		if tq.next == tq {
 			l.ring = nil
 		} else {
@@ -334,12 +426,14 @@ func (l *level) has(ok func(*tenantQueue) bool) bool {
 	}
 }
 
-// take serves tq: its oldest ticket (FIFO) or newest (LIFO, when that
-// queue is overloaded). The virtual time moves to the ticket's start tag,
-// the tenant's finish time past it by cost over weight, and the search for
-// the next tenant starts after this one.
+// take serves tq: the ticket its lanes would serve next (see peek). The
+// virtual time moves to the ticket's start tag, the tenant's finish time
+// past it by cost over weight, and the search for the next tenant starts
+// after this one.
 func (l *level) take(now time.Time, tq *tenantQueue, o *overload) *Ticket {
-	o.observe(now, tq)
+	for _, ln := range tq.lanes {
+		o.observe(now, ln, tq.promises)
+	}
 	t := tq.peek()
 	s := l.start(tq)
 	l.vtime = s
@@ -349,38 +443,11 @@ func (l *level) take(now time.Time, tq *tenantQueue, o *overload) *Ticket {
 	return t
 }
 
-// peek is the ticket tq would serve next.
-func (tq *tenantQueue) peek() *Ticket {
-	switch {
-	case tq.ovN > 0:
-		if tq.head.overload { // every promise kept: newest first
-			return tq.tail
-		}
-		return tq.head
-	case tq.lifo:
-		return tq.tail
-	}
-	return tq.head
-}
-
-// newestFirst says whether tq serves some of its tickets newest-first.
-func (tq *tenantQueue) newestFirst() bool { return tq.lifo || tq.ovN > 0 }
-
 // lastServed returns the ticket this rank would serve last: from its heaviest
-// tenant, the newest under FIFO or the oldest under LIFO. It is the victim of
-// an eviction.
+// tenant, the one its lanes would serve last. It is the victim of an
+// eviction.
 func (l *level) lastServed() *Ticket {
 	return l.heaviest().lastServed()
-}
-
-func (tq *tenantQueue) lastServed() *Ticket {
-	switch {
-	case tq.ovN > 0:
-		return tq.firstOverload
-	case tq.lifo:
-		return tq.head
-	}
-	return tq.tail
 }
 
 func (l *level) heaviest() *tenantQueue {
@@ -393,67 +460,75 @@ func (l *level) heaviest() *tenantQueue {
 	return best
 }
 
-// aheadOfLast estimates how many tickets of this rank fair queuing would
-// serve before tq's last-served ticket: the same count as ahead gives a
-// newcomer of tq's tenant with that ticket's cost queued at the back of a
-// FIFO queue — every other ticket of its tenant is served first, FIFO or
-// LIFO — so that a ticket just admitted is judged again exactly as it was
-// at its arrival.
-func (l *level) aheadOfLast(tq *tenantQueue) int {
-	own := tq.cost - tq.lastServed().cost
-	span := tq.cost / tq.ts.weight
-	aheadCost := own
+// aheadOfLast estimates the work, in units, this rank would serve before
+// t, a ticket of tq — the same sum ahead gives a newcomer of tq's tenant
+// with t's cost, lane and start-by queued at the back of its lane: every
+// other ticket of its lane is served first, FIFO or LIFO — so that a
+// ticket just admitted is judged again exactly as it was at its arrival.
+func (l *level) aheadOfLast(tq *tenantQueue, t *Ticket) float64 {
+	ownCost, ownUnits := tq.before(t.ln.class, t.startBy, t.ln.cost-t.cost, t.ln.units-t.units)
+	span := (ownCost + t.cost) / tq.ts.weight
+	units := ownUnits
 	for o := l.ring; ; {
 		if o != tq {
-			aheadCost += min(o.cost, span*o.ts.weight)
+			units += o.within(span)
 		}
 		if o = o.next; o == l.ring {
 			break
 		}
 	}
-	mean := l.cost / float64(l.depth)
-	if mean <= 0 {
-		return 0
-	}
-	return min(int(aheadCost/mean+0.5), l.depth-1)
+	return min(units, l.units-t.units)
 }
 
-// ahead estimates how many tickets of this rank fair queuing would serve
-// before a newcomer of tenant with the given cost, which goes to the front
-// of its tenant's newest-first tickets when front is true. In virtual time
-// the newcomer starts once its tenant's queued cost ahead of it (none when
-// it goes to the front of a queue in LIFO order; the promised tickets'
-// when that queue keeps promises) has been served at the tenant's weight; every other tenant is served up to the same virtual
-// time, that span times its own weight, in cost. The cost ahead is turned
-// into tickets at the rank's mean queued cost, since the wait estimate
-// counts completions.
-func (l *level) ahead(tenant string, cost, weight float64, front bool) int {
+// within is the work of tq's tickets that fair queuing serves within span
+// of virtual time: its cost up to span at its weight, in units at its own
+// mean work per cost.
+func (tq *tenantQueue) within(span float64) float64 {
+	if tq.cost <= 0 {
+		return 0
+	}
+	return min(tq.cost, span*tq.ts.weight) / tq.cost * tq.units
+}
+
+// ahead estimates the work, in units, this rank would serve before a
+// newcomer of tenant with the given cost, lane class and start-by, which
+// goes to the front of its lane's newest-first tickets when front is
+// true. Its tenant's tickets ahead of it are those of its lane queued
+// before it (none when it goes to the front of a lane in LIFO order; the
+// promised tickets' when the lane keeps promises) and those of its other
+// lanes that must start by its start-by; in virtual time it starts once
+// these have been served at the tenant's weight, and every other tenant
+// is served up to the same virtual time, that span times its own weight,
+// in cost.
+func (l *level) ahead(tenant string, cost, weight float64, front bool, class uint8, startBy time.Time) float64 {
 	if l.depth == 0 {
 		return 0
 	}
-	var own float64
+	var ownCost, ownUnits float64
 	if tq := l.queues[tenant]; tq != nil {
-		switch {
-		case front: // behind the promised tickets only
-			own = tq.cost - tq.ovCost
-		case !tq.lifo:
-			own = tq.cost
+		ln := tq.laneOf(class, false)
+		if ln != nil {
+			switch {
+			case front: // behind the promised tickets only
+				ownCost, ownUnits = ln.cost-ln.ovCost, ln.units-ln.ovUnits
+			case !ln.lifo:
+				ownCost, ownUnits = ln.cost, ln.units
+			}
+		}
+		if ln == nil || len(tq.lanes) > 1 {
+			ownCost, ownUnits = tq.before(class, startBy, ownCost, ownUnits)
 		}
 	}
-	span := (own + cost) / weight
-	aheadCost := own
+	span := (ownCost + cost) / weight
+	units := ownUnits
 	for tq := l.ring; ; {
 		if tq.tenant != tenant {
-			aheadCost += min(tq.cost, span*tq.ts.weight)
+			units += tq.within(span)
 		}
 		tq = tq.next
 		if tq == l.ring {
 			break
 		}
 	}
-	mean := l.cost / float64(l.depth)
-	if mean <= 0 {
-		return 0
-	}
-	return min(int(aheadCost/mean+0.5), l.depth)
+	return min(units, l.units)
 }

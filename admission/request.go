@@ -83,6 +83,17 @@ type Request struct {
 	// own service time, for example the upstream model. Empty uses the
 	// statistics of all requests.
 	Key string
+	// Shape selects finer statistics than Key: a hash of what is known of
+	// the request before it runs — who sends it, the endpoint, the sizes
+	// of its prompt and of its max_tokens — so that calls that take alike
+	// are estimated together (see Config.MaxShapes). Zero means none:
+	// Family's statistics, else Key's.
+	Shape uint64
+	// Family groups shapes: a hash of the same without the sizes (who
+	// sends it, to which model and endpoint), whose statistics a shape's
+	// calls are estimated by until the shape has enough of its own. Zero
+	// means none.
+	Family uint64
 }
 
 // cost returns the request's cost, 1 when unset, or an error naming the field.

@@ -100,7 +100,8 @@ func (c *Core) Stats(now time.Time) Stats {
 		if l := &c.levels[r]; l.ring != nil {
 			tenant = l.heaviest().tenant
 		}
-		s.EstimatedWait[r] = c.waitFor(now, r, tenant, 1)
+		// A newcomer without a deadline.
+		s.EstimatedWait[r] = c.waitFor(now, r, tenant, 1, &place{class: noDeadline, startBy: now, units: 1})
 	}
 	if s.LIFOQueues > 0 {
 		s.Mode = LIFO

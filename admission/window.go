@@ -300,6 +300,13 @@ func (w *window) relevel() {
 
 func (w *window) count() int { return w.n }
 
+// reset empties the window for reuse, keeping its memory.
+func (w *window) reset() {
+	w.old.reset()
+	w.cur.reset()
+	*w = window{ring: w.ring, bkts: w.bkts, old: w.old, cur: w.cur, scale: 1, follow: w.follow}
+}
+
 func (w *window) mean() time.Duration {
 	if w.n == 0 {
 		return 0

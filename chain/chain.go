@@ -202,6 +202,16 @@ type Permit struct {
 // model to call (degraded or not), over quota, the reserved cost.
 func (p *Permit) Request() *Request { return &p.req }
 
+// Units is the call's expected work in calls of its pool's mean service
+// time when it was granted (admission.Decision.Units); 1 for an observed
+// call.
+func (p *Permit) Units() float64 {
+	if p.gp == nil {
+		return 1
+	}
+	return p.gp.Units()
+}
+
 // QueueTime is how long the call waited for its slot.
 func (p *Permit) QueueTime() time.Duration {
 	if p.gp == nil {

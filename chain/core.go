@@ -47,6 +47,17 @@ type Ticket struct {
 	// slot is an observed call's slot in its pool's picture (shadow.go);
 	// nil for one its gate would have refused, let through without one.
 	slot *shadowSlot
+	// units is the gate's Decision.Units of a call granted on arrival.
+	units float64
+}
+
+// Units is the call's expected work in calls of its pool's mean service
+// time (admission.Decision.Units), once granted.
+func (t *Ticket) Units() float64 {
+	if t.gt.Granted() {
+		return t.gt.Units()
+	}
+	return t.units
 }
 
 // Request returns the call as the stages left it (tenant, tier, model).
@@ -125,7 +136,7 @@ func (c *Core) Arrive(now time.Time, req Request, t *Ticket, wait bool) (Decisio
 	t.req = req
 	t.gt.Owner = t
 	t.rej = nil
-	t.paced, t.granted, t.slot = false, false, nil
+	t.paced, t.granted, t.slot, t.units = false, false, nil, 1
 	if d, err := c.stages.admit(now, &t.req, &t.holds); d.Verdict != 0 || err != nil {
 		if d.Rejection != nil {
 			c.stages.spread.assign(now, d.Rejection, &t.req, c.gateOf(&t.req))
@@ -193,6 +204,7 @@ func (c *Core) enter(now time.Time, t *Ticket, wait bool) (Decision, error) {
 		t.holds.cancel(now, rej)
 		return Decision{Verdict: admission.Rejected, Rejection: rej}, nil
 	}
+	t.units = d.Units
 	return Decision{Verdict: d.Verdict}, nil
 }
 

@@ -19,6 +19,15 @@ type Request struct {
 	// APIKey is the caller's key, used only when Tenant is empty. It is
 	// never stored or logged.
 	APIKey string
+	// Caller tells apart, beyond its tenant, who sends the call: with no
+	// tenants configured, a hash of the key it presents (the gateway's),
+	// or the simulator's traffic source. Its service-time statistics are
+	// kept by it among the rest of its shape (see Shape). Zero means the
+	// tenant alone.
+	Caller uint64
+	// Endpoint is the API path the call came on ("/v1/chat/completions"),
+	// part of its shape. Empty means one endpoint for every call.
+	Endpoint string
 	// Tier is the tenant's tier. The identify stage sets it from the
 	// tenant's configuration; with a named Tenant of no configuration it is
 	// kept as given.
@@ -142,6 +151,8 @@ func (r *Request) admission() admission.Request {
 		Attempt:   r.Attempt,
 		Deadline:  r.Deadline,
 		Key:       r.gateKey(),
+		Shape:     r.Shape(),
+		Family:    r.Family(),
 		Cost:      r.GateCost(),
 	}
 }

@@ -75,13 +75,14 @@ func TestRouteFirstPoolThatMeetsTheDeadline(t *testing.T) {
 	if r := second.Request(); d.Verdict != admission.Granted || r.Pool != 1 || r.Upstream != "b" || r.UpstreamModel != "m-b" || r.Model != "m" {
 		t.Fatalf("second call: %v, pool %d %s/%s; want granted at b/m-b", d.Verdict, r.Pool, r.Upstream, r.UpstreamModel)
 	}
-	// Both busy: a wait of 1s and 1s of service meet 10s at a, the first.
-	d, third := arriveAt(t, c, t0, Request{Model: "m", Deadline: t0.Add(10 * time.Second)})
+	// Both busy: a wait of 1s and 1s of service meet 2.5s at a, the
+	// first.
+	d, third := arriveAt(t, c, t0, Request{Model: "m", Deadline: t0.Add(2500 * time.Millisecond)})
 	if d.Verdict != admission.Queued || third.Request().Pool != 0 {
 		t.Fatalf("third call: %v at pool %d, want queued at pool 0", d.Verdict, third.Request().Pool)
 	}
-	// a's estimate (2s of wait, 1s of service) misses 2.5s; b's (1s, 1s)
-	// meets it.
+	// a's estimate (2s of wait behind the third, due as soon; 1s of
+	// service) misses 2.5s; b's (1s, 1s) meets it.
 	d, fourth := arriveAt(t, c, t0, Request{Model: "m", Deadline: t0.Add(2500 * time.Millisecond)})
 	if r := fourth.Request(); d.Verdict != admission.Queued || r.Pool != 1 || r.Upstream != "b" {
 		t.Fatalf("fourth call: %v, pool %d %s; want queued at b", d.Verdict, r.Pool, r.Upstream)

@@ -371,6 +371,8 @@ func (g *Gateway) serveCall(w http.ResponseWriter, r *http.Request, rt *route, t
 		MaxOutputTokens: body.maxTokens,
 		Unpriced:        !rt.billed,
 		AllowDegrade:    hdr.degrade,
+		Caller:          g.caller(r, tenant),
+		Endpoint:        r.URL.Path,
 	}
 	if wouldShed != nil {
 		req.Would = wouldShed // observed: shed on the gateway's CPU before any stage

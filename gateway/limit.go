@@ -141,16 +141,20 @@ func (g *Gateway) sending(now time.Time, c *call) sent {
 	a.mu.Lock()
 	a.atProvider++
 	n := a.atProvider
+	w := a.learn.Sent(now)
 	a.mu.Unlock()
-	return sent{at: now, inFlight: n}
+	return sent{at: now, inFlight: n, window: w, units: c.permit.Units()}
 }
 
 // sent is an attempt as sending counted it: when, and the pool's
 // attempts at the provider then, itself included (zero when the pool's
-// concurrency is not learnt).
+// concurrency is not learnt), the learner's window that counted it, and
+// the call's expected work at its gate (adaptive.Sample).
 type sent struct {
 	at       time.Time
 	inFlight int
+	window   uint64
+	units    float64
 }
 
 // observe feeds one upstream answer (nil after a transport error) of call
@@ -191,7 +195,7 @@ func (g *Gateway) observe(s sent, now time.Time, resp *http.Response, c *call) {
 func (g *Gateway) observeLearned(s sent, now time.Time, resp *http.Response, c *call) {
 	p := g.poolOf(c)
 	a := p.limit
-	smp := adaptive.Sample{Sent: s.at, Answered: now, InFlight: s.inFlight}
+	smp := adaptive.Sample{Sent: s.at, Answered: now, InFlight: s.inFlight, Window: s.window, Units: s.units}
 	switch {
 	case resp == nil:
 		smp.Failed = true

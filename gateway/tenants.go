@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"hash/maphash"
 	"net/http"
 	"strings"
 
@@ -26,6 +27,29 @@ func (g *Gateway) identify(r *http.Request) (string, admission.Tier, bool) {
 	}
 	return g.chain.Identify(key)
 }
+
+// caller tells apart the callers of the anonymous tenant — when no
+// tenants are configured, every service behind the gateway — by a hash of
+// the key each presents (chain.Request.Caller): their calls' service
+// times are kept apart (a service of long chats from one of short
+// completions). A keyed tenant is told by its name, and needs none. The
+// hash is keyed by a seed of the process, and nothing of the key is kept.
+func (g *Gateway) caller(r *http.Request, tenant string) uint64 {
+	if tenant != AnonymousTenant {
+		return 0
+	}
+	key := bearer(r.Header.Get("Authorization"))
+	if key == "" {
+		key = r.Header.Get("X-Api-Key")
+	}
+	if key == "" {
+		return 0
+	}
+	return maphash.String(callerSeed, key)
+}
+
+// callerSeed keys the callers' hashes (see caller).
+var callerSeed = maphash.MakeSeed()
 
 func bearer(h string) string {
 	const prefix = "Bearer "

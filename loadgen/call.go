@@ -5,10 +5,12 @@ import (
 	"encoding/json"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/sluicehq/sluice/contract"
+	"github.com/sluicehq/sluice/workload"
 )
 
 // call is the runner's record of one logical request: its attempts and the
@@ -18,6 +20,8 @@ type call struct {
 	rn    *runner
 	r     *Request
 	class int
+	// trace is the trace call it replays, or nil in a Poisson run.
+	trace *workload.Call
 
 	mu struct {
 		sync.Mutex
@@ -176,4 +180,51 @@ func chatBody(model, prompt string, maxTokens int, stream bool) ([]byte, error) 
 		req.StreamOptions = &streamOptions{IncludeUsage: true}
 	}
 	return json.Marshal(req)
+}
+
+// fillerText is what a replayed trace call's prompt is made of: plain
+// English, about CharsPerToken characters a token to a real tokenizer too,
+// and nothing JSON would escape, so that it is copied into bodies as it is.
+const fillerText = "Rivers carry water from the hills to the sea, cutting valleys as they go. " +
+	"Along their banks towns grew where the water was calm enough to cross. "
+
+// traceBody builds the bodies of a trace's calls. What they share is
+// encoded once; each call's prompt is a prefix of one long filler string,
+// so a call's body is one allocation and a few copies, whatever its size,
+// built once per logical request (its attempts resend the same bytes).
+type traceBody struct {
+	head   []byte // {"model":…,"messages":[{"role":"user","content":"
+	filler string // at least as long as the longest prompt
+	tail   []byte // the stream fields, when streaming
+}
+
+func newTraceBody(model string, stream bool, longest int) (*traceBody, error) {
+	m, err := json.Marshal(model)
+	if err != nil {
+		return nil, err
+	}
+	tb := &traceBody{
+		head:   append(append([]byte(`{"model":`), m...), `,"messages":[{"role":"user","content":"`...),
+		filler: strings.Repeat(fillerText, longest/len(fillerText)+1)[:longest],
+	}
+	if stream {
+		// As chatBody: a final usage chunk, as billing-aware clients ask.
+		tb.tail = []byte(`,"stream":true,"stream_options":{"include_usage":true}`)
+	}
+	return tb, nil
+}
+
+// build is the body of trace call seq: a prompt of promptChars characters,
+// its max_tokens, and the "seed" that makes its bytes its own (see
+// requestBody).
+func (tb *traceBody) build(promptChars, maxTokens, seq int) []byte {
+	b := make([]byte, 0, len(tb.head)+promptChars+len(tb.tail)+64)
+	b = append(b, tb.head...)
+	b = append(b, tb.filler[:promptChars]...)
+	b = append(b, `"}],"max_tokens":`...)
+	b = strconv.AppendInt(b, int64(maxTokens), 10)
+	b = append(b, tb.tail...)
+	b = append(b, `,"seed":`...)
+	b = strconv.AppendInt(b, int64(seq), 10)
+	return append(b, '}')
 }

@@ -4,9 +4,12 @@ import (
 	"errors"
 	"math"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/sluicehq/sluice/workload"
 )
 
 func TestValidateNamesTheField(t *testing.T) {
@@ -40,6 +43,13 @@ func TestValidateNamesTheField(t *testing.T) {
 		{"Classes[0].Weight", func(c *Config) { c.Classes = []Class{{Name: "a", Weight: math.NaN(), Deadline: time.Second}} }},
 		{"Classes[0].Deadline", func(c *Config) { c.Classes = []Class{{Name: "a", Weight: 1}} }},
 		{"Classes", func(c *Config) { c.Classes = []Class{{Name: "a", Weight: 0, Deadline: time.Second}} }},
+		{"Classes[0].Priority", func(c *Config) {
+			c.Classes = []Class{{Name: "a", Priority: "very high", Weight: 1, Deadline: time.Second}}
+		}},
+		{"Classes[0].APIKey", func(c *Config) {
+			c.Classes = []Class{{Name: "a", APIKey: "k\nX-Evil: 1", Weight: 1, Deadline: time.Second}}
+		}},
+		{"Classes[0].MaxTokens", func(c *Config) { c.Classes = []Class{{Name: "a", MaxTokens: -1, Weight: 1, Deadline: time.Second}} }},
 		{"MaxAttempts", func(c *Config) { c.MaxAttempts = -1 }},
 		{"AttemptTimeout", func(c *Config) { c.AttemptTimeout = -time.Second }},
 		{"MaxTokens", func(c *Config) { c.MaxTokens = -1 }},
@@ -85,6 +95,29 @@ func TestResolveDefaults(t *testing.T) {
 	}
 	if len(rc.Classes) != 3 || rc.maxDeadline != 30*time.Second {
 		t.Errorf("default classes %+v, max deadline %v", rc.Classes, rc.maxDeadline)
+	}
+	// A class's priority, key and max_tokens default to its name and the
+	// run's.
+	rc, err = resolve(Config{Target: "http://h", Rate: 1, Duration: time.Second, APIKey: "k", MaxTokens: 5,
+		Classes: []Class{{Name: "a", Weight: 1, Deadline: time.Second}, {Name: "b", Priority: "p", APIKey: "kb", MaxTokens: 6, Weight: 1, Deadline: time.Second}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []Class{
+		{Name: "a", Priority: "a", APIKey: "k", MaxTokens: 5, Weight: 1, Deadline: time.Second},
+		{Name: "b", Priority: "p", APIKey: "kb", MaxTokens: 6, Weight: 1, Deadline: time.Second},
+	}
+	if !slices.Equal(rc.Classes, want) {
+		t.Errorf("resolved classes %+v, want %+v", rc.Classes, want)
+	}
+	// A trace's longest deadline bounds the run too.
+	rc, err = resolve(Config{Target: "http://h", Classes: []Class{{Name: "a", Deadline: time.Second}},
+		Trace: &workload.Trace{Calls: []workload.Call{{Deadline: time.Minute}, {}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rc.maxDeadline != time.Minute {
+		t.Errorf("max deadline with a trace = %v, want 1m", rc.maxDeadline)
 	}
 }
 

@@ -13,9 +13,18 @@
 // production. A closed loop (N workers, each waiting for its answer) slows
 // down exactly when the server does and hides the overload being measured.
 //
+// Or they replay a trace of production traffic (Config.Trace, a
+// [workload.Trace]): each call arrives at its recorded offset from the
+// start, as the class named after its service, with a prompt of its
+// recorded size (about [CharsPerToken] characters a token of filler), its
+// max_tokens and deadline when the trace has them, and the length of the
+// answer it got in [HeaderMockOutputTokens], for a mock provider to write
+// (a real one ignores it). The loop is just as open.
+//
 // Each logical request belongs to a class (interactive, batch, speculative by
 // default) and carries a deadline: its scheduled arrival plus the class's
-// deadline. Latency is measured from the scheduled arrival, not from the moment
+// deadline (or a trace call's own). A class also chooses its callers'
+// X-Sluice-Priority, API key and max_tokens. Latency is measured from the scheduled arrival, not from the moment
 // the runner got round to sending, so a runner that falls behind cannot hide
 // queueing it caused (coordinated omission).
 //
@@ -42,11 +51,13 @@
 //
 // # Goals
 //
-//   - Reproducible: same seed, same arrival schedule and class mix.
+//   - Reproducible: same seed, same arrival schedule and class mix; the
+//     same trace, the same calls at the same offsets.
 //   - Bounded: a run stops accepting arrivals after Config.Duration or
-//     Config.MaxRequests, and cancels whatever is still in flight once the
-//     longest class deadline has passed since the last arrival (every caller
-//     has stopped listening by then); nothing outlives [Run].
+//     Config.MaxRequests (or at the trace's end), and cancels whatever is
+//     still in flight once the longest deadline has passed since the last
+//     arrival (every caller has stopped listening by then); nothing
+//     outlives [Run].
 //   - Honest: every arrival is accounted for, including those the runner
 //     itself refused because of Config.MaxInFlight (client_overflow).
 //
@@ -57,5 +68,6 @@
 //     LLM deployment sees, not for benchmarking a web server.
 //   - Checking response content. Bodies are read to the end and discarded;
 //     only status, the sluice headers and timing are recorded.
-//   - Closed-loop or ramped load shapes.
+//   - Closed-loop load, and shapes other than a Poisson process or a
+//     trace (a ramp or burst is a trace: see [workload.Shape]).
 package loadgen

@@ -251,7 +251,7 @@ func TestSamePrompt(t *testing.T) {
 				want[`{"model":"gpt-4o-mini","messages":[{"role":"user","content":"Reply with one short sentence about rivers."}],"max_tokens":64}`] = 2 * requests
 			} else {
 				for seq := range requests {
-					want[string(requestBody(mustResolve(t).body, seq))] = 2
+					want[string(requestBody(mustResolve(t).bodies[0], seq))] = 2
 				}
 			}
 			if len(copies) != len(want) {

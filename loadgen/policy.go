@@ -48,16 +48,17 @@ type Policy interface {
 type Request struct {
 	// Seq is the arrival's sequence number.
 	Seq int
-	// Class is the class name, sent as X-Sluice-Priority.
+	// Class is the class name (Class.Name: with a trace, the service). Its
+	// Class.Priority is sent as X-Sluice-Priority.
 	Class string
 	// Arrival is the scheduled arrival time.
 	Arrival time.Time
-	// Deadline is Arrival plus the class deadline: after it the caller has
-	// stopped listening.
+	// Deadline is Arrival plus the request's deadline (a trace call's own,
+	// else its class's): after it the caller has stopped listening.
 	Deadline time.Time
 	// AttemptTimeout is the caller's configured fixed per-attempt timeout
 	// (Class.AttemptTimeout, else Config.AttemptTimeout, else half the
-	// class deadline).
+	// request's deadline).
 	AttemptTimeout time.Duration
 	// MaxAttempts is Config.MaxAttempts after defaults; the attempt
 	// transport refuses attempts beyond it.

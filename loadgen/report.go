@@ -17,11 +17,16 @@ import (
 // towards Goodput and SuccessRatio; one that arrived later is Late — paid for,
 // but its caller had stopped listening.
 type Report struct {
-	Target string  `json:"target"`
-	Policy string  `json:"policy"`
-	Rate   float64 `json:"rate"`
-	Seed   uint64  `json:"seed"`
-	Stream bool    `json:"stream"`
+	Target string `json:"target"`
+	Policy string `json:"policy"`
+	// Rate is Config.Rate; for a trace replay, the calls replayed per
+	// second of the window (Requests / WindowSeconds).
+	Rate float64 `json:"rate"`
+	// Trace is set when the run replayed a Config.Trace; Seed then played
+	// no part.
+	Trace  bool   `json:"trace,omitempty"`
+	Seed   uint64 `json:"seed"`
+	Stream bool   `json:"stream"`
 	// SamePrompt and AttemptHeaders echo the Config fields: the same
 	// figures mean different things for distinct or identical prompts, and
 	// for callers that do or do not say which attempt they are sending.
@@ -35,8 +40,11 @@ type Report struct {
 	// last request finished or was cancelled.
 	WallSeconds float64 `json:"wall_seconds"`
 	// WindowSeconds is the span goodput is measured over, from the start:
-	// Config.Duration when arrivals ran for their full duration; the whole
-	// wall time when MaxRequests or cancellation ended them first.
+	// Config.Duration when arrivals ran for their full duration (or a
+	// trace was cut there); a trace's last arrival offset when the whole
+	// trace was played; the whole wall time when MaxRequests or
+	// cancellation ended them first (or every call of a trace arrived at
+	// the start).
 	WindowSeconds float64 `json:"window_seconds"`
 
 	// Requests counts logical requests (arrivals), Attempts the HTTP
@@ -126,9 +134,13 @@ type Latency struct {
 	MaxMs float64 `json:"max_ms"`
 }
 
-// ClassReport is one class's share of a Report.
+// ClassReport is one class's share of a Report (with a trace, one
+// service's).
 type ClassReport struct {
-	Name         string  `json:"name"`
+	Name string `json:"name"`
+	// DeadlineMs is the class's Deadline; zero when it has none and each
+	// of its trace calls carries its own. A trace call's own deadline is
+	// the one its request is judged by.
 	DeadlineMs   float64 `json:"deadline_ms"`
 	Requests     int     `json:"requests"`
 	Attempts     int     `json:"attempts"`
@@ -174,6 +186,7 @@ func newCollector(cfg *resolved) *collector {
 		Target:         cfg.Target,
 		Policy:         cfg.Policy.Name(),
 		Rate:           cfg.Rate,
+		Trace:          cfg.Trace != nil,
 		Seed:           cfg.Seed,
 		Stream:         cfg.Stream,
 		SamePrompt:     cfg.SamePrompt,
@@ -297,6 +310,9 @@ func (c *collector) report(wall, window time.Duration, interrupted bool) *Report
 	r.Interrupted = interrupted
 	r.WallSeconds = wall.Seconds()
 	r.WindowSeconds = window.Seconds()
+	if r.Trace && window > 0 {
+		r.Rate = float64(r.Requests) / window.Seconds()
+	}
 	r.AttemptsPerRequest = ratio(r.Attempts, r.Requests)
 	r.SuccessRatio = ratio(r.OnTime, r.Requests)
 	if window > 0 {

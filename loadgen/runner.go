@@ -5,25 +5,28 @@ import (
 	"cmp"
 	"context"
 	"io"
+	"iter"
 	"net/http"
 	"strconv"
 	"sync"
 	"time"
 
 	"github.com/sluicehq/sluice/contract"
+	"github.com/sluicehq/sluice/workload"
 )
 
 // Run generates the load described by cfg and returns what the callers
 // experienced. It returns an error only for an invalid cfg (a *ConfigError);
 // failures of the target are results, not errors.
 //
-// Run is bounded: arrivals stop after cfg.Duration or cfg.MaxRequests, and
-// once the last arrival's class-deadline horizon (the last arrival time plus
-// the longest class deadline) has passed, every request still in flight is
-// cancelled and reported as run_ended — its caller had stopped listening
-// anyway. Cancelling ctx stops arrivals and cancels everything in flight at
-// once; Run then returns the partial report with Interrupted set. No
-// goroutine started by Run outlives it.
+// Run is bounded: arrivals stop after cfg.Duration or cfg.MaxRequests (or
+// at the end of cfg.Trace), and once the last arrival's deadline horizon
+// (the last arrival time plus the longest deadline of a class or a trace
+// call) has passed, every request still in flight is cancelled and
+// reported as run_ended — its caller had stopped listening anyway.
+// Cancelling ctx stops arrivals and cancels everything in flight at once;
+// Run then returns the partial report with Interrupted set. No goroutine
+// started by Run outlives it.
 func Run(ctx context.Context, cfg Config) (*Report, error) {
 	return run(ctx, cfg, env{clock: wallClock{}})
 }
@@ -59,6 +62,7 @@ const (
 	endedByDuration howEnded = iota
 	endedByCount
 	endedByCancel
+	endedByTrace // every call of the trace was sent
 )
 
 func run(ctx context.Context, cfg Config, e env) (*Report, error) {
@@ -110,10 +114,15 @@ func run(ctx context.Context, cfg Config, e env) (*Report, error) {
 	// Goodput is measured over the arrival window when there is one, so the
 	// drain after arrivals stop cannot lift it above what the server
 	// sustained; a run bounded by count or cut short has no such window,
-	// and is measured over its whole wall time.
+	// and is measured over its whole wall time. A trace played to its end
+	// arrived over its last arrival's offset (unless all its calls came
+	// at once).
 	window := wall
-	if ended == endedByDuration {
+	switch {
+	case ended == endedByDuration:
 		window = rc.Duration
+	case ended == endedByTrace && lastAt > 0:
+		window = lastAt
 	}
 	interrupted := ctx.Err() != nil
 	return rn.col.report(wall, window, interrupted), nil
@@ -134,7 +143,11 @@ func defaultTransport(maxInFlight int) *http.Transport {
 // a request: that is what makes the load open-loop.
 func (rn *runner) generate(start time.Time) (lastAt time.Duration, ended howEnded) {
 	cfg := rn.cfg
-	for a := range Arrivals(cfg.Seed, cfg.Rate, cfg.Classes) {
+	arrivals, end := Arrivals(cfg.Seed, cfg.Rate, cfg.Classes), endedByDuration // infinite for a valid config
+	if cfg.Trace != nil {
+		arrivals, end = rn.traceArrivals(), endedByTrace
+	}
+	for a := range arrivals {
 		if cfg.Duration > 0 && a.At >= cfg.Duration {
 			return lastAt, endedByDuration
 		}
@@ -150,7 +163,19 @@ func (rn *runner) generate(start time.Time) (lastAt time.Duration, ended howEnde
 			return lastAt, endedByCount
 		}
 	}
-	return lastAt, endedByDuration // unreachable: Arrivals is infinite for a valid config
+	return lastAt, end
+}
+
+// traceArrivals is the trace's schedule: call i is arrival i, at its own
+// offset, of its service's class.
+func (rn *runner) traceArrivals() iter.Seq[Arrival] {
+	return func(yield func(Arrival) bool) {
+		for i, c := range rn.cfg.Trace.Calls {
+			if !yield(Arrival{Seq: i, At: c.At, Class: rn.cfg.traceClass[c.Service]}) {
+				return
+			}
+		}
+	}
 }
 
 // dispatch starts one logical request. The in-flight slot for its first
@@ -159,18 +184,26 @@ func (rn *runner) generate(start time.Time) (lastAt time.Duration, ended howEnde
 func (rn *runner) dispatch(start time.Time, a Arrival) {
 	cl := rn.cfg.Classes[a.Class]
 	arrival := start.Add(a.At)
+	var tc *workload.Call
+	deadline := cl.Deadline
+	if rn.cfg.Trace != nil {
+		tc = &rn.cfg.Trace.Calls[a.Seq]
+		deadline = cmp.Or(tc.Deadline, deadline)
+	}
 	r := &Request{
 		Seq:            a.Seq,
 		Class:          cl.Name,
 		Arrival:        arrival,
-		Deadline:       arrival.Add(cl.Deadline),
+		Deadline:       arrival.Add(deadline),
 		AttemptTimeout: cmp.Or(cl.AttemptTimeout, rn.cfg.AttemptTimeout),
 		MaxAttempts:    rn.cfg.MaxAttempts,
 	}
 	if r.AttemptTimeout == 0 {
-		r.AttemptTimeout = cl.Deadline / 2
+		// Half of this request's own deadline: a trace call's caller
+		// configured its timeout for the wait it would accept.
+		r.AttemptTimeout = deadline / 2
 	}
-	c := &call{rn: rn, r: r, class: a.Class}
+	c := &call{rn: rn, r: r, class: a.Class, trace: tc}
 	if !rn.acquire() {
 		now := rn.clk.Now()
 		c.mu.events = []*Attempt{{Reason: ReasonClientOverflow, Start: now, End: now}}
@@ -189,9 +222,15 @@ func (rn *runner) dispatch(start time.Time, a Arrival) {
 // its last byte.
 func (rn *runner) serve(c *call) {
 	ctx := context.WithValue(rn.runCtx, callKey{}, c)
-	body := rn.cfg.body
-	if !rn.cfg.SamePrompt {
-		body = requestBody(body, c.r.Seq)
+	cl := &rn.cfg.Classes[c.class]
+	var body []byte
+	switch {
+	case c.trace != nil:
+		body = rn.cfg.traceBody.build(c.trace.PromptTokens*CharsPerToken, cmp.Or(c.trace.MaxTokens, cl.MaxTokens), c.r.Seq)
+	case rn.cfg.SamePrompt:
+		body = rn.cfg.bodies[c.class]
+	default:
+		body = requestBody(rn.cfg.bodies[c.class], c.r.Seq)
 	}
 	// A bytes.Reader gives the request a GetBody, so every attempt sends
 	// these same bytes.
@@ -210,10 +249,15 @@ func (rn *runner) serve(c *call) {
 	if rn.cfg.Stream {
 		req.Header.Set("Accept", "text/event-stream")
 	}
-	if rn.cfg.APIKey != "" {
-		req.Header.Set("Authorization", "Bearer "+rn.cfg.APIKey)
+	if cl.APIKey != "" {
+		req.Header.Set("Authorization", "Bearer "+cl.APIKey)
 	}
-	req.Header.Set(contract.HeaderPriority, c.r.Class)
+	req.Header.Set(contract.HeaderPriority, cl.Priority)
+	if c.trace != nil {
+		// At least 1: an answer has a token, and the mock refuses 0 with a
+		// 400, which would turn a trace's empty answers into failures.
+		req.Header.Set(HeaderMockOutputTokens, strconv.Itoa(max(c.trace.OutputTokens, 1)))
+	}
 
 	resp, err := rn.rt.RoundTrip(req)
 	answered := false

@@ -15,6 +15,10 @@ func (r *Report) WriteText(w io.Writer) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	head := fmt.Sprintf("%s -> %s   rate %s/s  window %s  wall %s  seed %d",
 		r.Policy, r.Target, num(r.Rate), secs(r.WindowSeconds), secs(r.WallSeconds), r.Seed)
+	if r.Trace {
+		head = fmt.Sprintf("%s -> %s   trace replay, %s/s  window %s  wall %s",
+			r.Policy, r.Target, num(r.Rate), secs(r.WindowSeconds), secs(r.WallSeconds))
+	}
 	if r.Stream {
 		head += "  stream"
 	}
@@ -50,7 +54,11 @@ func (r *Report) WriteText(w io.Writer) error {
 	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "class\tdeadline\trequests\tattempts\tsuccess\tlate\tp50\tp99")
 	for _, c := range r.Classes {
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\t%d\t%s\t%s\n", c.Name, millis(c.DeadlineMs),
+		deadline := millis(c.DeadlineMs)
+		if c.DeadlineMs == 0 {
+			deadline = "per call" // a trace's calls carry their own
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\t%d\t%s\t%s\n", c.Name, deadline,
 			c.Requests, c.Attempts, pct(c.SuccessRatio), c.Late, latMs(c.Latency, c.Latency.P50Ms), latMs(c.Latency, c.Latency.P99Ms))
 	}
 	if err := tw.Flush(); err != nil {

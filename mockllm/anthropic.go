@@ -45,6 +45,16 @@ func (messagesAPI) decode(body []byte, c *call) error {
 	return nil
 }
 
+// stopReason is "max_tokens" when the answer reached max_tokens (which it
+// does unless X-Mock-Output-Tokens makes it shorter) and "end_turn", the
+// model's own end, otherwise.
+func stopReason(c *call) string {
+	if c.reachedMax() {
+		return "max_tokens"
+	}
+	return "end_turn"
+}
+
 func anthropicID(c *call) string { return fmt.Sprintf("msg_mock%d", c.id) }
 
 // message is the message object; in the stream's message_start it has no
@@ -57,7 +67,7 @@ func (messagesAPI) message(c *call, text *string) map[string]any {
 	}
 	if text != nil {
 		m["content"] = []any{map[string]any{"type": "text", "text": *text}}
-		m["stop_reason"] = "max_tokens" // the mock always generates max_tokens
+		m["stop_reason"] = stopReason(c)
 		m["usage"] = map[string]int{"input_tokens": c.tokensIn, "output_tokens": c.tokensOut}
 	}
 	return m
@@ -85,7 +95,7 @@ func (messagesAPI) tail(c *call) []event {
 		{name: "content_block_stop", data: map[string]any{"type": "content_block_stop", "index": 0}},
 		{name: "message_delta", data: map[string]any{
 			"type":  "message_delta",
-			"delta": map[string]any{"stop_reason": "max_tokens", "stop_sequence": nil},
+			"delta": map[string]any{"stop_reason": stopReason(c), "stop_sequence": nil},
 			"usage": map[string]int{"output_tokens": c.tokensOut}}},
 		{name: "message_stop", data: map[string]any{"type": "message_stop"}},
 	}

@@ -26,8 +26,9 @@ const (
 	// about 11,000 times the median.
 	MaxSigma = 4.0
 	// MaxServiceTime caps every sampled service time, including per-request
-	// overrides, so that the product of the median, the lognormal draw, the
-	// model's factor and the step factor always fits in a time.Duration.
+	// overrides, so that the product of the call's median (with its
+	// per-token parts), the lognormal draw, the model's factor and the step
+	// factor always fits in a time.Duration.
 	MaxServiceTime = 24 * time.Hour
 	// MaxOutputTokens bounds a request's max_tokens (and the generated text):
 	// the mock really writes that many tokens of text.
@@ -50,15 +51,31 @@ type Config struct {
 	// string means ModeQueue.
 	Mode Mode
 
-	// Median is the median service time of a model with LatencyFactor 1.
-	// Zero means no service time at all: the handler answers as soon as it has
-	// a slot without starting a timer (streams are written in one go), which is
-	// what overhead benchmarks need. It is not replaced by a default.
+	// Median is the median service time of a model with LatencyFactor 1,
+	// or, with PerPromptToken or PerOutputToken set, its fixed part: a
+	// call's median is then Median + prompt tokens × PerPromptToken +
+	// answer tokens × PerOutputToken. Zero with both per-token parts zero
+	// means no service time at all: the handler answers as soon as it has
+	// a slot without starting a timer (streams are written in one go),
+	// which is what overhead benchmarks need; zero with a per-token part
+	// means no fixed part. It is not replaced by a default.
 	Median time.Duration
 
+	// PerPromptToken is the time each prompt token adds to a call's
+	// median (reading the prompt), and PerOutputToken the time each answer
+	// token adds (writing it, one token after another: the part that
+	// dominates a decode-bound provider), so that answers of 10 and 1,000
+	// tokens take as different times as a real provider's do. Zero means
+	// none: the service time does not depend on the call's size. Each is
+	// in [0, 1h]. The answer's length is the request's maximum, the
+	// default, or X-Mock-Output-Tokens.
+	PerPromptToken time.Duration
+	PerOutputToken time.Duration
+
 	// Sigma is the standard deviation of the logarithm of the service time
-	// (lognormal around Median). Zero means every service time is exactly
-	// Median times the factors below, which is what virtual-time tests want.
+	// (lognormal around the call's median). Zero means every service time
+	// is exactly the call's median times the factors below, which is what
+	// virtual-time tests want.
 	// It must be in [0, MaxSigma].
 	Sigma float64
 
@@ -82,14 +99,15 @@ type Config struct {
 	// OutputTokens is the completion size, in tokens, of a request that names
 	// no max_tokens (or max_completion_tokens / max_output_tokens). Zero
 	// means DefaultOutputTokens. A request that names a maximum gets exactly
-	// that many tokens: the mock never stops early.
+	// that many tokens: the mock stops early only when the request's
+	// X-Mock-Output-Tokens says so.
 	OutputTokens int
 
 	// RetryAfter is the delay advertised in Retry-After and retry-after-ms on
 	// every 429 (Mode429 refusals and the 429 fault). Zero means the current
-	// median service time (Median with the step applied), at least one
-	// millisecond; Retry-After itself is rounded up to whole seconds, at
-	// least 1.
+	// median service time (Median, plus the default answer length ×
+	// PerOutputToken, with the step applied), at least one millisecond;
+	// Retry-After itself is rounded up to whole seconds, at least 1.
 	RetryAfter time.Duration
 
 	// ErrorRate is the fraction of requests answered 500 with an
@@ -157,6 +175,14 @@ func (c Config) Validate() error {
 	}
 	if c.Median < 0 || c.Median > MaxServiceTime {
 		return &ConfigError{"Median", fmt.Sprintf("must be in [0, %v], got %v", MaxServiceTime, c.Median)}
+	}
+	for _, p := range []struct {
+		name string
+		d    time.Duration
+	}{{"PerPromptToken", c.PerPromptToken}, {"PerOutputToken", c.PerOutputToken}} {
+		if p.d < 0 || p.d > time.Hour {
+			return &ConfigError{p.name, fmt.Sprintf("must be in [0, 1h], got %v", p.d)}
+		}
 	}
 	if !(c.Sigma >= 0 && c.Sigma <= MaxSigma) { // also rejects NaN
 		return &ConfigError{"Sigma", fmt.Sprintf("must be in [0, %v], got %v", MaxSigma, c.Sigma)}

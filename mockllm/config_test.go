@@ -17,6 +17,10 @@ func TestValidateNamesTheField(t *testing.T) {
 		{Config{Mode: "lifo"}, "Mode"},
 		{Config{Median: -time.Second}, "Median"},
 		{Config{Median: 25 * time.Hour}, "Median"},
+		{Config{PerPromptToken: -time.Microsecond}, "PerPromptToken"},
+		{Config{PerPromptToken: time.Hour + 1}, "PerPromptToken"},
+		{Config{PerOutputToken: -time.Millisecond}, "PerOutputToken"},
+		{Config{PerOutputToken: 2 * time.Hour}, "PerOutputToken"},
 		{Config{Sigma: -0.1}, "Sigma"},
 		{Config{Sigma: math.NaN()}, "Sigma"},
 		{Config{Sigma: 5}, "Sigma"},
@@ -51,7 +55,8 @@ func TestValidateNamesTheField(t *testing.T) {
 }
 
 func TestZeroAndDefaultConfigsAreValid(t *testing.T) {
-	for _, cfg := range []Config{{}, DefaultConfig(), {Mode: Mode429, Slots: 1, ErrorRate: 0.5, HangRate: 0.25, ResetRate: 0.25}} {
+	for _, cfg := range []Config{{}, DefaultConfig(), {Mode: Mode429, Slots: 1, ErrorRate: 0.5, HangRate: 0.25, ResetRate: 0.25},
+		{PerPromptToken: time.Hour, PerOutputToken: time.Hour}} {
 		if err := cfg.Validate(); err != nil {
 			t.Errorf("%+v: %v", cfg, err)
 		}

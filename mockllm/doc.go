@@ -12,21 +12,30 @@
 // longer) or is refused at once with 429 and Retry-After (Mode429). A
 // request holds its slot for its service time:
 //
-//	Median × exp(Sigma × N(0,1)) × model's LatencyFactor × StepFactor (once StepAt has passed)
+//	(Median + tokensIn × PerPromptToken + tokensOut × PerOutputToken)
+//	  × exp(Sigma × N(0,1)) × model's LatencyFactor × StepFactor (once StepAt has passed)
 //
-// Time is read with time.Now and waited with timers, so tests run the real
-// server in virtual time inside testing/synctest. A zero Median is exactly
-// zero: no draw, no timer. Streamed answers are cut into up to 16 pieces
-// spread evenly over the service time and flushed as they are "generated".
+// times any run-time slowdown of the model. The per-token parts are zero
+// unless configured, and then the time does not depend on the call's
+// size; set, they make it follow the answer's length as a decode-bound
+// provider's does (workload.ServiceModel is the same formula), so that
+// production-shaped traffic can be replayed against the mock. Time is read
+// with time.Now and waited with timers, so tests run the real server in
+// virtual time inside testing/synctest. When Median and both per-token
+// parts are zero the service time is exactly zero: no draw, no timer.
+// Streamed answers are cut into up to 16 pieces spread evenly over the
+// service time and flushed as they are "generated".
 //
 // Billing follows the provider: a request is billed from the moment it takes
 // a slot. Usage is estimated, not tokenized: prompt tokens are the prompt
 // text's characters / 4 (at least 1); completion tokens are the request's
 // max_tokens (max_completion_tokens, max_output_tokens) when given, else
-// Config.OutputTokens. Costs come from the model table (BuiltinModels or
-// Config.Models). Stats says what was received, started (billed), delivered,
-// wasted (billed, but the client had gone: the money the demo is about),
-// aborted, abandoned in the queue (never billed), refused and faulted.
+// Config.OutputTokens, or X-Mock-Output-Tokens when the request sets it
+// (no more than its maximum). Costs come from the model table
+// (BuiltinModels or Config.Models). Stats says what was received, started
+// (billed), delivered, wasted (billed, but the client had gone: the money
+// the demo is about), aborted, abandoned in the queue (never billed),
+// refused and faulted.
 //
 // # Endpoints
 //
@@ -46,8 +55,18 @@
 // request sets stream_options.include_usage, as OpenAI does, then
 // "data: [DONE]". Anthropic and Responses streams always carry usage.
 // Errors use each API's error shape and name the offending field or header.
-// The headers X-Mock-Fault and X-Mock-Latency-Ms override one request's
-// fault and service time; answers carry X-Mock-Queue-Ms and
+// Per request, headers override what the server would draw or decide:
+//
+//	X-Mock-Fault: none|error|hang|reset|429|cut   the fault (HeaderFault)
+//	X-Mock-Latency-Ms: N                          the service time, exactly (HeaderLatencyMs)
+//	X-Mock-Output-Tokens: N                       the answer's length (HeaderOutputTokens)
+//
+// X-Mock-Output-Tokens is the length a real model decides by itself: the
+// answer has min(N, the request's maximum) tokens, ends on its own
+// (finish_reason "stop", stop_reason "end_turn", status "completed") when
+// that is less than the maximum, and reports and bills what it wrote; the
+// per-token service time follows it. X-Mock-Latency-Ms still sets the
+// time regardless of length. Answers carry X-Mock-Queue-Ms and
 // X-Mock-Service-Ms, and, with finite slots, x-ratelimit-limit-requests and
 // x-ratelimit-remaining-requests.
 //
@@ -83,8 +102,8 @@
 //     and n > 1 are not generated (n > 1 is refused, not ignored).
 //   - Token-exact usage: there is no tokenizer.
 //   - Per-key quotas: limits are per model, shared by every caller.
-//   - Service time proportional to output length: it is one draw per
-//     request, so that the median the demo is measured against is the
-//     median you configured.
+//   - Time per token: the per-token parts set a call's median, and the
+//     luck is one draw per request, not one per token; without them the
+//     median the demo is measured against is the median you configured.
 //   - Authentication: any or no API key is accepted.
 package mockllm

@@ -18,9 +18,19 @@ const (
 	HeaderFault = "X-Mock-Fault"
 	// HeaderLatencyMs sets this request's service time to exactly that many
 	// milliseconds (a non-negative integer, at most MaxServiceTime),
-	// bypassing Median, Sigma, the model's factor and the step. The request
-	// still needs a slot.
+	// bypassing Median, the per-token parts, Sigma, the model's factor and
+	// the step. The request still needs a slot.
 	HeaderLatencyMs = "X-Mock-Latency-Ms"
+	// HeaderOutputTokens sets how many tokens this request's answer has
+	// (an integer in [1, MaxOutputTokens]): the length a real model
+	// decides by itself. The request's maximum (max_tokens,
+	// max_completion_tokens, max_output_tokens) still caps it; an answer
+	// shorter than the maximum ends on its own (finish_reason "stop",
+	// stop_reason "end_turn", status "completed"). The rate limits still
+	// charge the maximum, as the providers do; usage, billing and the
+	// per-token service time follow the answer's length. Embeddings
+	// ignore it.
+	HeaderOutputTokens = "X-Mock-Output-Tokens"
 )
 
 type fault int
@@ -51,6 +61,7 @@ type overrides struct {
 	faultSet   bool
 	latency    time.Duration
 	latencySet bool
+	output     int // answer tokens; zero: not set
 }
 
 func (s *Server) overrides(r *http.Request) (overrides, error) {
@@ -69,6 +80,14 @@ func (s *Server) overrides(r *http.Request) (overrides, error) {
 				MaxServiceTime.Milliseconds(), v)
 		}
 		o.latency, o.latencySet = time.Duration(ms)*time.Millisecond, true
+	}
+	if v := r.Header.Get(HeaderOutputTokens); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > MaxOutputTokens {
+			return o, badRequest(HeaderOutputTokens, "must be an integer number of tokens in [1, %d]; got %q",
+				MaxOutputTokens, v)
+		}
+		o.output = n
 	}
 	return o, nil
 }

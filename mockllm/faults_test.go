@@ -139,7 +139,7 @@ func TestServiceTimeDistribution(t *testing.T) {
 	const n = 4001
 	var below, over2x int
 	for range n {
-		d := s.serviceTime(ModelSpec{}, s.start)
+		d := s.serviceTime(ModelSpec{}, 0, 0, s.start)
 		if d < time.Second {
 			below++
 		}

@@ -45,19 +45,32 @@ func (s *Server) stepFactor(now time.Time) float64 {
 	return 1
 }
 
-// serviceTime draws how long a call for model m takes when it starts at
-// now: Median, times a lognormal draw of median 1, times the model's factor,
-// times the step factor. A zero Median gives exactly zero, with no draw, so
-// that zero-latency runs stay cheap and deterministic.
-func (s *Server) serviceTime(m ModelSpec, now time.Time) time.Duration {
-	if s.cfg.Median == 0 {
+// serviceTime draws how long a call for model m of tokensIn prompt tokens
+// and tokensOut answer tokens takes when it starts at now: the fixed part
+// and the per-token parts (see baseTime), times a lognormal draw of median
+// 1, times the model's factor, times the step factor. It is
+// workload.ServiceModel's time with Median as its base. When Median and
+// both per-token parts are zero it is exactly zero, with no draw, so that
+// zero-latency runs stay cheap and deterministic.
+func (s *Server) serviceTime(m ModelSpec, tokensIn, tokensOut int, now time.Time) time.Duration {
+	if s.cfg.Median == 0 && s.cfg.PerPromptToken == 0 && s.cfg.PerOutputToken == 0 {
 		return 0
 	}
 	f := orOne(m.LatencyFactor) * s.stepFactor(now)
 	if s.cfg.Sigma > 0 {
 		f *= math.Exp(s.cfg.Sigma * s.rand.normal())
 	}
-	return capServiceTime(float64(s.cfg.Median) * f)
+	return capServiceTime(s.baseTime(tokensIn, tokensOut) * f)
+}
+
+// baseTime is a call's median service time before the factors, in
+// nanoseconds: Median plus its prompt tokens × PerPromptToken plus its
+// answer tokens × PerOutputToken. With no per-token parts it is Median
+// exactly, so that the times are those of a mock without them. In floats
+// it cannot overflow; capServiceTime caps the product.
+func (s *Server) baseTime(tokensIn, tokensOut int) float64 {
+	return float64(s.cfg.Median) + float64(tokensIn)*float64(s.cfg.PerPromptToken) +
+		float64(tokensOut)*float64(s.cfg.PerOutputToken)
 }
 
 // capServiceTime converts nanoseconds to a Duration no longer than
@@ -70,11 +83,12 @@ func capServiceTime(ns float64) time.Duration {
 }
 
 // retryAfter is the delay advertised on 429 answers: Config.RetryAfter, or
-// the median service time now in force, at least a millisecond.
+// the median service time now in force of an answer of the default length
+// (the prompt is not known), at least a millisecond.
 func (s *Server) retryAfter(now time.Time) time.Duration {
 	if s.cfg.RetryAfter > 0 {
 		return s.cfg.RetryAfter
 	}
-	d := capServiceTime(float64(s.cfg.Median) * s.stepFactor(now))
+	d := capServiceTime(s.baseTime(0, s.defaultOutputTokens()) * s.stepFactor(now))
 	return max(d, time.Millisecond)
 }

@@ -30,10 +30,11 @@ func usageOf(c *call, tokensOut int) *openAIUsage {
 	return &openAIUsage{PromptTokens: c.tokensIn, CompletionTokens: tokensOut, TotalTokens: c.tokensIn + tokensOut}
 }
 
-// finishReason is "length" when the request named a maximum (the mock
-// always generates exactly that many tokens) and "stop" otherwise.
+// finishReason is "length" when the answer reached the request's maximum
+// (which it does unless X-Mock-Output-Tokens makes it shorter) and "stop"
+// otherwise.
 func finishReason(c *call) string {
-	if c.maxTokens != nil {
+	if c.reachedMax() {
 		return "length"
 	}
 	return "stop"

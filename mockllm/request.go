@@ -51,7 +51,7 @@ type call struct {
 	maxField    string
 
 	tokensIn  int
-	tokensOut int // the whole answer's completion tokens
+	tokensOut int // the whole answer's completion tokens: what it writes and bills
 
 	embed embedRequest // embeddings only
 
@@ -88,16 +88,43 @@ func (s *Server) parse(w http.ResponseWriter, r *http.Request, a api) (*call, er
 	}
 	switch {
 	case c.maxTokens == nil:
-		c.tokensOut = s.cfg.OutputTokens
-		if c.tokensOut == 0 {
-			c.tokensOut = DefaultOutputTokens
-		}
+		c.tokensOut = s.defaultOutputTokens()
 	case *c.maxTokens < 1 || *c.maxTokens > MaxOutputTokens:
 		return nil, badRequest(c.maxField, "must be in [1, %d], got %d", MaxOutputTokens, *c.maxTokens)
 	default:
 		c.tokensOut = *c.maxTokens
 	}
 	return c, nil
+}
+
+// defaultOutputTokens is the answer's length when the request names no
+// maximum: Config.OutputTokens, or DefaultOutputTokens.
+func (s *Server) defaultOutputTokens() int {
+	if s.cfg.OutputTokens == 0 {
+		return DefaultOutputTokens
+	}
+	return s.cfg.OutputTokens
+}
+
+// setLength makes the answer n tokens long, as a model that decides to
+// stop there (X-Mock-Output-Tokens): never longer than the request's
+// maximum, which the answer then reaches as it would without the header.
+// Embeddings have no answer to shorten.
+func (c *call) setLength(a api, n int) {
+	if _, ok := a.(embeddingsAPI); ok {
+		return
+	}
+	c.tokensOut = n
+	if c.maxTokens != nil {
+		c.tokensOut = min(n, *c.maxTokens)
+	}
+}
+
+// reachedMax reports whether the answer ends because it reached the
+// request's maximum (finish_reason "length") rather than on its own. The
+// mock writes the whole maximum unless X-Mock-Output-Tokens asks for less.
+func (c *call) reachedMax() bool {
+	return c.maxTokens != nil && c.tokensOut >= *c.maxTokens
 }
 
 // decodeJSON unmarshals a request body and turns the decoder's errors into

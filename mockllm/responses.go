@@ -47,9 +47,9 @@ func messageItem(c *call, status string, content []any) map[string]any {
 }
 
 // response is the response object; final is false for the copies carried
-// by response.created and response.in_progress. A request that named
-// max_output_tokens ends "incomplete" because the mock always reaches it,
-// which is what the real API reports in that case.
+// by response.created and response.in_progress. An answer that reached
+// max_output_tokens ends "incomplete", as the real API reports it; the
+// mock reaches it unless X-Mock-Output-Tokens makes the answer shorter.
 func (responsesAPI) response(c *call, final bool) map[string]any {
 	r := map[string]any{
 		"id": respID(c), "object": "response", "created_at": c.created, "model": c.model,
@@ -62,7 +62,7 @@ func (responsesAPI) response(c *call, final bool) map[string]any {
 		return r
 	}
 	r["status"] = "completed"
-	if c.maxTokens != nil {
+	if c.reachedMax() {
 		r["status"] = "incomplete"
 		r["incomplete_details"] = map[string]any{"reason": "max_output_tokens"}
 	}

@@ -204,6 +204,11 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, a api) {
 		writeRateLimited(w, a.dialect(), v.retryAfter, rateLimitMessage(c, v))
 		return
 	}
+	// The limiter has charged the request's maximum, as the providers'
+	// estimate does; the length the answer really has is decided now.
+	if o.output > 0 {
+		c.setLength(a, o.output)
+	}
 
 	waited, err := s.acquire(r.Context())
 	switch {
@@ -220,7 +225,7 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, a api) {
 	defer s.release()
 
 	start := time.Now()
-	d := capServiceTime(float64(s.serviceTime(c.spec, start)) * s.slowdown(c.model))
+	d := capServiceTime(float64(s.serviceTime(c.spec, c.tokensIn, c.tokensOut, start)) * s.slowdown(c.model))
 	if o.latencySet {
 		d = o.latency
 	}

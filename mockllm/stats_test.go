@@ -68,7 +68,7 @@ func TestMockServiceSecondsSumsTheDraws(t *testing.T) {
 		s, twin := newServer(t, cfg), newServer(t, cfg)
 		var want time.Duration
 		for range 20 {
-			want += twin.serviceTime(lookupModel(twin.models, "m"), twin.start)
+			want += twin.serviceTime(lookupModel(twin.models, "m"), 1, 10, twin.start)
 			if r := <-serveAsync(s, newReq(t.Context(), PathChatCompletions, chatBody("m", "hi", 10, false)), time.Now()); r.rec.Code != http.StatusOK {
 				t.Fatalf("status %d: %s", r.rec.Code, r.rec.Body)
 			}

@@ -16,10 +16,14 @@ type call struct {
 	src      *source
 	arrival  time.Duration
 	deadline time.Duration
-	sent     int32    // attempts sent so far
-	live     int32    // attempts still queued or in service
-	cur      *attempt // the attempt the caller is waiting on; nil between attempts
-	done     bool     // the caller has its answer or has given up
+	// in and out are its prompt's and its answer's tokens, maxTokens the
+	// max_tokens it is sent with: its trace's, or its source's.
+	in, out   int32
+	maxTokens int32
+	sent      int32    // attempts sent so far
+	live      int32    // attempts still queued or in service
+	cur       *attempt // the attempt the caller is waiting on; nil between attempts
+	done      bool     // the caller has its answer or has given up
 }
 
 // attempt is one try of a call: queued, in service, or ended. An attempt
@@ -46,8 +50,11 @@ type attempt struct {
 	degraded bool
 	replica  int32 // the gateway replica it was sent to (replicas.go)
 	// inflight is the calls at the upstream once it was sent, itself
-	// included (the policy learned's controller reads it).
+	// included, its expected work at the gate and the learner's window
+	// that counted it (the policy learned's controller reads them).
 	inflight int32
+	units    float64
+	window   uint64
 }
 
 type attemptState uint8
@@ -234,12 +241,29 @@ func (e *engine) arrive(i int) {
 	}
 	c := e.newCall()
 	c.seq = uint64(i)<<40 | src.count
-	src.count++
 	c.src = src
 	c.arrival = e.now
 	c.deadline = e.now + src.deadline
+	c.sized(src)
+	if src.calls != nil {
+		tc := &src.calls[src.count]
+		c.in, c.out = int32(tc.PromptTokens), int32(tc.OutputTokens)
+		if tc.MaxTokens > 0 {
+			c.maxTokens = int32(tc.MaxTokens)
+		}
+		if tc.Deadline > 0 {
+			c.deadline = e.now + tc.Deadline
+		}
+	}
+	src.count++
 	e.m.arrival(c)
 	e.send(c)
+}
+
+// sized gives c its source's sizes: the tokens each of its calls reports
+// and the max_tokens it sends (a trace's call then has its own).
+func (c *call) sized(src *source) {
+	c.in, c.out, c.maxTokens = int32(src.usage.Input), int32(src.usage.Output), int32(src.maxTokens)
 }
 
 // send sends the call's next attempt.
@@ -319,7 +343,7 @@ func (e *engine) grant(a *attempt) {
 		}
 		e.m.providerQueue(e.now, e.waiting.Len())
 	}
-	a.end = begin + e.s.sampler.draw(uniform(e.s.seed, saltService, c.seq, uint64(a.n)), begin, a.model.factorFor(begin))
+	a.end = begin + e.s.sampler.draw(uniform(e.s.seed, saltService, c.seq, uint64(a.n)), begin, a.model.factorFor(begin), int(c.in), int(c.out))
 	if busy != nil {
 		heap.Push(busy, a.end)
 	}

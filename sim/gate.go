@@ -7,6 +7,7 @@ import (
 	"github.com/sluicehq/sluice/adaptive"
 	"github.com/sluicehq/sluice/admission"
 	"github.com/sluicehq/sluice/chain"
+	"github.com/sluicehq/sluice/contract"
 )
 
 // gateServer is a sluice policy: the admission chain the gateway runs —
@@ -106,8 +107,14 @@ func (g *gateServer) request(a *attempt) chain.Request {
 	case a.c.prompt != 0: // a replayed script's
 		fp = 1<<62 | a.c.prompt
 	}
+	var caller uint64
+	if src.calls != nil {
+		// A trace's services each send their own key.
+		caller = uint64(src.idx) + 1
+	}
 	return chain.Request{
 		Tenant:          tenantName(src.req.Tenant),
+		Caller:          caller,
 		Tier:            src.req.Tier,
 		Class:           src.req.Class,
 		Attempt:         attempt,
@@ -115,8 +122,8 @@ func (g *gateServer) request(a *attempt) chain.Request {
 		Fingerprint:     fp,
 		Deadline:        g.e.s.at(a.leaveAt),
 		Model:           src.req.Key,
-		InputTokens:     src.usage.Input,
-		MaxOutputTokens: src.maxTokens,
+		InputTokens:     int64(a.c.in),
+		MaxOutputTokens: int64(a.c.maxTokens),
 	}
 }
 
@@ -209,6 +216,8 @@ func (g *gateServer) start(a *attempt, tk *chain.Ticket) {
 	if g.learn != nil {
 		g.atProvider++
 		a.inflight = int32(g.atProvider)
+		a.units = tk.Units()
+		a.window = g.learn.Sent(g.e.s.at(g.e.now))
 	}
 	g.e.grant(a)
 }
@@ -235,7 +244,7 @@ func (g *gateServer) done(now time.Duration, a *attempt) {
 	tk := a.slot.(*chain.Ticket)
 	a.slot = nil
 	err := g.core.Release(g.e.s.at(now), tk, chain.Outcome{Result: admission.Success, ServiceTime: a.end - a.start,
-		Usage: a.c.src.usage, UsageKnown: true})
+		Usage: contract.Usage{Input: int64(a.c.in), Output: int64(a.c.out)}, UsageKnown: true})
 	tk.Owner = nil
 	g.tickets = append(g.tickets, tk)
 	if err != nil {
@@ -255,7 +264,7 @@ func (g *gateServer) observe(now time.Duration, a *attempt) {
 	}
 	g.atProvider--
 	before, settled := g.learn.Limit(), g.learn.Settled()
-	n := g.learn.Observe(g.e.s.at(now), adaptive.Sample{Sent: g.e.s.at(a.start), Answered: g.e.s.at(a.end), InFlight: int(a.inflight)})
+	n := g.learn.Observe(g.e.s.at(now), adaptive.Sample{Sent: g.e.s.at(a.start), Answered: g.e.s.at(a.end), InFlight: int(a.inflight), Units: a.units, Window: a.window})
 	if n == before && g.learn.Settled() == settled {
 		return
 	}

@@ -127,19 +127,19 @@ func TestArrivalsArePoissonAtTheOfferedRate(t *testing.T) {
 // mean, steps apply by start time, and empirical draws come from the list.
 func TestServiceTimes(t *testing.T) {
 	sm := newSampler(scenario.Service{Lognormal: &scenario.Lognormal{Median: time.Second, Sigma: 0.5}}, []resolvedStep{{at: time.Minute, factor: 4}})
-	if d := sm.draw(0.5, 0, 1); d != time.Second {
+	if d := sm.draw(0.5, 0, 1, 0, 0); d != time.Second {
 		t.Errorf("draw at u=0.5 is %v, want the median", d)
 	}
-	if d := sm.draw(0.5, time.Minute, 1); d != 4*time.Second {
+	if d := sm.draw(0.5, time.Minute, 1, 0, 0); d != 4*time.Second {
 		t.Errorf("after the step, draw at u=0.5 is %v, want 4s", d)
 	}
-	if d := sm.draw(0.5, time.Minute, 0.5); d != 2*time.Second {
+	if d := sm.draw(0.5, time.Minute, 0.5, 0, 0); d != 2*time.Second {
 		t.Errorf("for a model twice as fast, after the step, draw at u=0.5 is %v, want 2s", d)
 	}
 	var sum float64
 	const n = 200_000
 	for i := range n {
-		sum += float64(sm.draw(uniform(1, saltService, uint64(i), 0), 0, 1))
+		sum += float64(sm.draw(uniform(1, saltService, uint64(i), 0), 0, 1, 0, 0))
 	}
 	want := float64(scenario.Service{Lognormal: &scenario.Lognormal{Median: time.Second, Sigma: 0.5}}.Mean())
 	if got := sum / n; math.Abs(got-want) > 0.01*want {
@@ -149,7 +149,7 @@ func TestServiceTimes(t *testing.T) {
 	es := newSampler(scenario.Service{Empirical: emp}, nil)
 	seen := map[time.Duration]int{}
 	for i := range 1000 {
-		seen[es.draw(uniform(2, saltService, uint64(i), 0), 0, 1)]++
+		seen[es.draw(uniform(2, saltService, uint64(i), 0), 0, 1, 0, 0)]++
 	}
 	if len(seen) != 2 || seen[time.Second] < 400 || seen[3*time.Second] < 400 {
 		t.Errorf("empirical draws %v, want the two samples about equally", seen)

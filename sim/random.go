@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/sim/scenario"
+	"github.com/sluicehq/sluice/workload"
 )
 
 // Draws that are a pure function of (seed, what, which) rather than of the
@@ -40,7 +41,9 @@ type sampler struct {
 	median    float64 // ns
 	sigma     float64
 	empirical []time.Duration
-	steps     []resolvedStep // sorted by at
+	// tokens, when set, is the upstream's time by a call's tokens.
+	tokens *workload.ServiceModel
+	steps  []resolvedStep // sorted by at
 }
 
 type resolvedStep struct {
@@ -50,6 +53,10 @@ type resolvedStep struct {
 
 func newSampler(s scenario.Service, steps []resolvedStep) *sampler {
 	sm := &sampler{empirical: s.Empirical, steps: steps}
+	if s.Tokens != nil {
+		m := s.Tokens.Model()
+		sm.tokens = &m
+	}
 	if s.Lognormal != nil {
 		sm.median = float64(s.Lognormal.Median)
 		sm.sigma = s.Lognormal.Sigma
@@ -81,13 +88,17 @@ func stepFactor(steps []resolvedStep, t time.Duration) float64 {
 	return f
 }
 
-// draw returns the service time of a call to a model whose service factor
-// is factor, that starts at start, for the uniform u.
-func (s *sampler) draw(u float64, start time.Duration, factor float64) time.Duration {
+// draw returns the service time of a call of in prompt and out answer
+// tokens to a model whose service factor is factor, that starts at start,
+// for the uniform u.
+func (s *sampler) draw(u float64, start time.Duration, factor float64, in, out int) time.Duration {
 	var d float64
-	if len(s.empirical) > 0 {
+	switch {
+	case s.tokens != nil:
+		d = float64(s.tokens.Time(in, out, math.Sqrt2*math.Erfinv(2*u-1)))
+	case len(s.empirical) > 0:
 		d = float64(s.empirical[min(int(u*float64(len(s.empirical))), len(s.empirical)-1)])
-	} else {
+	default:
 		d = s.median
 		if s.sigma > 0 {
 			// The inverse of the normal CDF maps u to z.

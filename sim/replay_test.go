@@ -85,6 +85,7 @@ func replay(ctx context.Context, sc *scenario.Scenario, policy string, script []
 		c := e.newCall()
 		c.seq = uint64(i)
 		c.src = byName[a.Source]
+		c.sized(c.src)
 		c.arrival = a.At
 		c.deadline = a.At + a.Timeout
 		c.sent = int32(a.Attempt) // so the attempt sent is number Attempt

@@ -13,6 +13,7 @@ import (
 	"github.com/sluicehq/sluice/contract"
 	"github.com/sluicehq/sluice/sim/scenario"
 	"github.com/sluicehq/sluice/spend"
+	"github.com/sluicehq/sluice/workload"
 )
 
 // setup is a scenario resolved for one run: the arrival window, every time
@@ -81,6 +82,12 @@ type source struct {
 	// script, when set (by tests), replaces the Poisson process: the
 	// arrivals happen at exactly these offsets.
 	script []time.Duration
+	// calls, with a trace, are the source's calls: they arrive at their
+	// offsets, with their own tokens; the count-th is the one arriving.
+	// longest is the longest deadline of their own past the source's.
+	calls    []workload.Call
+	nextCall int
+	longest  time.Duration
 }
 
 // segment is a stretch of constant rate, ending at end (seconds).
@@ -143,6 +150,22 @@ func newSetup(sc *scenario.Scenario, policy string, load float64, opt Options) (
 	}
 	s := &setup{sc: sc, policy: p, load: load, seed: sc.Seed, classes: sc.Classes, trace: opt.Trace}
 	s.mean = sc.Upstream.Service.Mean()
+	if tk := sc.Upstream.Service.Tokens; tk != nil && sc.Trace == nil {
+		// The sources' fixed sizes, by their shares.
+		var sum, weight float64
+		for _, src := range sc.Traffic {
+			sum += shareOf(src) * float64(tk.Model().Mean(int(src.InputTokens), int(src.OutputTokens)))
+			weight += shareOf(src)
+		}
+		s.mean = time.Duration(sum / weight)
+	}
+	var calls *workload.Trace // the trace, played at the load's speed
+	if sc.Trace != nil {
+		var err error
+		if calls, err = s.traceAt(load); err != nil {
+			return nil, err
+		}
+	}
 	s.capacity = float64(sc.Upstream.Concurrency) / s.mean.Seconds()
 	s.bucket = opt.Bucket
 	if s.bucket == 0 && sc.Timeseries != nil {
@@ -271,16 +294,43 @@ func newSetup(sc *scenario.Scenario, policy string, load float64, opt Options) (
 			r.base = shareOf(src) / shares * load * s.capacity
 		}
 		r.rng = rand.New(rand.NewPCG(sc.Seed, mix(saltSource^uint64(i))))
+		if src.Deadline > 0 {
+			r.deadline = src.Deadline
+			if src.AttemptTimeout == 0 {
+				r.attemptTimeout = r.deadline / 2
+			}
+		}
 		s.sources = append(s.sources, r)
 	}
 
-	window, err := s.solveWindow(float64(requests))
-	if err != nil {
-		return nil, err
-	}
-	s.window = window
-	for i := range s.sources {
-		s.sources[i].segs = s.segments(i, window)
+	var window time.Duration
+	if calls != nil {
+		// The trace's calls, each to the source named after its service.
+		for _, c := range calls.Calls {
+			i := 0
+			if len(s.sources) > 1 {
+				i = slices.IndexFunc(sc.Traffic, func(src scenario.Source) bool { return src.SourceName() == c.Service })
+			}
+			s.sources[i].calls = append(s.sources[i].calls, c)
+		}
+		window = calls.Calls[len(calls.Calls)-1].At + time.Nanosecond
+		s.window = window
+		for _, r := range s.sources {
+			for _, c := range r.calls {
+				if c.Deadline > 0 && c.Deadline > r.deadline {
+					r.longest = max(r.longest, c.Deadline)
+				}
+			}
+		}
+	} else {
+		var err error
+		if window, err = s.solveWindow(float64(requests)); err != nil {
+			return nil, err
+		}
+		s.window = window
+		for i := range s.sources {
+			s.sources[i].segs = s.segments(i, window)
+		}
 	}
 	var steps []resolvedStep
 	for _, st := range sc.Upstream.Steps {
@@ -304,7 +354,7 @@ func newSetup(sc *scenario.Scenario, policy string, load float64, opt Options) (
 	// the others stop at their deadline.
 	var longest time.Duration
 	for _, r := range s.sources {
-		l := r.deadline
+		l := max(r.deadline, r.longest)
 		if r.client == clientNaive {
 			l = max(l, time.Duration(r.maxAttempts)*r.attemptTimeout)
 		}
@@ -411,6 +461,13 @@ func (s *setup) solveWindow(n float64) (time.Duration, error) {
 // (the integral of the rate), which makes each segment a Poisson process of
 // its own rate without thinning.
 func (r *source) next() (time.Duration, bool) {
+	if r.calls != nil {
+		if r.nextCall >= len(r.calls) {
+			return 0, false
+		}
+		r.nextCall++
+		return r.calls[r.nextCall-1].At, true
+	}
 	if r.script != nil {
 		if len(r.script) == 0 {
 			return 0, false
@@ -555,3 +612,33 @@ var epoch = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 
 // at converts a virtual offset to the time.Time the cores take.
 func (s *setup) at(d time.Duration) time.Time { return epoch.Add(d) }
+
+// traceAt is the scenario's trace played at the speed that offers load
+// (see scenario.Scenario.Trace), and the mean service time of its calls
+// set as the setup's.
+func (s *setup) traceAt(load float64) (*workload.Trace, error) {
+	sc := s.sc
+	slots := sc.Upstream.Concurrency
+	if tk := sc.Upstream.Service.Tokens; tk != nil {
+		m := tk.Model()
+		t, err := sc.Trace.AtLoad(m, slots, load)
+		if err != nil {
+			return nil, fmt.Errorf("trace: %w", err)
+		}
+		s.mean = t.MeanService(m)
+		return t, nil
+	}
+	// A service time that ignores tokens: the load is the rate over the
+	// capacity.
+	span := sc.Trace.Span()
+	if span <= 0 || len(sc.Trace.Calls) < 2 {
+		return nil, fmt.Errorf("trace: %d calls over %v offer no rate to speed up", len(sc.Trace.Calls), span)
+	}
+	rate := float64(len(sc.Trace.Calls)-1) / span.Seconds()
+	capacity := float64(slots) / s.mean.Seconds()
+	t, err := sc.Trace.Faster(load * capacity / rate)
+	if err != nil {
+		return nil, fmt.Errorf("trace: %w", err)
+	}
+	return t, nil
+}

@@ -9,13 +9,12 @@ import (
 )
 
 // Shape is traffic of a production's shape, to make a trace of: services
-// of their own sizes, and arrivals around a mean rate with bursts of
-// several times it — a Poisson process whose rate steps up for each burst
-// and back, so that the mean over the span is Rate.
+// of their own sizes, and arrivals at a rate with bursts of several times
+// it — a Poisson process whose rate steps up for each burst and back.
 type Shape struct {
 	// Services are the callers. At least one, with a positive Share.
 	Services []Service
-	// Rate is the mean of calls a second over Span. Required, positive.
+	// Rate is the calls a second between bursts. Required, positive.
 	Rate float64
 	// Span is how long the trace lasts. Required, positive, up to MaxSpan.
 	Span time.Duration
@@ -24,9 +23,7 @@ type Shape struct {
 	// three fifths of it in. Zero means no bursts.
 	BurstEvery time.Duration
 	// BurstFor is the range of a burst's length, BurstFactor of its rate
-	// as a multiple of Rate, the mean: each drawn uniformly. The rate
-	// between bursts is what the mean leaves, which must not be negative:
-	// the bursts may not carry more than Rate × Span calls.
+	// as a multiple of Rate: each drawn uniformly.
 	BurstFor    [2]time.Duration
 	BurstFactor [2]float64
 }
@@ -85,9 +82,9 @@ func Code() Service {
 }
 
 // ProductionShape is two services calling one model, Chat (two calls in
-// three) and Code, with bursts of two to three times the mean rate
-// lasting 10 to 30 s, one every 75 s or so (the first 15 to 45 s in).
-// Rate and Span are left to the caller (see Shape.RateFor).
+// three) and Code, with bursts of two to three times the rate between
+// them lasting 10 to 30 s, one every 75 s or so (the first 15 to 45 s
+// in). Rate and Span are left to the caller (see Shape.RateFor).
 func ProductionShape() Shape {
 	return Shape{
 		Services:    []Service{Chat(), Code()},
@@ -176,28 +173,15 @@ func (s Shape) bursts(r *rand.Rand) []burst {
 }
 
 // Trace makes a trace of the shape, the same for the same seed: arrivals
-// by a Poisson process at the base rate, times each burst's factor while
-// it lasts (the base such that the mean over the span is Rate); each
-// call's service drawn by share, its sizes by its service's.
+// by a Poisson process at Rate, times each burst's factor while it
+// lasts; each call's service drawn by share, its sizes by its service's.
 func (s Shape) Trace(seed uint64) (*Trace, error) {
 	if err := s.Validate(); err != nil {
 		return nil, fmt.Errorf("workload: shape: %w", err)
 	}
 	r := rand.New(rand.NewPCG(seed, 0x7472616365))
 	bursts := s.bursts(r)
-	// The base rate: what the bursts leave of Rate over the span.
-	quiet, burstCalls := s.Span.Seconds(), 0.0
-	for _, b := range bursts {
-		quiet -= b.length.Seconds()
-		burstCalls += b.factor * s.Rate * b.length.Seconds()
-	}
-	base := 0.0
-	if quiet > 0 {
-		base = (s.Rate*s.Span.Seconds() - burstCalls) / quiet
-	}
-	if base < 0 {
-		return nil, fmt.Errorf("workload: shape: its bursts (%d over %v) carry more than the mean rate's calls: a longer span, fewer or smaller bursts", len(bursts), s.Span)
-	}
+	base := s.Rate
 	var total float64
 	for _, sv := range s.Services {
 		total += sv.Share
@@ -212,7 +196,7 @@ func (s Shape) Trace(seed uint64) (*Trace, error) {
 			case at < b.at:
 				return base, min(until, b.at)
 			case at < b.at+b.length:
-				return s.Rate * b.factor, b.at + b.length
+				return base * b.factor, b.at + b.length
 			}
 		}
 		return base, until

@@ -194,7 +194,7 @@ func ReadCSV(r io.Reader) (*Trace, error) {
 	var (
 		t      Trace
 		stamps []int64 // nanoseconds, from an origin of the column's own
-		dated  = -1      // 1: the time column holds dates, 0: numbers
+		dated  = -1    // 1: the time column holds dates, 0: numbers
 	)
 	for line := 2; ; line++ {
 		rec, err := cr.Read()

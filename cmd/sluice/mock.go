@@ -103,8 +103,8 @@ func serveMocks(ctx context.Context, deps []mockDeployment, stdout, stderr io.Wr
 		// read it.
 		fmt.Fprintf(stdout, "%s listening on http://%s\n", d.label(), ln.Addr())
 		c := d.cfg
-		fmt.Fprintf(stderr, "%s: slots=%s mode=%s median=%v sigma=%v step=×%v at %v faults: error=%v hang=%v reset=%v abort-on-disconnect=%v\n",
-			d.label(), slotsText(c.Slots), c.Mode, c.Median, c.Sigma, c.StepFactor, c.StepAt,
+		fmt.Fprintf(stderr, "%s: slots=%s mode=%s median=%v per-prompt-token=%v per-output-token=%v sigma=%v step=×%v at %v faults: error=%v hang=%v reset=%v abort-on-disconnect=%v\n",
+			d.label(), slotsText(c.Slots), c.Mode, c.Median, c.PerPromptToken, c.PerOutputToken, c.Sigma, c.StepFactor, c.StepAt,
 			c.ErrorRate, c.HangRate, c.ResetRate, c.AbortOnDisconnect)
 	}
 
@@ -154,7 +154,8 @@ func parseMockFlags(args []string, stderr io.Writer) (mockllm.Config, string, st
 		fmt.Fprintln(stderr, "behaves like a real one under overload: finite slots, lognormal service times,")
 		fmt.Fprintln(stderr, "a mid-run slowdown, faults, and billing that goes on after clients leave.")
 		fmt.Fprintln(stderr, "GET /mock/v1/stats reports what was billed and what was wasted. Per request,")
-		fmt.Fprintln(stderr, "X-Mock-Fault: none|error|hang|reset|429|cut and X-Mock-Latency-Ms: N override the draw.")
+		fmt.Fprintln(stderr, "X-Mock-Fault: none|error|hang|reset|429|cut and X-Mock-Latency-Ms: N override the draw;")
+		fmt.Fprintln(stderr, "X-Mock-Output-Tokens: N makes the answer N tokens long (at most its max_tokens).")
 		fmt.Fprintln(stderr, "POST /mock/v1/outage {\"mode\":\"refuse|500|hang|off\"} starts or ends an outage.")
 		fmt.Fprintln(stderr)
 		fs.PrintDefaults()
@@ -163,7 +164,9 @@ func parseMockFlags(args []string, stderr io.Writer) (mockllm.Config, string, st
 		listen       = fs.String("listen", "127.0.0.1:8081", "address to listen on; port 0 picks a free port (printed on stdout)")
 		slots        = fs.Int("slots", def.Slots, "requests in service at once; 0 means unlimited")
 		mode         = fs.String("mode", string(def.Mode), "when all slots are busy: queue (unbounded FIFO) or 429 (refuse with Retry-After)")
-		median       = fs.Duration("median", def.Median, "median service time; 0 answers at once with no timer (overhead benchmarks)")
+		median       = fs.Duration("median", def.Median, "median service time, or its fixed part with --per-prompt-token or --per-output-token; all three 0 answers at once with no timer (overhead benchmarks)")
+		perPrompt    = fs.Duration("per-prompt-token", 0, "time each prompt token adds to a call's median; 0 means none")
+		perOutput    = fs.Duration("per-output-token", 0, "time each answer token adds to a call's median, so that long answers take longer as on a decode-bound provider; 0 means none")
 		sigma        = fs.Float64("sigma", def.Sigma, "spread of the lognormal service time (log-space standard deviation); 0 is exact")
 		stepAt       = fs.Duration("step-at", 0, "from this long after start, service times are multiplied by --step-factor")
 		stepFactor   = fs.Float64("step-factor", 1, "service-time multiplier from --step-at on; 1 means no slowdown")
@@ -205,6 +208,8 @@ func parseMockFlags(args []string, stderr io.Writer) (mockllm.Config, string, st
 		Slots:             *slots,
 		Mode:              mockllm.Mode(*mode),
 		Median:            *median,
+		PerPromptToken:    *perPrompt,
+		PerOutputToken:    *perOutput,
 		Sigma:             *sigma,
 		StepAt:            *stepAt,
 		StepFactor:        *stepFactor,
@@ -257,6 +262,8 @@ var mockConfigFlags = []struct{ field, flag string }{
 	{"Slots", "--slots"},
 	{"Mode", "--mode"},
 	{"Median", "--median"},
+	{"PerPromptToken", "--per-prompt-token"},
+	{"PerOutputToken", "--per-output-token"},
 	{"Sigma", "--sigma"},
 	{"StepAt", "--step-at"},
 	{"StepFactor", "--step-factor"},

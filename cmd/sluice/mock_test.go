@@ -35,6 +35,9 @@ func TestMockFlagErrorsNameTheFlag(t *testing.T) {
 		{[]string{"--mode", "lifo"}, `--mode: must be "queue" or "429", got "lifo"`},
 		{[]string{"--median", "-1s"}, "--median:"},
 		{[]string{"--median", "1"}, "-median"},
+		{[]string{"--per-prompt-token", "-1us"}, "--per-prompt-token: must be in [0, 1h]"},
+		{[]string{"--per-prompt-token", "20"}, "-per-prompt-token"},
+		{[]string{"--per-output-token", "2h"}, "--per-output-token: must be in [0, 1h], got 2h0m0s"},
 		{[]string{"--sigma", "-0.5"}, "--sigma:"},
 		{[]string{"--sigma", "NaN"}, "--sigma:"},
 		{[]string{"--step-at", "-5s"}, "--step-at:"},
@@ -72,6 +75,7 @@ big: {latency_factor: 2, input_usd_per_mtok: 5, output_usd_per_mtok: 20}
 	}
 	cfg, listen, _, err := parseMockFlags([]string{
 		"--listen", "127.0.0.1:0", "--slots", "0", "--mode", "429", "--median", "0", "--sigma", "0",
+		"--per-prompt-token", "20us", "--per-output-token", "2ms",
 		"--step-at", "30s", "--step-factor", "4", "--error-rate", "0.01", "--hang-rate", "0.02",
 		"--reset-rate", "0.03", "--abort-on-disconnect", "--output-tokens", "10", "--retry-after", "2s",
 		"--seed", "9", "--models", models,
@@ -81,6 +85,7 @@ big: {latency_factor: 2, input_usd_per_mtok: 5, output_usd_per_mtok: 20}
 	}
 	want := mockllm.Config{
 		Slots: 0, Mode: mockllm.Mode429, Median: 0, Sigma: 0, StepAt: 30 * time.Second, StepFactor: 4,
+		PerPromptToken: 20 * time.Microsecond, PerOutputToken: 2 * time.Millisecond,
 		ErrorRate: 0.01, HangRate: 0.02, ResetRate: 0.03, AbortOnDisconnect: true, OutputTokens: 10,
 		RetryAfter: 2 * time.Second, Seed: 9,
 		Models: map[string]mockllm.ModelSpec{
@@ -110,8 +115,9 @@ func TestMockCommandServesAndStops(t *testing.T) {
 	defer cancel()
 	outR, outW := io.Pipe()
 	done := make(chan error, 1)
+	var stderr strings.Builder // read once the command has returned
 	go func() {
-		done <- runMock(ctx, []string{"--listen", "127.0.0.1:0", "--median", "0", "--slots", "1"}, outW, io.Discard)
+		done <- runMock(ctx, []string{"--listen", "127.0.0.1:0", "--median", "0", "--per-prompt-token", "1us", "--slots", "1"}, outW, &stderr)
 		outW.Close()
 	}()
 	lines := bufio.NewScanner(outR)
@@ -157,6 +163,9 @@ func TestMockCommandServesAndStops(t *testing.T) {
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatalf("command returned %v", err)
+	}
+	if !strings.Contains(stderr.String(), " median=0s per-prompt-token=1µs per-output-token=0s ") {
+		t.Errorf("configuration line %q does not show the per-token times", stderr.String())
 	}
 	tail, _ := io.ReadAll(held.Body)
 	if !strings.HasPrefix(string(tail), `data: {"error":`) {

@@ -24,6 +24,7 @@ import (
 	"github.com/sluicehq/sluice/internal/yamlpath"
 	"github.com/sluicehq/sluice/retrybudget"
 	"github.com/sluicehq/sluice/spend"
+	"github.com/sluicehq/sluice/workload"
 )
 
 // Scenario is one workload: the upstream, the callers and the policies to
@@ -78,6 +79,18 @@ type Scenario struct {
 	// replicas sharing the upstream's concurrency by leases (replicas).
 	// Nil means one gateway.
 	Replicas *Replicas `yaml:"replicas"`
+	// TraceFile is a trace of recorded traffic to replay (trace_file), in
+	// the CSV form of workload.ReadCSV, relative to the scenario file: Load
+	// reads it into Trace. Empty means none.
+	TraceFile string `yaml:"trace_file"`
+	// Trace, when set, replaces the sources' Poisson arrivals: each call
+	// of the trace arrives as the traffic source named after its service
+	// (a trace whose calls name none has one source), with its own prompt
+	// and answer tokens, and its own max_tokens and deadline when the
+	// trace has them. A load factor plays the trace at the speed that
+	// offers that load: the calls' mean service time times their rate over
+	// the concurrency. Nil means Poisson sources.
+	Trace *workload.Trace `yaml:"-"`
 }
 
 // Replicas is a fleet of gateways in front of one upstream (replicas):
@@ -157,13 +170,32 @@ type Model struct {
 	TPM int64 `yaml:"tpm"`
 }
 
-// Service is a service-time distribution: exactly one of Lognormal and
-// Empirical is set.
+// Service is a service-time distribution: exactly one of Lognormal,
+// Empirical and Tokens is set.
 type Service struct {
 	// Lognormal is Median × exp(Sigma × N(0,1)) (lognormal).
 	Lognormal *Lognormal `yaml:"lognormal"`
 	// Empirical are observed service times, drawn uniformly (empirical).
 	Empirical []time.Duration `yaml:"empirical"`
+	// Tokens is a decode-bound provider's time, which follows each call's
+	// tokens (tokens): (base + prompt × per_prompt_token + output ×
+	// per_output_token) × exp(sigma × N(0,1)) — workload.ServiceModel.
+	// A call's tokens are its trace's, or its source's input_tokens and
+	// output_tokens.
+	Tokens *Tokens `yaml:"tokens"`
+}
+
+// Tokens is workload.ServiceModel as a scenario writes it.
+type Tokens struct {
+	Base           time.Duration `yaml:"base"`
+	PerPromptToken time.Duration `yaml:"per_prompt_token"`
+	PerOutputToken time.Duration `yaml:"per_output_token"`
+	Sigma          float64       `yaml:"sigma"`
+}
+
+// Model is the service model the tokens describe.
+func (t *Tokens) Model() workload.ServiceModel {
+	return workload.ServiceModel{Base: t.Base, PerPromptToken: t.PerPromptToken, PerOutputToken: t.PerOutputToken, Sigma: t.Sigma}
 }
 
 // Lognormal is a lognormal service time, the usual shape of LLM latencies:
@@ -176,8 +208,13 @@ type Lognormal struct {
 	Sigma float64 `yaml:"sigma"`
 }
 
-// Mean returns the mean of the distribution.
+// Mean returns the mean of the distribution; with Tokens, of a call
+// with no tokens (the mean of a trace's or the sources' calls is the
+// simulator's to work out).
 func (s Service) Mean() time.Duration {
+	if s.Tokens != nil {
+		return s.Tokens.Model().Mean(0, 0)
+	}
 	if s.Lognormal != nil {
 		return time.Duration(float64(s.Lognormal.Median) * math.Exp(s.Lognormal.Sigma*s.Lognormal.Sigma/2))
 	}
@@ -319,9 +356,13 @@ type Source struct {
 	// (max_attempts). Zero means 3.
 	MaxAttempts int `yaml:"max_attempts"`
 	// AttemptTimeout is the naive client's fixed per-attempt timeout
-	// (attempt_timeout). Zero means half the class deadline, as loadgen
-	// does; polite and client callers give each attempt the time left.
+	// (attempt_timeout). Zero means half the deadline, as loadgen does;
+	// polite and client callers give each attempt the time left.
 	AttemptTimeout time.Duration `yaml:"attempt_timeout"`
+	// Deadline is how long the source's callers wait, from arrival
+	// (deadline): two services of one class may wait differently. Zero
+	// means the class's.
+	Deadline time.Duration `yaml:"deadline"`
 	// Steps change the rate mid-run (steps); Bursts multiply it for a while
 	// (bursts). Empty means a constant rate.
 	Steps  []Step  `yaml:"steps"`
@@ -570,6 +611,9 @@ func (s *Scenario) Validate() error {
 			return ferr(fmt.Sprintf("traffic[%d].replica", i), "want 0 to %d (replicas.count − 1), got %d", s.Replicas.Count-1, *src.Replica)
 		}
 	}
+	if err := s.validateTrace(); err != nil {
+		return err
+	}
 	b := s.Baselines
 	switch {
 	case b.DepthThreshold < 0:
@@ -670,11 +714,26 @@ func (u *Upstream) validate() error {
 		return ferr("upstream.concurrency", "want 1 to %d, got %d", maxConcurrency, u.Concurrency)
 	}
 	sv := u.Service
+	set := 0
+	for _, ok := range []bool{sv.Lognormal != nil, len(sv.Empirical) > 0, sv.Tokens != nil} {
+		if ok {
+			set++
+		}
+	}
 	switch {
-	case sv.Lognormal == nil && len(sv.Empirical) == 0:
-		return ferr("upstream.service", "set lognormal or empirical")
-	case sv.Lognormal != nil && len(sv.Empirical) > 0:
-		return ferr("upstream.service", "set lognormal or empirical, not both")
+	case set == 0:
+		return ferr("upstream.service", "set lognormal, empirical or tokens")
+	case set > 1:
+		return ferr("upstream.service", "set one of lognormal, empirical and tokens")
+	case sv.Tokens != nil:
+		m := sv.Tokens.Model()
+		if err := m.Validate(); err != nil {
+			field, msg, _ := strings.Cut(err.Error(), ": ")
+			return ferr("upstream.service.tokens."+field, "%s", msg)
+		}
+		if m.IsZero() {
+			return ferr("upstream.service.tokens", "every part is zero: calls would take no time")
+		}
 	case sv.Lognormal != nil:
 		if sv.Lognormal.Median <= 0 || sv.Lognormal.Median > time.Hour {
 			return ferr("upstream.service.lognormal.median", "want a positive duration up to 1h, got %v", sv.Lognormal.Median)
@@ -778,6 +837,9 @@ func (src *Source) validate(f string, classes map[string]bool, models map[string
 	if src.AttemptTimeout < 0 || src.AttemptTimeout > MaxDuration {
 		return ferr(f+".attempt_timeout", "want 0 (half the deadline) to %v, got %v", MaxDuration, src.AttemptTimeout)
 	}
+	if src.Deadline < 0 || src.Deadline > MaxDuration {
+		return ferr(f+".deadline", "want 0 (the class's) to %v, got %v", MaxDuration, src.Deadline)
+	}
 	for i, st := range src.Steps {
 		g := fmt.Sprintf("%s.steps[%d]", f, i)
 		if err := validPoint(g+".at", st.At); err != nil {
@@ -818,6 +880,68 @@ func (src *Source) validate(f string, classes map[string]bool, models map[string
 	}
 	if src.MaxTokens > 0 && src.OutputTokens > src.MaxTokens {
 		return ferr(f+".output_tokens", "%d is more than max_tokens (%d): an answer is never longer than the request allows", src.OutputTokens, src.MaxTokens)
+	}
+	return nil
+}
+
+// SourceName is the name a source's results go by: its name, else
+// "<class>" or "<tenant>/<class>".
+func (src *Source) SourceName() string {
+	switch {
+	case src.Name != "":
+		return src.Name
+	case src.Tenant != "":
+		return src.Tenant + "/" + src.Class
+	}
+	return src.Class
+}
+
+// validateTrace checks the trace against the sources: each service of
+// the trace is a source's name (one source for a trace whose calls name
+// none), each source a service of the trace, and nothing the trace's own
+// arrivals replace is set.
+func (s *Scenario) validateTrace() error {
+	if s.Trace == nil {
+		if s.TraceFile != "" {
+			return ferr("trace_file", "not read: a scenario with a trace file is loaded with scenario.Load")
+		}
+		return nil
+	}
+	field := "trace_file"
+	if len(s.Trace.Calls) == 0 {
+		return ferr(field, "the trace has no calls")
+	}
+	if s.Spend != nil {
+		return ferr(field, "not with a spend section: the simulator prices a source's calls alike, and a trace's differ")
+	}
+	services := s.Trace.Services()
+	unnamed := len(services) == 1 && services[0] == ""
+	if unnamed && len(s.Traffic) != 1 {
+		return ferr(field, "the trace names no service: want one traffic source, got %d", len(s.Traffic))
+	}
+	names := map[string]bool{}
+	for i := range s.Traffic {
+		src := &s.Traffic[i]
+		f := fmt.Sprintf("traffic[%d]", i)
+		name := src.SourceName()
+		names[name] = true
+		switch {
+		case !unnamed && !slices.Contains(services, name):
+			return ferr(f+".name", "%q is not a service of the trace (%s)", name, strings.Join(services, ", "))
+		case src.Load != 0:
+			return ferr(f+".load", "not with a trace: its calls arrive when the trace says")
+		case len(src.Steps) > 0 || len(src.Bursts) > 0:
+			return ferr(f+".steps", "not with a trace: its calls arrive when the trace says")
+		case src.SamePrompt:
+			return ferr(f+".same_prompt", "not with a trace: each of its calls is its own")
+		}
+	}
+	if !unnamed {
+		for _, sv := range services {
+			if !names[sv] {
+				return ferr("traffic", "the trace's service %q has no source: name one after it", sv)
+			}
+		}
 	}
 	return nil
 }
