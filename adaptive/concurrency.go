@@ -310,13 +310,9 @@ func (c *Concurrency) Observe(now time.Time, s Sample) int {
 		c.w, c.nw = window{}, window{}
 		c.changed = now
 		// The baseline was read off windows of their first answers,
-		// low by the long answers they missed: measured again, at once
-		// while starting, else by the next probe, due now.
-		if c.phase == Starting {
-			c.base = 0
-		} else {
-			c.windows = probeEvery
-		}
+		// low by the long answers they missed: measured again by the
+		// next probe, due now (or as soon as the slow start ends).
+		c.windows = probeEvery
 	}
 	var w *window
 	if c.mixed {

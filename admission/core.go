@@ -398,6 +398,13 @@ func (c *Core) record(now time.Time, key string, shape, family uint64, o Outcome
 	// A sample is clamped to a day: a bogus outcome must not poison every
 	// estimate that follows (the window forgets it only after N samples).
 	o.ServiceTime = min(o.ServiceTime, maxSample)
+	// The window of all calls follows a level shift only while the calls
+	// are of one shape: of several, it is a mixture, whose level moves
+	// with the mix — earliest deadline first serves the short calls of a
+	// burst first, then the long ones — and its change-point test would
+	// take a change of mix for the provider slowing, and every queued
+	// call's wait with it. Each shape's own window follows a slowdown.
+	c.all.follow = !c.cfg.NoEarlyRefusal && len(c.shapes) <= 1 && len(c.families) <= 1
 	c.all.add(o.ServiceTime)
 	if shape != 0 {
 		c.recordShape(now, c.shapes, shape, o.ServiceTime)

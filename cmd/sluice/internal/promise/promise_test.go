@@ -33,6 +33,9 @@ func TestSuiteInTheSimulator(t *testing.T) {
 	}
 	for _, sc := range Suite() {
 		for _, v := range Variants() {
+			if !sc.Runs(v) {
+				continue
+			}
 			t.Run(sc.Name+"/"+v.String(), func(t *testing.T) {
 				r, err := RunSim(t.Context(), sc, v, SimOptions{Seed: 1, Seconds: seconds})
 				if err != nil {

@@ -30,6 +30,9 @@ type SimOptions struct {
 // RunSim runs sc with callers v in the simulator, under the policy the
 // gateway runs (full sluice) and its defaults.
 func RunSim(ctx context.Context, sc Scenario, v Variant, opt SimOptions) (*Result, error) {
+	if sc.Production != nil {
+		return runProductionSim(ctx, sc, v, opt, ProductionSeconds)
+	}
 	s, err := simScenario(sc, v, opt)
 	if err != nil {
 		return nil, err

@@ -39,22 +39,36 @@ type Scenario struct {
 	// Replicas, when above 1, runs that many gateways sharing the
 	// provider's slots through one Redis, traffic spread round-robin.
 	Replicas int
+	// Production, when set, makes the scenario a production-shaped one
+	// (see Production): its sources are its services, its load their
+	// trace's, its provider's time by tokens; Load and Slowdown are not
+	// used.
+	Production *Production
 	// Floors are what the scenario promises.
 	Floors []Floor
 }
 
+// Runs says whether the scenario is run with callers v: a production
+// scenario's calls are each their own prompt.
+func (sc Scenario) Runs(v Variant) bool { return sc.Production == nil || !v.SamePrompt }
+
 // Source is one kind of caller: a class, a share of the load, a deadline,
-// and a tenant (empty: the anonymous one, no key).
+// and a tenant (empty: the anonymous one, no key) — or, in a production
+// scenario, a service of its trace (sending its own key).
 type Source struct {
 	Tenant   string
 	Class    string
 	Share    float64
 	Deadline time.Duration
+	Service  string
 }
 
-// Name is how a source's success is reported: its class, or
+// Name is how a source's success is reported: its service, its class, or
 // tenant/class.
 func (s Source) Name() string {
+	if s.Service != "" {
+		return s.Service
+	}
 	if s.Tenant == "" {
 		return s.Class
 	}
@@ -122,6 +136,13 @@ type Result struct {
 	// (HTTPOptions.Concurrency 0, SimOptions.Learn), as `sluice serve
 	// --upstream U` does: the floors' Learnt bounds apply.
 	Learnt bool `json:",omitempty"`
+	// OnTime and Requests are the logical requests answered in time and
+	// sent; NoGateway and Bound, in a production scenario, what the same
+	// calls got with no gateway at all and in the offline schedule (see
+	// Production). Zero and nil in the others.
+	OnTime, Requests int       `json:",omitempty"`
+	NoGateway        *Baseline `json:",omitempty"`
+	Bound            *Baseline `json:",omitempty"`
 	// Seconds is how long the run took, in wall time.
 	Seconds float64
 	// Limits are each gateway's concurrency every quarter of a second
@@ -277,6 +298,10 @@ func Suite() []Scenario {
 	for i := range runaway.Sources {
 		runaway.Sources[i].Share /= 1.4
 	}
+	production := Scenario{Name: "production", Production: &Production{Base: 0.65}, Sources: prodSources()}
+	// The offline bound knows every call in advance, and never retries:
+	// see docs/perf.md for the medians a gateway reaches of it.
+	production.Floors = productionFloors(production.Sources, 92)
 	all := []Scenario{
 		storm(2), storm(5), storm(10),
 		{
@@ -313,6 +338,7 @@ func Suite() []Scenario {
 			Sources: []Source{{Class: "interactive", Share: 1, Deadline: Deadline}},
 			Floors:  []Floor{goodput(95), waste(1), unanswered, peak(Slots + 4)},
 		},
+		production,
 	}
 	for i := range all {
 		all[i].Floors = append(all[i].Floors, believed)

@@ -1,0 +1,249 @@
+package promise
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"slices"
+	"time"
+
+	"github.com/sluicehq/sluice/adaptive"
+	"github.com/sluicehq/sluice/sim"
+	"github.com/sluicehq/sluice/sim/scenario"
+	"github.com/sluicehq/sluice/workload"
+)
+
+// Production is a scenario of traffic shaped like production's, not a
+// storm: two services of very different sizes and deadlines calling one
+// model through one class (workload.ProductionShape: chats of a median
+// 129-token answer whose callers wait 10 s, code completions of 13 whose
+// callers wait 3 s, each service with its own key), arriving at Base × the
+// provider's capacity with a burst of two to three times that lasting 10
+// to 30 s, in front of a decode-bound provider of Slots slots whose calls
+// take 50 ms, 0.02 ms a prompt token and 2 ms an answer token, × a
+// lognormal of σ 0.2 (workload.ProductionModel). Callers retry twice at
+// once, each attempt given the whole deadline.
+//
+// Its figures are measured on the same calls against two baselines in the
+// same run: no gateway at all (the callers straight at the provider, its
+// queue theirs), and the best schedule of the calls made offline
+// (workload.Bound: earliest deadline first, a call started only when its
+// service's p95 still fits). A gateway must serve at least as many on time
+// as no gateway, service by service, and close to the schedule.
+type Production struct {
+	// Base is the arrival rate between bursts, as a share of the
+	// provider's capacity for calls of the shape's sizes.
+	Base float64
+}
+
+// ProductionSeconds is how long a production scenario's arrivals last,
+// both ways: time for its burst (10 to 30 s, starting 15 to 45 s in) and
+// the calm after it.
+const ProductionSeconds = 60
+
+// prodModel is the model name the production callers ask for: one the
+// mock's table does not know, so that it runs at the mock's own latency
+// (factor 1), which ProductionModel is.
+const prodModel = "llm-production"
+
+// prodSources are the production scenario's callers: its shape's services,
+// each its own source of class interactive with its own deadline.
+func prodSources() []Source {
+	var out []Source
+	for _, sv := range workload.ProductionShape().Services {
+		out = append(out, Source{Tenant: "", Class: "interactive", Share: sv.Share, Deadline: sv.Deadline, Service: sv.Name})
+	}
+	return out
+}
+
+// productionTrace is the calls of one run of p: a trace of the production
+// shape over span, at the rate that offers Base × the capacity, the same
+// for a seed whichever way it runs.
+func productionTrace(p *Production, seed uint64, span time.Duration) (*workload.Trace, error) {
+	sh := workload.ProductionShape()
+	sh.Span = span
+	sh.Rate = sh.RateFor(workload.ProductionModel(), Slots, p.Base)
+	return sh.Trace(seed)
+}
+
+// productionScenario is sc's calls for a seed as a simulator scenario: the
+// trace, the provider by tokens, a source per service with its deadline,
+// max_tokens and callers, and the gateway's default waiting room. Its
+// natural load is the load to run it at (the trace at its own speed).
+func productionScenario(sc Scenario, v Variant, tr *workload.Trace) (*scenario.Scenario, float64, error) {
+	def, err := gatewayDefaults(Slots)
+	if err != nil {
+		return nil, 0, err
+	}
+	maxQueue, _ := def.EffectiveMaxQueue()
+	m := workload.ProductionModel()
+	s := &scenario.Scenario{
+		Name: sc.Name,
+		Upstream: scenario.Upstream{Concurrency: Slots,
+			Service: scenario.Service{Tokens: &scenario.Tokens{Base: m.Base, PerPromptToken: m.PerPromptToken, PerOutputToken: m.PerOutputToken, Sigma: m.Sigma}}},
+		Classes: []scenario.Class{{Name: "interactive", Deadline: longestDeadline(sc)}},
+		Sluice:  scenario.SluiceConfig{MaxQueue: maxQueue},
+		Trace:   tr,
+	}
+	headers := "attempt"
+	if v.Undeclared {
+		headers = "none"
+	}
+	for _, src := range sc.Sources {
+		sv, _ := workload.ProductionShape().Service(src.Service)
+		s.Traffic = append(s.Traffic, scenario.Source{
+			Name:           src.Service,
+			Class:          src.Class,
+			Deadline:       src.Deadline,
+			Client:         "naive",
+			MaxAttempts:    3,
+			AttemptTimeout: src.Deadline,
+			Headers:        headers,
+			MaxTokens:      int64(sv.MaxTokens),
+		})
+	}
+	if err := s.Validate(); err != nil {
+		return nil, 0, fmt.Errorf("%s: %w", sc.Name, err)
+	}
+	return s, tr.Load(m, Slots), nil
+}
+
+func longestDeadline(sc Scenario) time.Duration {
+	var d time.Duration
+	for _, src := range sc.Sources {
+		d = max(d, src.Deadline)
+	}
+	return d
+}
+
+// runProductionSim runs a production scenario in the simulator: the
+// policy the gateway runs (told the slots, or learning them), "fifo" — no
+// gateway: the provider's own queue — and the offline bound, on the same
+// calls.
+func runProductionSim(ctx context.Context, sc Scenario, v Variant, opt SimOptions, seconds float64) (*Result, error) {
+	tr, err := productionTrace(sc.Production, opt.Seed, time.Duration(seconds*float64(time.Second)))
+	if err != nil {
+		return nil, err
+	}
+	s, load, err := productionScenario(sc, v, tr)
+	if err != nil {
+		return nil, err
+	}
+	s.Seed = opt.Seed
+	policy := scenario.PolicySluice
+	if opt.Learn {
+		policy = scenario.PolicyLearned
+		s.Sluice.Learn = &adaptive.Config{}
+		s.Sluice.MaxQueue = 0 // the gateway's room for a learnt concurrency
+	}
+	start := time.Now()
+	r, err := sim.Run(ctx, s, policy, load, sim.Options{})
+	if err != nil {
+		return nil, fmt.Errorf("%s %s: %w", sc.Name, v, err)
+	}
+	fifo, err := sim.Run(ctx, s, scenario.PolicyFIFO, load, sim.Options{})
+	if err != nil {
+		return nil, fmt.Errorf("%s %s: no gateway: %w", sc.Name, v, err)
+	}
+	b, err := sim.Bound(s, load)
+	if err != nil {
+		return nil, err
+	}
+	out := &Result{
+		Scenario:      sc.Name,
+		Variant:       v.String(),
+		Way:           "sim",
+		GoodputPct:    r.GoodputPct,
+		WastePct:      r.WastePct,
+		UnansweredPct: r.UnansweredPct,
+		RefusalP99Ms:  r.RefusalP99Ms,
+		Refusals:      r.Refused,
+		Success:       map[string]float64{},
+		PeakInFlight:  -1,
+		Declared:      !v.Undeclared,
+		Learnt:        opt.Learn,
+		Recognised:    r.RetriesRecognised + r.FirstsRecognised,
+		OnTime:        r.OnTime,
+		Requests:      r.Requests,
+		NoGateway:     &Baseline{OnTime: fifo.OnTime, Success: map[string]float64{}},
+		Bound:         &Baseline{OnTime: b.OnTime, Success: map[string]float64{}},
+		Seconds:       time.Since(start).Seconds(),
+	}
+	for _, src := range r.Sources {
+		out.Success[src.Name] = src.SuccessPct
+	}
+	for _, src := range fifo.Sources {
+		out.NoGateway.Success[src.Name] = src.SuccessPct
+	}
+	for _, src := range b.Sources {
+		out.Bound.Success[src.Name] = src.SuccessPct
+	}
+	if r.Learned != nil {
+		out.Limits = [][]int{r.Learned.Limit}
+	}
+	return out, nil
+}
+
+// Baseline is what a baseline served of a production scenario's calls:
+// its on-time answers, and its success per source.
+type Baseline struct {
+	OnTime  int
+	Success map[string]float64
+}
+
+// The production floors, the figures of issue 35.
+
+// vsNoGateway: the on-time answers at least min % of no gateway's.
+func vsNoGateway(min float64) Floor {
+	return Floor{What: "on time % of no gateway's", Min: true, Bound: min,
+		Of: func(r *Result) (float64, bool) {
+			if r.NoGateway == nil || r.NoGateway.OnTime == 0 {
+				return 0, false
+			}
+			return 100 * float64(r.OnTime) / float64(r.NoGateway.OnTime), true
+		}}
+}
+
+// serviceVsNoGateway: a source's success at least min % of its success
+// with no gateway.
+func serviceVsNoGateway(source string, min float64) Floor {
+	return Floor{What: source + " success % of no gateway's", Min: true, Bound: min, Source: source,
+		Of: func(r *Result) (float64, bool) {
+			if r.NoGateway == nil || r.NoGateway.Success[source] == 0 {
+				return 0, false
+			}
+			return 100 * r.Success[source] / r.NoGateway.Success[source], true
+		}}
+}
+
+// vsBound: the on-time answers at least min % of the offline schedule's.
+func vsBound(min float64) Floor {
+	return Floor{What: "on time % of the offline bound", Min: true, Bound: min,
+		Of: func(r *Result) (float64, bool) {
+			if r.Bound == nil || r.Bound.OnTime == 0 {
+				return 0, false
+			}
+			return 100 * float64(r.OnTime) / float64(r.Bound.OnTime), true
+		}}
+}
+
+// productionFloors are p's floors: at least as many on time as no gateway,
+// in total and for each service; close to the offline bound; waste and
+// unanswered attempts at most 1%.
+func productionFloors(sources []Source, boundPct float64) []Floor {
+	fs := []Floor{vsNoGateway(100), vsBound(boundPct), waste(1), unanswered}
+	for _, s := range sources {
+		fs = append(fs, serviceVsNoGateway(s.Service, 100))
+	}
+	return fs
+}
+
+// prodVariants are the ways a production scenario is run: its callers
+// declare their attempts or not. (Each of its calls is its own prompt:
+// one prompt for every caller is a storm's, not a trace's.)
+func prodVariants() []Variant {
+	return []Variant{{}, {Undeclared: true}}
+}
+
+// serviceNames are a result's sources, sorted.
+func serviceNames(r *Result) []string { return slices.Sorted(maps.Keys(r.Success)) }
