@@ -56,8 +56,9 @@ type Core struct {
 
 	events []*Ticket
 	c      counters
-	// lateScratch is expire's, kept between calls.
+	// lateScratch is expire's, laneScratch drain's, kept between calls.
 	lateScratch []*Ticket
+	laneScratch []laneRate
 }
 
 type counters struct {
@@ -748,7 +749,7 @@ func (c *Core) waitFor(now time.Time, rank int, tenant string, cost float64, pl 
 func (c *Core) waitOf(now time.Time, rank int, tenant string, ts *tenantState, cost float64, pl *place) time.Duration {
 	ahead := c.ahead(now, rank, tenant, ts, cost, pl)
 	free := c.concurrency - c.inFlight
-	return c.drain(now, rank, pl.class, ts, ahead+1-float64(free))
+	return c.drain(now, rank, pl.class, pl.startBy, ts, ahead+1-float64(free))
 }
 
 // drain estimates how long, from now, need completions take to reach work
@@ -766,7 +767,17 @@ func (c *Core) waitOf(now time.Time, rank int, tenant string, ts *tenantState, c
 // tenant's own ranks above count: another tenant's flood yields to it
 // once it waits, by the fair shares (see pop), however many slots that
 // flood took while it did not.
-func (c *Core) drain(now time.Time, rank int, class uint8, ts *tenantState, need float64) time.Duration {
+//
+// The calls of the same rank whose callers came with shorter budgets
+// (lanes of a lower class, see lane.go) overtake it too, but only for a
+// while: a call that arrives later must start by its own deadline less its
+// p95, and once that is later than the waiting call's start-by it queues
+// behind it. A lane's calls overtake for the horizon from now to the
+// waiting call's start-by less the shortest budget of the lane (its
+// class's lower bound), at the rate they were granted lately; a burst of
+// short-deadline calls is not taken to go on for the whole of a long
+// deadline's wait.
+func (c *Core) drain(now time.Time, rank int, class uint8, startBy time.Time, ts *tenantState, need float64) time.Duration {
 	if need <= 0 {
 		return 0
 	}
@@ -777,16 +788,47 @@ func (c *Core) drain(now time.Time, rank int, class uint8, ts *tenantState, need
 	if c.cfg.NoEarlyRefusal || ts == nil {
 		return scaleUnits(need, s, c.rateSlots())
 	}
-	over := ts.grants.overtaking(now, rank, class, c.rateWindow())
-	if over == 0 && rank+1 >= len(c.levels) {
+	above, lanes := ts.grants.overtaking(now, rank, class, c.rateWindow(), c.laneScratch[:0])
+	c.laneScratch = lanes[:0]
+	if above == 0 && len(lanes) == 0 && rank+1 >= len(c.levels) {
 		return scaleUnits(need, s, c.rateSlots())
 	}
 	mu := float64(c.rateSlots()) / s.Seconds()
-	rest := mu - over
+	rest := mu - above
 	if rest <= mu/1000 {
 		return maxWait
 	}
-	return min(time.Duration(need/rest*float64(time.Second)), maxWait)
+	wait := need / rest // seconds, before the lanes that overtake
+	if len(lanes) > 0 {
+		left := startBy.Sub(now).Seconds()
+		// wait = (need + Σ rate·min(wait, horizon)) / rest: its fixed
+		// point, by steps from below — each lane's term grows with the
+		// wait until its horizon, so the steps rise to it (capped: a
+		// few are within a millisecond at any rates that leave a rest).
+		for range 8 {
+			extra := 0.0
+			for _, l := range lanes {
+				h := left - laneFloor(l.class).Seconds()
+				extra += l.rate * max(0, min(wait, h))
+			}
+			next := (need + extra) / rest
+			if next-wait < 1e-4 {
+				wait = next
+				break
+			}
+			wait = next
+		}
+	}
+	return min(time.Duration(wait*float64(time.Second)), maxWait)
+}
+
+// laneFloor is the shortest budget of a lane class: the calls of the lane
+// came with at least that much time.
+func laneFloor(class uint8) time.Duration {
+	if class == 0 || class == noDeadline {
+		return 0
+	}
+	return time.Duration(1<<(class-1)) * time.Millisecond
 }
 
 // cappedWait is the wait of a tenant at its concurrency cap: its queued
@@ -1041,7 +1083,7 @@ func (c *Core) lateIn(now time.Time, r int, l *level, tq *tenantQueue, free floa
 			// long as the lane stands.
 			return t
 		}
-		wait := c.drain(now, r, ln.class, tq.ts, c.aheadAbove(r, tq.ts, t.cost)+l.aheadOfLast(tq, t)+1-free)
+		wait := c.drain(now, r, ln.class, t.startBy, tq.ts, c.aheadAbove(r, tq.ts, t.cost)+l.aheadOfLast(tq, t)+1-free)
 		if now.Add(wait + c.startMargin(now, &t.req)).After(t.req.Deadline) {
 			return t
 		}
@@ -1175,30 +1217,40 @@ func (g *grantRates) add(now time.Time, rank, ranks int, window time.Duration, c
 	g.lanes = append(g.lanes, laneGrants{rank: rank, class: class, cur: units})
 }
 
+// laneRate is the rate work was granted lately to a lane of a rank.
+type laneRate struct {
+	class uint8
+	rate  float64
+}
+
 // overtaking is the rate, at now, of the work granted lately that a call
 // of rank and lane class waits for besides the work queued ahead of it:
-// the grants to the ranks above rank, and to the lanes of rank whose
-// callers' budgets are shorter — both served before it as they arrive.
-func (g *grantRates) overtaking(now time.Time, rank int, class uint8, window time.Duration) float64 {
+// above, the grants to the ranks above rank; lanes, appended to buf, the
+// grants to the lanes of rank whose callers' budgets are shorter — both
+// served before it as they arrive (the lanes for a while: see drain).
+func (g *grantRates) overtaking(now time.Time, rank int, class uint8, window time.Duration, buf []laneRate) (above float64, lanes []laneRate) {
 	if g.cur == nil {
-		return 0
+		return 0, buf
 	}
 	g.roll(now, window)
 	left := 1 - float64(now.Sub(g.start))/float64(g.length)
-	var n float64
+	secs := g.length.Seconds()
 	for r := rank + 1; r < len(g.cur); r++ {
-		n += g.cur[r] + left*g.prev[r]
+		above += g.cur[r] + left*g.prev[r]
 	}
+	lanes = buf
 	if class != noDeadline {
 		// A call without a deadline goes by its arrival: the calls with
 		// deadlines that come after it do not overtake it.
 		for i := range g.lanes {
 			if l := &g.lanes[i]; l.rank == rank && l.class < class {
-				n += l.cur + left*l.prev
+				if r := (l.cur + left*l.prev) / secs; r > 0 {
+					lanes = append(lanes, laneRate{class: l.class, rate: r})
+				}
 			}
 		}
 	}
-	return n / g.length.Seconds()
+	return above / secs, lanes
 }
 
 // Observe decides req at now as Arrive would, with wait, and enforces

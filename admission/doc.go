@@ -20,9 +20,38 @@
 // tenant's flood cannot sit in front of everyone else's requests.
 //
 // When a slot frees, the highest rank is served first. Within a rank, tenants
-// take turns by fair queuing; within a tenant's queue the order is FIFO. Items
-// that can no longer finish in time are dropped at dequeue (reason expired)
-// without running, and a waiter whose deadline passes is told at once.
+// take turns by fair queuing; within a tenant's queue, the call that must
+// start soonest — its deadline less its expected service time — goes first
+// (see Lanes below). Items that can no longer finish in time are dropped at
+// dequeue (reason expired) without running, and a waiter whose deadline
+// passes is told at once.
+//
+// # Service times by shape
+//
+// A request's expected service time is its shape's ([Request.Shape]: a
+// hash of what is known of it before it runs — who sends it, the model,
+// the endpoint, the sizes of its prompt and max_tokens), else its family's
+// ([Request.Family]: the same caller, model and endpoint at any size),
+// else its key's, else all requests': a window of recent samples each,
+// bounded in number ([Config.MaxShapes]; see shapes.go). A 13-token code
+// completion is judged by completions, not by the p95 of 1,000-token
+// chats, and the work queued ahead of a newcomer is counted in time —
+// each queued request's shape's mean — not in requests.
+//
+// # Lanes
+//
+// A tenant's queue of one rank is a few lanes, one per power of two of
+// the budget its callers came with (see lane.go): a 3 s caller and a 10 s
+// caller of one class wait in lanes of their own. Between lanes the
+// request with the earliest start-by goes first — earliest deadline first,
+// where the deadline is the last moment it can start and still finish by
+// its caller's — so short deadlines are not served late behind long ones
+// that could have waited; within a lane the order is the queue's as it
+// always was (oldest first, and newest-first for the requests queued while
+// the lane stands). A request pushed past its start-by by later requests
+// of nearer deadlines is refused at once. A newcomer's wait counts the
+// shorter lanes' requests queued ahead of it and, for as long as they can
+// still overtake it, the rate they arrive at.
 //
 // # Refusing early
 //
@@ -38,9 +67,11 @@
 //     a retry below a flood of first attempts waits for the next arrivals
 //     above it as well as for those queued now, and is refused at once when
 //     they take every slot.
-//   - A queue that has been refusing newcomers for their wait, without a
-//     pause, for a quarter of a newcomer's budget stands: sustained overload,
-//     not a burst. A newcomer may then wait only its allowance — a twentieth
+//   - A lane that has been refusing newcomers for their wait, without a
+//     pause, for a quarter of a newcomer's budget stands: sustained
+//     overload, not a burst — for callers of that lane's budgets: a lane of
+//     short-deadline callers refused in a burst does not cut the wait of
+//     the long-deadline callers it can serve in time. A newcomer may then wait only its allowance — a twentieth
 //     of its budget, or four slots' time — and the callers turned away are
 //     told at once. Newest-first is for this: the calls queued while the
 //     queue stands are served newest-first, after the calls promised a
@@ -58,9 +89,12 @@
 //     from before the change moved to the level of those since — not a
 //     mixture's, so a slowed dependency's waits and p95 are estimated as
 //     they are within a second or two rather than after the window turns
-//     over (see window.go). Before any slowed call completes, the calls in
-//     flight say it: several running longer than the p95 put a floor under
-//     it (see inflight.go; a gate of one key). And a first
+//     over (see window.go). Each shape's window follows a shift of its own;
+//     the window of all requests does only while they are of one shape — of
+//     several, its level moves with their mix. Before any slowed call
+//     completes, the calls in flight say it: several running longer than
+//     the p95 put a floor under it (see inflight.go; a gate of one key and
+//     one shape). And a first
 //     attempt with even odds (its budget above the median service time,
 //     below the p95) may take a slot that is free with nothing queued — it
 //     never waits — so that a gate whose p95 crept past every budget does
@@ -109,7 +143,17 @@
 // queue even while slots are free for others, and past
 // [TenantShare.MaxQueue] queued requests it is refused with queue_full.
 //
-// # Shape
+// # Files
+//
+// core.go is the Core: its decisions, the wait estimate, refusing early;
+// queue.go the waiting room of a rank (tickets, tenants' queues, fair
+// queuing); lane.go the lanes of a tenant's queue; fair.go the tenants'
+// shares; shapes.go the statistics by shape and a request's place; window.go
+// a window of service times; inflight.go the calls in flight; headroom.go a
+// tenant's room; stats.go the snapshot; gate.go the blocking shell;
+// config.go, request.go and rejection.go the types of the API.
+//
+// # Shape of the code
 //
 // [Core] is the state machine. It takes the current time as an argument, never
 // sleeps, never reads the clock and starts no goroutines, so a simulator can

@@ -83,6 +83,9 @@ func runPromise(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	var all []*promise.Result
 	for _, sc := range scenarios {
 		for _, v := range chosen {
+			if !sc.Runs(v) {
+				continue
+			}
 			for _, way := range []string{"sim", "http"} {
 				if way == "sim" && !*simFlag || way == "http" && !*httpFlag {
 					continue

@@ -81,6 +81,9 @@ func RunHTTP(ctx context.Context, sc Scenario, v Variant, opt HTTPOptions) (*Res
 	if opt.Window == 0 {
 		opt.Window = 6 * time.Second
 	}
+	if sc.Production != nil {
+		return runProductionHTTP(ctx, sc, v, opt)
+	}
 	if sc.Replicas > 1 && opt.Redis == "" {
 		return nil, fmt.Errorf("promise: %s runs %d replicas: HTTPOptions.Redis is required", sc.Name, sc.Replicas)
 	}

@@ -299,9 +299,7 @@ func Suite() []Scenario {
 		runaway.Sources[i].Share /= 1.4
 	}
 	production := Scenario{Name: "production", Production: &Production{Base: 0.65}, Sources: prodSources()}
-	// The offline bound knows every call in advance, and never retries:
-	// see docs/perf.md for the medians a gateway reaches of it.
-	production.Floors = productionFloors(production.Sources, 92)
+	production.Floors = productionFloors(production.Sources)
 	all := []Scenario{
 		storm(2), storm(5), storm(10),
 		{
