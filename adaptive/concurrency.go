@@ -148,6 +148,9 @@ type Concurrency struct {
 	// mixed: the answers have come in different sizes (Sample.Units):
 	// windows are then of the calls they sent (Sent, Sample.Window).
 	mixed bool
+	// rebase: the next probe's baseline replaces the one before (the
+	// answers turned out mixed, see Observe).
+	rebase bool
 }
 
 // recent is a ring of the last minEarlyWindow answers of the slow start:
@@ -311,8 +314,10 @@ func (c *Concurrency) Observe(now time.Time, s Sample) int {
 		c.changed = now
 		// The baseline was read off windows of their first answers,
 		// low by the long answers they missed: measured again by the
-		// next probe, due now (or as soon as the slow start ends).
+		// next probe, due now (or as soon as the slow start ends), and
+		// replaced, not averaged with.
 		c.windows = probeEvery
+		c.rebase = true
 	}
 	var w *window
 	if c.mixed {
@@ -608,11 +613,12 @@ func (c *Concurrency) close(now time.Time) {
 	case c.phase == Probing:
 		// The provider without a queue: the baseline, averaged with the
 		// last probe's to halve a window's noise.
-		if c.base == 0 {
+		if c.base == 0 || c.rebase {
 			c.base = rtt
 		} else {
 			c.base = (c.base + rtt) / 2
 		}
+		c.rebase = false
 		c.windows = 0
 		c.phase = Tracking
 		c.set(now, max(c.resume, c.limit))

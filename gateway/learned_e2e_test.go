@@ -28,21 +28,30 @@ type learnedRun struct {
 	queue   []int           // the mock's queue, each sample
 	queueAt []time.Duration // when
 	stats   []mockllm.Stats // each second
-	limits  []int           // the learnt concurrency, each second
+	limits  []int           // the pool's concurrency, each second
 	errs    atomic.Int64    // calls that failed
 }
 
 func runLearned(t *testing.T, mcfg mockllm.Config, d time.Duration, told int) *learnedRun {
 	t.Helper()
+	// told, when positive, is the baseline: the gateway told the
+	// provider's concurrency, held fixed there (its AIMD off), every slot
+	// of the provider in use all the time.
+	return runGateway(t, mcfg, d, func(up string) config.Config {
+		return config.Config{Upstream: config.UpstreamConfig{URL: up}, Admission: config.AdmissionConfig{Concurrency: told},
+			UpstreamLimit: config.UpstreamLimitConfig{Disabled: told > 0}}
+	})
+}
+
+// runGateway is runLearned with the gateway configured by cfg, given the
+// mock's URL.
+func runGateway(t *testing.T, mcfg mockllm.Config, d time.Duration, cfg func(up string) config.Config) *learnedRun {
+	t.Helper()
 	if testing.Short() || raceBuild {
 		t.Skip("measures throughput over real HTTP for half a minute: run without -race and -short (.ci/run)")
 	}
 	mock, up := startMock(t, mcfg)
-	// told, when positive, is the baseline: the gateway told the
-	// provider's concurrency, held fixed (its AIMD would halve it on the
-	// mock's remaining count at zero).
-	g, gw := startGateway(t, config.Config{Upstream: config.UpstreamConfig{URL: up.URL}, Admission: config.AdmissionConfig{Concurrency: told},
-		UpstreamLimit: config.UpstreamLimitConfig{Disabled: told > 0}})
+	g, gw := startGateway(t, cfg(up.URL))
 	client := openai.NewClient(option.WithBaseURL(gw.URL+"/v1/"), option.WithAPIKey("sk-test"), option.WithMaxRetries(0))
 	params := openai.ChatCompletionNewParams{
 		Model:     "gpt-4o-mini",
@@ -102,7 +111,7 @@ func runLearned(t *testing.T, mcfg mockllm.Config, d time.Duration, told int) *l
 		r.stats = append(r.stats, mock.Stats())
 		r.limits = append(r.limits, g.pools[0].limit.level(time.Now()))
 	}
-	t.Logf("learnt concurrency each second: %v", r.limits)
+	t.Logf("concurrency each second: %v", r.limits)
 	t.Logf("answers each second: %v", r.answers)
 	return r
 }
@@ -196,4 +205,39 @@ func TestLearnsARefusingProvider(t *testing.T) {
 		t.Errorf("goodput in seconds 6–13: %.1f%% of capacity, want ≥ 95%% of the gateway told 16 (%.1f%%)", 100*learnt, 100*base)
 	}
 	t.Logf("refused by the provider %.2f%%; goodput 6–13s %.1f%% of capacity, told 16: %.1f%%", 100*refused, 100*learnt, 100*base)
+}
+
+// TestConfiguredConcurrencyAboveARefusingProvider: a gateway told 32
+// (admission.concurrency, its AIMD on, as by default) in front of the
+// same provider of 16 slots refusing (429) beyond them and saying its
+// headroom in x-ratelimit-remaining-requests, with five times its slots
+// in callers: a 429 lowers the concurrency to 90% of the calls at the
+// provider, and the remaining count at zero caps it at the calls holding
+// a gate slot, so that after the first burst it holds at 15–16 and keeps
+// at least 90% of the provider's capacity in seconds 2–13, with at most
+// 2% of the provider's calls refused over the whole run (issue 35, item
+// 4). Halving on each signal (decrease_factor 0.5, now the fallback when
+// the calls are not counted), on the 429s and on the remaining count at
+// zero the mock sends on the call that takes its last slot, it sawed
+// between 8 and 16, at about two thirds.
+func TestConfiguredConcurrencyAboveARefusingProvider(t *testing.T) {
+	mcfg := mockllm.Config{Slots: 16, Mode: mockllm.Mode429, Median: 100 * time.Millisecond, Sigma: 0.5, Seed: 1}
+	r := runGateway(t, mcfg, 14*time.Second, func(up string) config.Config {
+		return config.Config{Upstream: config.UpstreamConfig{URL: up}, Admission: config.AdmissionConfig{Concurrency: 32}}
+	})
+	last := r.stats[len(r.stats)-1]
+	refused := float64(last.Rejected429) / float64(last.Received)
+	if refused > 0.02 {
+		t.Errorf("the provider refused %.2f%% of calls (%d of %d), want ≤ 2%%", 100*refused, last.Rejected429, last.Received)
+	}
+	if g := r.goodput(2, 13); g < 0.90 {
+		t.Errorf("goodput in seconds 2–13: %.1f%% of capacity, want ≥ 90%%", 100*g)
+	}
+	perSecond, before := make([]int64, len(r.stats)), int64(0)
+	for i, st := range r.stats {
+		perSecond[i], before = st.Rejected429-before, st.Rejected429
+	}
+	t.Logf("refused by the provider each second: %v", perSecond)
+	t.Logf("refused by the provider %.2f%% (%d of %d); goodput 2–13s %.1f%% of capacity (%.0f/s)",
+		100*refused, last.Rejected429, last.Received, 100*r.goodput(2, 13), r.capacity(2, 13))
 }

@@ -25,6 +25,17 @@ import (
 // is what lets it recover while idle, with no goroutine of its own: the
 // gateway applies it lazily, on each answer and before each admission.
 //
+// The configured concurrency is a ceiling the provider is trusted to
+// honour until it says otherwise, and what it says is measured against
+// the pool's own calls (see decide): a 429 lowers the level to 90% of the
+// calls the pool had at the provider (the learner's rule,
+// adaptive.Concurrency), and a remaining count at zero caps it at the
+// calls the pool held. Halving on every signal instead (decrease_factor,
+// now the fallback when the calls are not counted) took a pool told 32 in
+// front of 16 slots that refuse beyond them to 8 on each signal, to saw
+// between 8 and 16 at two thirds of the provider's capacity; now it holds
+// at 15–16, at about 95% (TestConfiguredConcurrencyAboveARefusingProvider).
+//
 // A pool whose concurrency is learnt (config.Config.Learning) has a
 // learner instead (package adaptive): the level is then the learner's,
 // moved by every answer it is fed (observeLearned), and the AIMD above is
@@ -38,13 +49,32 @@ type aimd struct {
 	mu      sync.Mutex
 	base    int       // the level right after the last decrease
 	lowered time.Time // when; zero before any
+	top     int       // the level before the last decrease an interval after the one before (decide)
 	applied int       // the level last given to the gate
 	settled int       // the part of it the gate's estimates count on, when learning
 
 	learn *adaptive.Concurrency // nil: the configured concurrency
 	// atProvider counts the pool's attempts sent and not yet answered,
-	// when learning: the concurrency each answer was measured at.
+	// when the concurrency adapts (learnt, or the AIMD on): the
+	// concurrency each answer was measured at.
 	atProvider int
+}
+
+// refusedShare is the share of the calls at the provider a 429 lowers
+// the level to, in tenths: 90%, as the learner's (adaptive.Concurrency).
+const refusedShare = 9
+
+// signal is what one answer says of the provider's rate limits, to the
+// AIMD: a 429 (refused) or a remaining count at zero on an answer it
+// served (exhausted); the pool's calls at the provider, itself included,
+// when the call was sent or when its answer came, whichever is more (zero
+// when not counted: decrease_factor applies); when the call was sent;
+// and, if not nil, the calls holding a slot of the pool's gate now.
+type signal struct {
+	refused, exhausted bool
+	inFlight           int
+	sent               time.Time
+	holding            func() int
 }
 
 // newLimit is a pool's controller: the AIMD on the configured ceiling,
@@ -93,22 +123,69 @@ func (a *aimd) levelLocked(now time.Time) int {
 }
 
 // next returns the concurrency at now after a response (limited says the
-// provider signalled its rate limit; false for no response at all), whether
-// it differs from what the gate was last given (set, if not nil, is then
-// called with it), and whether this signal lowered it.
+// provider signalled its rate limit; false for no response at all), not
+// knowing the concurrency the call was sent at: a signal lowers the level
+// by decrease_factor. See decide.
 func (a *aimd) next(now time.Time, limited bool, set func(int)) (level int, changed, lowered bool) {
+	return a.decide(now, signal{refused: limited}, set)
+}
+
+// decide returns the concurrency at now after an answer saying sig,
+// whether it differs from what the gate was last given (set, if not nil,
+// is then called with it), and whether this signal lowered it.
+//
+// A 429 of a call with n calls at the provider (sig.inFlight) lowers the
+// level to 90% of n. A remaining count at zero caps it at the calls
+// holding a slot of the gate (sig.holding, at least n): the provider is
+// full with what the pool holds, and climbing past it would be refused.
+// Not at n: a call is counted off the provider when its answer's headers
+// arrive, a moment before the provider frees its slot, so at its capacity
+// the provider often says it is full with a call fewer counted at it —
+// capped there, a pool told 32 held at 15 of 16 slots for seconds
+// together — while it never counts more calls than hold a gate slot (a
+// call leaves the gate after its answer's body). Nor below the factor
+// times the level: a count at zero is a forecast, and the limit it
+// forecasts may be a rate (requests or tokens a minute, which the pool's
+// buckets pace) that the calls held at once say nothing of. Either is
+// floored at 1, and only lowers: a signal of a call sent at a concurrency
+// the level is already below changes nothing. Without n, either lowers
+// the level by the factor.
+//
+// One decrease an interval: the calls in flight when the provider starts
+// refusing are all refused, and one signal is enough. A refusal of a call
+// sent after the last decrease is not one of them, though: sent at the
+// lowered level, it says that level is still too high, and lowers it
+// again at once (TCP's one cut a round trip, which an interval of 1s
+// outlasts many times over at calls refused in milliseconds) — but no
+// lower than the factor times the level before the interval's first
+// decrease, which is where the factor alone would have put it: a provider
+// whose slots are held by calls the pool no longer counts (their callers
+// hung up, and it serves them out) refuses calls sent at a few, and would
+// take the level to 1 within a millisecond.
+func (a *aimd) decide(now time.Time, sig signal, set func(int)) (level int, changed, lowered bool) {
 	if a.off || a.learn != nil {
 		return a.ceiling, false, false
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	level = a.levelLocked(now)
-	// One decrease an interval: the calls that were in flight when the
-	// provider started refusing are all refused, and one signal is enough.
-	if limited && level > 1 && (a.lowered.IsZero() || now.Sub(a.lowered) >= a.interval) {
-		level = max(1, int(float64(level)*a.factor))
-		a.base, a.lowered = level, now
-		lowered = level < a.applied
+	if (sig.refused || sig.exhausted) && level > 1 {
+		due := a.lowered.IsZero() || now.Sub(a.lowered) >= a.interval
+		again := !due && sig.refused && sig.inFlight > 0 && sig.sent.After(a.lowered)
+		if due || again {
+			to := a.target(level, sig)
+			if again {
+				to = max(to, int(float64(a.top)*a.factor))
+			}
+			if to = max(1, to); to < level {
+				if due {
+					a.top = level
+				}
+				level = to
+				a.base, a.lowered = level, now
+				lowered = level < a.applied
+			}
+		}
 	}
 	if level == a.applied {
 		return level, false, lowered
@@ -118,6 +195,22 @@ func (a *aimd) next(now time.Time, limited bool, set func(int)) (level int, chan
 		set(level)
 	}
 	return level, true, lowered
+}
+
+// target is where sig would take the level from level, before decide's
+// floors: see decide.
+func (a *aimd) target(level int, sig signal) int {
+	n := sig.inFlight
+	switch {
+	case n <= 0:
+		return int(float64(level) * a.factor)
+	case sig.refused:
+		return n * refusedShare / 10
+	}
+	if sig.holding != nil {
+		n = max(n, sig.holding())
+	}
+	return max(n, int(float64(level)*a.factor))
 }
 
 // refresh applies the level at now to the gate (through set): the climb
@@ -132,23 +225,27 @@ func (a *aimd) refresh(now time.Time, set func(int)) {
 }
 
 // sending counts an attempt of call c sent to its pool's provider at
-// now, for a learnt concurrency, and returns what observe needs of it.
+// now, for a concurrency that adapts (learnt, or configured with its AIMD
+// on), and returns what observe needs of it.
 func (g *Gateway) sending(now time.Time, c *call) sent {
 	a := g.poolOf(c).limit
-	if a.learn == nil {
+	if a.off && a.learn == nil {
 		return sent{}
 	}
 	a.mu.Lock()
 	a.atProvider++
 	n := a.atProvider
-	w := a.learn.Sent(now)
+	var w uint64
+	if a.learn != nil {
+		w = a.learn.Sent(now)
+	}
 	a.mu.Unlock()
 	return sent{at: now, inFlight: n, window: w, units: c.permit.Units()}
 }
 
 // sent is an attempt as sending counted it: when, and the pool's
 // attempts at the provider then, itself included (zero when the pool's
-// concurrency is not learnt), the learner's window that counted it, and
+// concurrency does not adapt), the learner's window that counted it, and
 // the call's expected work at its gate (adaptive.Sample).
 type sent struct {
 	at       time.Time
@@ -161,8 +258,24 @@ type sent struct {
 // c, sent as s, to the concurrency controller of its pool, and the
 // provider's rate-limit counts to its pool's buckets.
 func (g *Gateway) observe(s sent, now time.Time, resp *http.Response, c *call) {
-	if s.inFlight > 0 {
-		g.observeLearned(s, now, resp, c)
+	p := g.poolOf(c)
+	a, set := p.limit, p.set
+	n := s.inFlight
+	if n > 0 {
+		if a.learn != nil {
+			g.observeLearned(s, now, resp, c)
+		} else {
+			// The calls at the provider: when this one was sent or when
+			// its answer came, whichever is more. A 429 comes back at
+			// once, and every call the provider was serving when it
+			// refused is still there: a burst sent together counts them
+			// all, where the count at each send is its rank in the burst,
+			// not the order the provider took them in.
+			a.mu.Lock()
+			n = max(n, a.atProvider)
+			a.atProvider--
+			a.mu.Unlock()
+		}
 	}
 	if resp == nil {
 		return
@@ -170,18 +283,24 @@ func (g *Gateway) observe(s sent, now time.Time, resp *http.Response, c *call) {
 	if c != nil {
 		c.permit.ObserveLimits(wire.ProviderLimits(resp.Header))
 	}
-	p := g.poolOf(c)
-	a, set := p.limit, p.set
 	if a.off {
 		return
 	}
 	if a.learn != nil {
 		return // observeLearned has
 	}
-	limited := resp.StatusCode == http.StatusTooManyRequests || wire.Exhausted(resp.Header, c.charge)
-	if n, _, lowered := a.next(now, limited, set); lowered {
+	sig := signal{refused: resp.StatusCode == http.StatusTooManyRequests, inFlight: n, sent: s.at}
+	sig.exhausted = !sig.refused && wire.Exhausted(resp.Header, c.charge)
+	if g.books.Lease() != nil {
+		// Replicas sharing the provider (store.redis): the level is the
+		// fleet's, and this replica's calls are no count of the fleet's.
+		sig.inFlight = 0
+	} else if sig.exhausted && n > 0 {
+		sig.holding = func() int { return p.info.Gate.Stats().InFlight }
+	}
+	if level, _, lowered := a.decide(now, sig, set); lowered {
 		g.metrics.limitDecreases.Inc()
-		g.log.Warn("the provider is rate limiting: concurrency lowered", "concurrency", n, "upstream", g.deploymentOf(c).name, "model", c.modelName())
+		g.log.Warn("the provider is rate limiting: concurrency lowered", "concurrency", level, "upstream", g.deploymentOf(c).name, "model", c.modelName())
 	}
 }
 
