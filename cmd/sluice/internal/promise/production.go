@@ -48,11 +48,17 @@ const ProductionSeconds = 90
 const prodModel = "llm-production"
 
 // prodSources are the production scenario's callers: its shape's services,
-// each its own source of class interactive with its own deadline.
+// each its own source of class interactive with its own deadline and its
+// share of the calls (the shape's weights, normalised).
 func prodSources() []Source {
+	svs := workload.ProductionShape().Services
+	var total float64
+	for _, sv := range svs {
+		total += sv.Share
+	}
 	var out []Source
-	for _, sv := range workload.ProductionShape().Services {
-		out = append(out, Source{Tenant: "", Class: "interactive", Share: sv.Share, Deadline: sv.Deadline, Service: sv.Name})
+	for _, sv := range svs {
+		out = append(out, Source{Tenant: "", Class: "interactive", Share: sv.Share / total, Deadline: sv.Deadline, Service: sv.Name})
 	}
 	return out
 }
