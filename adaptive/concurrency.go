@@ -646,6 +646,13 @@ func (c *Concurrency) close(now time.Time) {
 		beta, target = 2.5+c.limit/32, 1.75+c.limit/48
 	}
 
+	if c.rebase && c.phase == Tracking && capacity*probeShare >= float64(c.cfg.Min) {
+		// The baseline is of the first answers of windows of mixed
+		// sizes, low by the long answers they missed (see Observe): no
+		// queue is read off it. The probe that replaces it first.
+		c.probe(now, capacity)
+		return
+	}
 	if cut := c.cut; cut != nil && inflight <= 0.8*cut.inflight {
 		// A queue's latency falls with the concurrency; a slower
 		// provider's does not. Nearer (in ratio) to the latency before
@@ -731,10 +738,17 @@ func (c *Concurrency) close(now time.Time) {
 		c.cut, c.grown = nil, 0
 	}
 	if c.phase == Tracking && c.windows >= probeEvery && capacity*probeShare >= float64(c.cfg.Min) {
-		c.resume = c.limit
-		c.phase = Probing
-		c.set(now, max(float64(c.cfg.Min), math.Floor(capacity*probeShare)))
+		c.probe(now, capacity)
 	}
+}
+
+// probe lowers the limit for one window to probeShare of the capacity
+// estimated, to measure the provider without a queue; the limit then
+// resumes at the one it was lowered from.
+func (c *Concurrency) probe(now time.Time, capacity float64) {
+	c.resume = c.limit
+	c.phase = Probing
+	c.set(now, max(float64(c.cfg.Min), math.Floor(capacity*probeShare)))
 }
 
 // estimate records and returns the queue estimated at the provider for

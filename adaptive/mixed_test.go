@@ -26,6 +26,10 @@ type mixedProvider struct {
 	pending []mixedCall
 	idle    time.Duration // slot-time the provider idled, a slot at a time
 	last    time.Time
+	// blindFirst is how many of the first calls carry no units, as a
+	// gate's first calls do before it has statistics by shape.
+	blindFirst int
+	sent       int
 }
 
 type mixedCall struct {
@@ -71,7 +75,7 @@ func (p *mixedProvider) send(c *Concurrency, now time.Time) {
 	service := time.Duration(base * math.Exp(0.2*p.rng.NormFloat64()) * float64(time.Second))
 	p.free[i] = start.Add(service)
 	call := mixedCall{sent: now, answered: p.free[i], inflight: len(p.pending) + 1, window: c.Sent(now)}
-	if p.tell {
+	if p.sent++; p.tell && p.sent > p.blindFirst {
 		call.units = units
 	}
 	at, _ := slices.BinarySearchFunc(p.pending, call, func(a, b mixedCall) int { return a.answered.Compare(b.answered) })
@@ -133,5 +137,33 @@ func TestLearnsAProviderOfMixedSizes(t *testing.T) {
 	// learner idles the provider (it did 15% when this was written).
 	if blindIdle < 0.06 {
 		t.Errorf("told nothing, the provider idled only %.1f%%: the scenario no longer tells the two apart", 100*blindIdle)
+	}
+}
+
+// TestAPoolFoundMixedMeasuresItsBaselineFirst: a gate knows nothing of
+// its calls' sizes until it has statistics by shape, so the learner's
+// first window is of calls of no units — of their first answers, the
+// short ones — and its baseline is low. Once the answers turn out mixed
+// the learner reads no queue off that baseline: it probes first. Reading
+// a queue off it, it cut, took the latency that did not fall with the
+// cut for a slowdown, moved its baseline up to a latency with a queue in
+// it, and held twice the provider's slots. Seeds 1 to 8, 15 s each; the
+// median limit at the end.
+func TestAPoolFoundMixedMeasuresItsBaselineFirst(t *testing.T) {
+	var ends []int
+	for seed := uint64(1); seed <= 8; seed++ {
+		p := newMixedProvider(16, true, seed)
+		p.blindFirst = minWindow
+		now := time.Unix(0, 0)
+		c, err := New(Config{}, now)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p.run(c, now, 15*time.Second)
+		ends = append(ends, c.Limit())
+	}
+	slices.Sort(ends)
+	if median := (ends[3] + ends[4]) / 2; median > 24 {
+		t.Errorf("limits at the end %v: median %d, want at most 24 in front of 16 slots", ends, median)
 	}
 }

@@ -143,6 +143,7 @@ func (r *Request) would(err error) {
 }
 
 func (r *Request) admission() admission.Request {
+	shape, family := r.shapes()
 	return admission.Request{
 		Class:     r.Class,
 		Tenant:    r.Tenant,
@@ -151,8 +152,8 @@ func (r *Request) admission() admission.Request {
 		Attempt:   r.Attempt,
 		Deadline:  r.Deadline,
 		Key:       r.gateKey(),
-		Shape:     r.Shape(),
-		Family:    r.Family(),
+		Shape:     shape,
+		Family:    family,
 		Cost:      r.GateCost(),
 	}
 }

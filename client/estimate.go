@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/sluicehq/sluice/contract"
@@ -62,6 +63,11 @@ type EstimateQuery struct {
 	// InputTokens estimates the prompt's size and MaxTokens is its
 	// max_tokens; zero means unknown.
 	InputTokens, MaxTokens int64
+	// Endpoint is the path the request would be sent to, such as
+	// "/v1/embeddings"; empty means chat completions. With the model, the
+	// caller and the token counts, it is what the gateway estimates the
+	// call's service time by.
+	Endpoint string
 }
 
 // maxEstimateBody bounds the estimate response read; the real one is ~200 bytes.
@@ -111,6 +117,12 @@ func (c *Client) EstimateFor(ctx context.Context, eq EstimateQuery) (Estimate, e
 	}
 	if eq.Model != "" {
 		q.Set("model", eq.Model)
+	}
+	if eq.Endpoint != "" {
+		if !strings.HasPrefix(eq.Endpoint, "/") {
+			return Estimate{}, fmt.Errorf("client: Estimate endpoint must be a path such as /v1/chat/completions, got %q", eq.Endpoint)
+		}
+		q.Set("endpoint", eq.Endpoint)
 	}
 	u, err := url.JoinPath(c.cfg.BaseURL, contract.EstimatePath)
 	if err != nil {

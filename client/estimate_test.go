@@ -107,18 +107,21 @@ func TestEstimateErrors(t *testing.T) {
 func TestEstimateForAsksAboutTheWholeRequest(t *testing.T) {
 	srv, q := estimateServer(t, "", 200, `{"priority":"batch","admit":false,"reason":"retry_budget","retry_after_ms":150,"model":"gpt-4o","model_called":"gpt-4o-mini"}`)
 	c := newTestClient(t, Config{BaseURL: srv.URL})
-	got, err := c.EstimateFor(t.Context(), EstimateQuery{Priority: "batch", Attempt: 2, Model: "gpt-4o", InputTokens: 1200, MaxTokens: 300})
+	got, err := c.EstimateFor(t.Context(), EstimateQuery{Priority: "batch", Attempt: 2, Model: "gpt-4o", InputTokens: 1200, MaxTokens: 300, Endpoint: "/v1/responses"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if got.Admit || got.Reason != "retry_budget" || got.RetryAfter != 150*time.Millisecond || got.ModelCalled != "gpt-4o-mini" {
 		t.Fatalf("EstimateFor = %+v", got)
 	}
-	want := url.Values{"priority": {"batch"}, "attempt": {"2"}, "model": {"gpt-4o"}, "input_tokens": {"1200"}, "max_tokens": {"300"}}
+	want := url.Values{"priority": {"batch"}, "attempt": {"2"}, "model": {"gpt-4o"}, "input_tokens": {"1200"}, "max_tokens": {"300"}, "endpoint": {"/v1/responses"}}
 	if q.Encode() != want.Encode() {
 		t.Fatalf("query %s, want %s", q.Encode(), want.Encode())
 	}
 	if _, err := c.EstimateFor(t.Context(), EstimateQuery{MaxTokens: -1}); err == nil || !strings.Contains(err.Error(), "max_tokens") {
 		t.Fatalf("negative max_tokens: %v", err)
+	}
+	if _, err := c.EstimateFor(t.Context(), EstimateQuery{Endpoint: "v1/embeddings"}); err == nil || !strings.Contains(err.Error(), "endpoint") {
+		t.Fatalf("an endpoint that is not a path: %v", err)
 	}
 }

@@ -4,8 +4,10 @@ package contract
 // such a request now?", so that a producer can decide whether to submit at
 // all. GET it with the query parameters priority, timeout_ms, attempt
 // (which mean what HeaderPriority, HeaderTimeoutMs and HeaderAttempt mean),
-// model, input_tokens (the prompt's size) and max_tokens; every one is
-// optional. The answer is an Estimate: what a request of the calling
+// model, input_tokens (the prompt's size), max_tokens and endpoint (the
+// path the call would be sent to, /v1/chat/completions by default: with
+// the model, the caller and the sizes, what the gate estimates a call's
+// service time by); every one is optional. The answer is an Estimate: what a request of the calling
 // tenant with those would get now from every rule — the tenant's classes,
 // the retry budgets, the spend ceiling and the tenant's budget, the model
 // ladder, the queue — with nothing taken.

@@ -87,8 +87,23 @@ func (g *Gateway) serveEstimate(w http.ResponseWriter, r *http.Request, global b
 	// estimate runs every stage (tenant, retry budgets, spend, the ladder)
 	// and the gate, taking nothing.
 	model := q.Get("model")
+	// The call's shape, as the gate estimates a call by (chain.Request.Shape):
+	// its caller (the key the request presents, with no tenants), its
+	// endpoint (chat completions unless told) and its sizes below.
+	endpoint := q.Get("endpoint")
+	if endpoint == "" {
+		endpoint = "/v1/chat/completions"
+	} else if !strings.HasPrefix(endpoint, "/") {
+		g.badInput(w, &wire.BadRequest{Status: http.StatusBadRequest, Code: "invalid_parameter",
+			Msg: "endpoint: " + contract.Echo(endpoint) + " is not a path (e.g. /v1/chat/completions)"})
+		return
+	}
+	var caller uint64
+	if !global {
+		caller = g.caller(r, tenant)
+	}
 	req := chain.Request{Tenant: tenant, Tier: tier, Class: hdr.class, Attempt: hdr.attempt, AttemptDeclared: hdr.declared,
-		Deadline: time.Now().Add(hdr.timeout), Model: model, AllowDegrade: hdr.degrade}
+		Deadline: time.Now().Add(hdr.timeout), Model: model, AllowDegrade: hdr.degrade, Caller: caller, Endpoint: endpoint}
 	for _, f := range []struct {
 		param string
 		dst   *int64

@@ -4,6 +4,7 @@ import (
 	"math"
 	"net/http"
 	"strconv"
+	"sync"
 	"testing"
 	"time"
 
@@ -220,6 +221,7 @@ func TestEstimateBadParameters(t *testing.T) {
 	}{
 		{"priority=batch&max_tokens=-1", 400, "invalid_parameter"},
 		{"priority=batch&input_tokens=1e3", 400, "invalid_parameter"},
+		{"priority=batch&endpoint=v1/chat/completions", 400, "invalid_parameter"},
 		{"priority=batch&model=no-such-model", 400, "model_not_priced"},
 		{"priority=interactive", 403, "class_not_allowed"},
 	} {
@@ -242,5 +244,42 @@ func send(t *testing.T, url, body string, headers map[string]string, want int) {
 	resp := post(t, t.Context(), url, body, headers)
 	if b := readAll(t, resp); resp.StatusCode != want {
 		t.Fatalf("%d %s, want %d", resp.StatusCode, b, want)
+	}
+}
+
+// TestEstimateByTheCallsShape: the estimate of a call is its shape's, as
+// the call's own admission is — a caller that sends short and long
+// answers of one model, with the same key, is told the short ones' time
+// for max_tokens=8 and the long ones' for max_tokens=512, not their
+// mixture for both.
+func TestEstimateByTheCallsShape(t *testing.T) {
+	_, up := startMock(t, mockllm.Config{Median: time.Millisecond, PerOutputToken: 100 * time.Microsecond})
+	s := serve(t, baseConfig(up.URL))
+	key := map[string]string{"Authorization": "Bearer sk-caller"}
+	const perShape = 64 // the samples a shape needs to be estimated by its own (admission/shapes.go)
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Go(func() {
+			for range perShape / 4 {
+				for _, n := range []int{8, 512} {
+					body := `{"model":"gpt-4o-mini","messages":[{"role":"user","content":"hello there"}],"max_tokens":` + strconv.Itoa(n) + `}`
+					resp := post(t, t.Context(), s.url, body, key)
+					if b := readAll(t, resp); resp.StatusCode != http.StatusOK {
+						t.Errorf("max_tokens %d: %d %s", n, resp.StatusCode, b)
+					}
+				}
+			}
+		})
+	}
+	wg.Wait()
+	// The prompt: "hello there" and its role, about 4 tokens (a shape's
+	// prompts go by powers of four: 4 to 15 tokens alike).
+	short := estimate(t, s.url, "model=gpt-4o-mini&input_tokens=5&max_tokens=8", "sk-caller")
+	long := estimate(t, s.url, "model=gpt-4o-mini&input_tokens=5&max_tokens=512", "sk-caller")
+	// 1 ms + 8 × 0.1 ms against 1 ms + 512 × 0.1 ms, at gpt-4o-mini's
+	// half of the mock's latency: 0.9 ms against 26 ms.
+	if short.ServiceP95Ms > 10 || long.ServiceP50Ms < 20 {
+		t.Errorf("service p50/p95: max_tokens 8 %d/%d ms, 512 %d/%d ms; want under 10 ms and over 20",
+			short.ServiceP50Ms, short.ServiceP95Ms, long.ServiceP50Ms, long.ServiceP95Ms)
 	}
 }

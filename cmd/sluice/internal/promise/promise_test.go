@@ -50,6 +50,18 @@ func TestSuiteInTheSimulator(t *testing.T) {
 				}
 				report(t, sc, r)
 			})
+			if sc.Production == nil || v.Undeclared {
+				continue
+			}
+			// A production scenario also as the default gateway runs it,
+			// learning the provider's slots from answers of many sizes.
+			t.Run(sc.Name+"/"+v.String()+"/learnt", func(t *testing.T) {
+				r, err := RunSim(t.Context(), sc, v, SimOptions{Seed: 1, Seconds: seconds, Learn: true})
+				if err != nil {
+					t.Fatal(err)
+				}
+				report(t, sc, r)
+			})
 		}
 	}
 }
@@ -143,6 +155,10 @@ func report(t *testing.T, sc Scenario, r *Result) {
 	t.Helper()
 	t.Logf("goodput %.1f%%, waste %.2f%%, unanswered %.2f%%, refusal p99 %.0f ms (%d), peak %d, %.1fs",
 		r.GoodputPct, r.WastePct, r.UnansweredPct, r.RefusalP99Ms, r.Refusals, r.PeakInFlight, r.Seconds)
+	if r.NoGateway != nil && r.Bound != nil {
+		t.Logf("on time %d, no gateway %d, offline bound %d; success by source %v, no gateway %v, bound %v",
+			r.OnTime, r.NoGateway.OnTime, r.Bound.OnTime, r.Success, r.NoGateway.Success, r.Bound.Success)
+	}
 	for _, c := range Checks(sc, r) {
 		if !c.OK {
 			t.Errorf("%s", c)
