@@ -720,7 +720,13 @@ func (c *Concurrency) close(now time.Time) {
 			c.set(now, next)
 			return
 		}
-	case q < alpha && inflight >= 0.8*c.limit && !w.exhausted && !now.Before(c.heldUntil):
+	case (q < alpha || c.mixed && c.queueAt(inflight, mean-se) < alpha) && inflight >= 0.8*c.limit && !w.exhausted && !now.Before(c.heldUntil):
+		// Windows of answers of many sizes (mixed) read a queue of a
+		// few calls by chance as often as not: one whose latency less
+		// its standard error shows none has shown no queue, and a limit
+		// held while the noise says nothing holds a pool below the
+		// provider's slots for good (a queue's cut needs the latency
+		// beyond two standard errors, above).
 		// Only a window that used its limit says more would be used:
 		// one slot, then twice as many each window in a row, at most a
 		// quarter of the limit; half again a window while starting.
@@ -760,6 +766,15 @@ func (c *Concurrency) estimate(inflight float64, rtt time.Duration) float64 {
 	}
 	c.last.Queue, c.last.Capacity = q, inflight-q
 	return q
+}
+
+// queueAt is the queue estimate of a window at concurrency inflight and
+// mean latency mean (seconds), without recording it.
+func (c *Concurrency) queueAt(inflight, mean float64) float64 {
+	if c.base <= 0 || mean <= c.base.Seconds() {
+		return 0
+	}
+	return inflight * (1 - c.base.Seconds()/mean)
 }
 
 // set moves the limit, clamped to the bounds, and starts a new window.

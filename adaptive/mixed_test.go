@@ -167,3 +167,35 @@ func TestAPoolFoundMixedMeasuresItsBaselineFirst(t *testing.T) {
 		t.Errorf("limits at the end %v: median %d, want at most 24 in front of 16 slots", ends, median)
 	}
 }
+
+// TestAMixedWindowWithinItsNoiseGrows: a window of answers of many sizes
+// whose latency reads a queue of two calls at the provider, but whose
+// latency less its standard error reads none, has shown no queue: the
+// limit grows. Held there instead, a pool learning a provider whose
+// answers run from a tenth of a second to two seconds stayed a few slots
+// below it for most of a minute at a moderate load (the production
+// scenario's seed 2: 85% of no gateway's chats). A window of one size is
+// no noisier than its count says, and holds, as it always has.
+func TestAMixedWindowWithinItsNoiseGrows(t *testing.T) {
+	for _, mixed := range []bool{true, false} {
+		c, err := New(Config{}, epoch)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.phase, c.base, c.limit, c.mixed = Tracking, 300*time.Millisecond, 12, mixed
+		// 48 answers at 12 calls at the provider, of mean 360 ms (a
+		// queue of 12 × (1 − 300/360) = 2 calls) and standard error
+		// 50 ms (at 310 ms, a queue of 0.4).
+		const n, mean, se = 48, 0.36, 0.05
+		sd := se * math.Sqrt(n)
+		c.w = window{n: n, sum: n * mean, units: n, norm: n * mean, normSq: n * (sd*sd + mean*mean), inflight: n * 12, maxInflight: 12}
+		c.close(epoch.Add(time.Minute))
+		want := 12
+		if mixed {
+			want = 13
+		}
+		if got := c.Limit(); got != want {
+			t.Errorf("mixed %v: limit %d after the window, want %d (queue read %.2f)", mixed, got, want, c.State().Queue)
+		}
+	}
+}

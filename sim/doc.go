@@ -116,8 +116,10 @@
 //   - Network, HTTP and process overheads, which
 //     cmd/sluice/internal/calibrate measures by running the same workload
 //     for real.
-//   - Varied usage: every call of a traffic source reports the same tokens,
-//     and the spend limiter is given the true prompt size where the gateway
+//   - Varied usage outside a trace: every call of a scenario's traffic
+//     source reports the same tokens (a trace's calls each their own, and
+//     take their tokens' time: the scenario's trace_file), and the
+//     spend limiter is given the true prompt size where the gateway
 //     estimates it from the body. Without a spend section a call costs a
 //     fixed price per traffic source.
 //   - Shared ledgers: one run is one gateway with its memory ledger.

@@ -241,9 +241,14 @@ func vsBound(min float64) Floor {
 // each service against no gateway: learning the provider's slots from a
 // mix of answers a tenth of a second to two seconds long, it holds fewer
 // calls at the provider than its slots in some of a burst's seconds —
-// see docs/perf.md, "Production-shaped traffic", for the medians.
+// see docs/perf.md, "Production-shaped traffic", for the medians. Over
+// HTTP the bound's share is 4 points lower: the bound is computed from
+// the provider's model, and the run on loopback loses some of each call
+// to HTTP and to the two cores it shares with the mock and the load (told
+// 16, seed 1 reached 90.1–93.7% over HTTP in four runs, 94.1% in the
+// simulator).
 func productionFloors(sources []Source) []Floor {
-	fs := []Floor{vsNoGateway(100), vsBound(92).learnt(85), waste(1), unanswered}
+	fs := []Floor{vsNoGateway(100), vsBound(92).learnt(85).overHTTP(4), waste(1), unanswered}
 	for _, s := range sources {
 		fs = append(fs, serviceVsNoGateway(s.Service, 100).learnt(80))
 	}

@@ -204,6 +204,23 @@ func TestChecksTellFloorsFromFigures(t *testing.T) {
 			t.Errorf("%+v: failed %q, want %d floors failed", tc.r, got, tc.failed)
 		}
 	}
+	// A floor's slack over HTTP applies to a run over HTTP only, learnt
+	// or not, either way of bound.
+	sc = Scenario{Name: "z", Floors: []Floor{goodput(92).learnt(85).overHTTP(4), waste(1).overHTTP(1)}}
+	for _, tc := range []struct {
+		r      Result
+		failed int
+	}{
+		{Result{GoodputPct: 90, WastePct: 1.5, Way: "sim"}, 2},
+		{Result{GoodputPct: 88, WastePct: 2, Way: "http"}, 0},
+		{Result{GoodputPct: 87.9, WastePct: 2.1, Way: "http"}, 2},
+		{Result{GoodputPct: 81, Way: "http", Learnt: true}, 0},
+		{Result{GoodputPct: 81, Way: "sim", Learnt: true}, 1},
+	} {
+		if got := Failed(sc, &tc.r); len(got) != tc.failed {
+			t.Errorf("%+v: failed %q, want %d floors failed", tc.r, got, tc.failed)
+		}
+	}
 }
 
 // TestSuiteNamesAreUnique: Lookup finds each scenario by its name and
