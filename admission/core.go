@@ -193,7 +193,7 @@ func (c *Core) arrive(now time.Time, req *Request, t *Ticket, wait bool) (Decisi
 		}
 		c.reject(now, victim, ReasonEvicted, c.retryAfterFor(now, victim.rank, victim.req.Tenant, &victim.req))
 	}
-	*t = Ticket{Owner: t.Owner, req: *req, rank: rank, cost: cost, units: pl.units, startBy: pl.startBy, ts: ts, enqueued: now,
+	*t = Ticket{Owner: t.Owner, req: *req, rank: rank, cost: cost, units: pl.units, due: pl.due, ts: ts, enqueued: now,
 		state: ticketQueued, wait: d.EstimatedWait,
 		overload: !c.cfg.NoEarlyRefusal && !c.cfg.FIFOOnly && ts.standing(now, rank, pl.class)}
 	c.push(t, ts, pl.class)
@@ -749,7 +749,7 @@ func (c *Core) waitFor(now time.Time, rank int, tenant string, cost float64, pl 
 func (c *Core) waitOf(now time.Time, rank int, tenant string, ts *tenantState, cost float64, pl *place) time.Duration {
 	ahead := c.ahead(now, rank, tenant, ts, cost, pl)
 	free := c.concurrency - c.inFlight
-	return c.drain(now, rank, pl.class, pl.startBy, ts, ahead+1-float64(free))
+	return c.drain(now, rank, pl.class, pl.due, ts, ahead+1-float64(free))
 }
 
 // drain estimates how long, from now, need completions take to reach work
@@ -770,14 +770,14 @@ func (c *Core) waitOf(now time.Time, rank int, tenant string, ts *tenantState, c
 //
 // The calls of the same rank whose callers came with shorter budgets
 // (lanes of a lower class, see lane.go) overtake it too, but only for a
-// while: a call that arrives later must start by its own deadline less its
-// p95, and once that is later than the waiting call's start-by it queues
-// behind it. A lane's calls overtake for the horizon from now to the
-// waiting call's start-by less the shortest budget of the lane (its
-// class's lower bound), at the rate they were granted lately; a burst of
+// while: a call that arrives later is due at its own deadline, and once
+// that is later than the waiting call's it queues behind it. A lane's
+// calls overtake for the horizon from now to the waiting call's due time
+// less the shortest budget of the lane (its class's lower bound), at the
+// rate they were granted lately; a burst of
 // short-deadline calls is not taken to go on for the whole of a long
 // deadline's wait.
-func (c *Core) drain(now time.Time, rank int, class uint8, startBy time.Time, ts *tenantState, need float64) time.Duration {
+func (c *Core) drain(now time.Time, rank int, class uint8, due time.Time, ts *tenantState, need float64) time.Duration {
 	if need <= 0 {
 		return 0
 	}
@@ -800,7 +800,7 @@ func (c *Core) drain(now time.Time, rank int, class uint8, startBy time.Time, ts
 	}
 	wait := need / rest // seconds, before the lanes that overtake
 	if len(lanes) > 0 {
-		left := startBy.Sub(now).Seconds()
+		left := due.Sub(now).Seconds()
 		// wait = (need + Σ rate·min(wait, horizon)) / rest: its fixed
 		// point, by steps from below — each lane's term grows with the
 		// wait until its horizon, so the steps rise to it (capped: a
@@ -876,7 +876,7 @@ func (c *Core) ahead(now time.Time, rank int, tenant string, ts *tenantState, co
 		weight = ts.weight
 	}
 	// Within its own rank fair queuing decides, whatever the shares.
-	return c.aheadAbove(rank, ts, cost) + c.levels[rank].ahead(tenant, cost, weight, c.front(now, rank, tenant, ts, pl.class), pl.class, pl.startBy)
+	return c.aheadAbove(rank, ts, cost) + c.levels[rank].ahead(tenant, cost, weight, c.front(now, rank, tenant, ts, pl.class), pl.class, pl.due)
 }
 
 // front says whether a newcomer of tenant (state ts, nil: none yet) at rank
@@ -1083,7 +1083,7 @@ func (c *Core) lateIn(now time.Time, r int, l *level, tq *tenantQueue, free floa
 			// long as the lane stands.
 			return t
 		}
-		wait := c.drain(now, r, ln.class, t.startBy, tq.ts, c.aheadAbove(r, tq.ts, t.cost)+l.aheadOfLast(tq, t)+1-free)
+		wait := c.drain(now, r, ln.class, t.due, tq.ts, c.aheadAbove(r, tq.ts, t.cost)+l.aheadOfLast(tq, t)+1-free)
 		if now.Add(wait + c.startMargin(now, &t.req)).After(t.req.Deadline) {
 			return t
 		}

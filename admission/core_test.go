@@ -158,7 +158,7 @@ func TestCoreAdmitsByWaitNotDepth(t *testing.T) {
 	for range 3 {
 		mustArrive(t, c, at(0), Request{}, &Ticket{})
 	}
-	wait := c.waitFor(at(0), 4, "", 1, &place{class: noDeadline, startBy: at(0), units: 1})
+	wait := c.waitFor(at(0), 4, "", 1, &place{class: noDeadline, due: at(0), units: 1})
 	if wait < 1900*time.Millisecond || wait > 2100*time.Millisecond {
 		t.Fatalf("estimated wait %v, want about 2s", wait)
 	}

@@ -43,13 +43,13 @@
 // A tenant's queue of one rank is a few lanes, one per power of two of
 // the budget its callers came with (see lane.go): a 3 s caller and a 10 s
 // caller of one class wait in lanes of their own. Between lanes the
-// request with the earliest start-by goes first — earliest deadline first,
-// where the deadline is the last moment it can start and still finish by
-// its caller's — so short deadlines are not served late behind long ones
-// that could have waited; within a lane the order is the queue's as it
+// request with the earliest deadline goes first, so short deadlines are
+// not served late behind long ones that could have waited, and in a burst
+// beyond the slots the short calls are served before the long ones that
+// would take their time; within a lane the order is the queue's as it
 // always was (oldest first, and newest-first for the requests queued while
-// the lane stands). A request pushed past its start-by by later requests
-// of nearer deadlines is refused at once. A newcomer's wait counts the
+// the lane stands). A request pushed past its deadline less its p95 by
+// later requests of nearer deadlines is refused at once. A newcomer's wait counts the
 // shorter lanes' requests queued ahead of it and, for as long as they can
 // still overtake it, the rate they arrive at.
 //

@@ -81,7 +81,7 @@ func (c *Core) Headroom(now time.Time, req Request) (Headroom, error) {
 	// 0): k of its own ahead of it, each of its work, besides what is
 	// ahead now.
 	waitOfExtra := func(k int) time.Duration {
-		wait := c.drain(now, rank, pl.class, pl.startBy, ts, ahead+float64(k)*pl.units+1-float64(free))
+		wait := c.drain(now, rank, pl.class, pl.due, ts, ahead+float64(k)*pl.units+1-float64(free))
 		if ts.maxInFlight > 0 {
 			// At its cap the tenant waits for its own slots (cappedWait),
 			// the extras before it that found none queued too.

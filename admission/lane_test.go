@@ -5,11 +5,11 @@ import (
 	"time"
 )
 
-// Calls of one rank whose callers wait differently are served by when
-// they must start, not by when they came: a 3 s call that came after
-// 10 s calls goes before them, where first come first served would have
-// it wait behind calls that had time to spare.
-func TestLanesServeTheEarliestStartFirst(t *testing.T) {
+// Calls of one rank whose callers wait differently are served by their
+// deadlines, not by when they came: a 3 s call that came after 10 s calls
+// goes before them, where first come first served would have it wait
+// behind calls that had time to spare.
+func TestLanesServeTheEarliestDeadlineFirst(t *testing.T) {
 	c := newCore(t, Config{Concurrency: 1, MaxQueue: 10})
 	warm(c, 200*time.Millisecond, 64)
 	mustArrive(t, c, t0, Request{}, &Ticket{}) // the slot
@@ -32,6 +32,36 @@ func TestLanesServeTheEarliestStartFirst(t *testing.T) {
 		if long[i].Granted() {
 			t.Fatalf("long call %d granted before the short one", i)
 		}
+	}
+}
+
+// Lanes go by deadline, not by the latest time a call can start: a
+// short call due before a long one goes first even when the long call's
+// p95 leaves it less time to start — both are then served in time, where
+// serving the long call first would leave the short one too late.
+func TestAShortCallDueFirstGoesBeforeALongOneThatMustStartFirst(t *testing.T) {
+	c := newCore(t, Config{Concurrency: 1, MaxQueue: 10})
+	warmShapes(c, 100) // short calls 100 ms, long calls 1 s
+	mustArrive(t, c, t0, Request{Key: "m", Shape: shortShape, Family: shortFamily}, &Ticket{}) // the slot
+	// The long call, due in 2 s, must start by about 1 s.
+	var long Ticket
+	if d := mustArrive(t, c, t0, Request{Key: "m", Shape: longShape, Family: longFamily, Deadline: at(2_000)}, &long); d.Verdict != Queued {
+		t.Fatalf("the long call: %v, want queued", d.Verdict)
+	}
+	// The short call, of a shorter lane, due in 1.15 s, must start by
+	// about 1.05 s: later than the long call, but before the long call
+	// would end if it went first.
+	var short Ticket
+	if d := mustArrive(t, c, at(150), Request{Key: "m", Shape: shortShape, Family: shortFamily, Deadline: at(1_150)}, &short); d.Verdict != Queued {
+		t.Fatalf("the short call: %v (wait %v), want queued: it is due before the long call, which goes after it", d.Verdict, d.EstimatedWait)
+	}
+	c.Release(at(300), Request{Key: "m", Shape: shortShape, Family: shortFamily}, Outcome{ServiceTime: 300 * time.Millisecond})
+	if !short.Granted() || long.Granted() {
+		t.Fatalf("the slot freed: short granted %v, long granted %v; want the short call, due first", short.Granted(), long.Granted())
+	}
+	c.Release(at(400), short.req, Outcome{ServiceTime: 100 * time.Millisecond})
+	if !long.Granted() {
+		t.Fatalf("the short call done at 0.4s: the long call, which can start until about 1s, was not granted (%+v)", long.Rejection())
 	}
 }
 

@@ -21,10 +21,9 @@ type Ticket struct {
 	// that a queue of short calls is estimated to drain faster than one
 	// of long calls; 1 without statistics of its own.
 	units float64
-	// startBy is when it must start to finish by its deadline: its
-	// deadline less its expected (p95) service time at arrival; its
-	// arrival without a deadline. Lanes are served by it (see lane.go).
-	startBy  time.Time
+	// due is its deadline, or its arrival without one: lanes are served
+	// earliest due first (see lane.go).
+	due      time.Time
 	class    uint8 // its lane class (laneOf)
 	ts       *tenantState
 	enqueued time.Time
@@ -150,7 +149,7 @@ func (tq *tenantQueue) dropLane(ln *lane) {
 }
 
 // peek is the ticket tq would serve next: of its lanes' next tickets, the
-// one that must start soonest (ties: the shorter budgets' lane).
+// one due soonest (ties: the shorter budgets' lane).
 func (tq *tenantQueue) peek() *Ticket {
 	if len(tq.lanes) == 1 {
 		return tq.lanes[0].peek()
@@ -190,16 +189,16 @@ func (tq *tenantQueue) newestFirst() bool {
 }
 
 // before sums the cost and work of tq's tickets served before a ticket
-// of lane class that must start by startBy: of its own lane, those ahead
-// of it as own counts them; of the other lanes, those that must start by
+// of lane class due at due: of its own lane, those ahead of it as own
+// counts them; of the other lanes, those due by
 // then.
-func (tq *tenantQueue) before(class uint8, startBy time.Time, ownCost, ownUnits float64) (cost, units float64) {
+func (tq *tenantQueue) before(class uint8, due time.Time, ownCost, ownUnits float64) (cost, units float64) {
 	cost, units = ownCost, ownUnits
 	for _, ln := range tq.lanes {
 		if ln.class == class {
 			continue
 		}
-		c, u := ln.before(startBy)
+		c, u := ln.before(due)
 		cost += c
 		units += u
 	}
@@ -462,11 +461,11 @@ func (l *level) heaviest() *tenantQueue {
 
 // aheadOfLast estimates the work, in units, this rank would serve before
 // t, a ticket of tq — the same sum ahead gives a newcomer of tq's tenant
-// with t's cost, lane and start-by queued at the back of its lane: every
+// with t's cost, lane and due time queued at the back of its lane: every
 // other ticket of its lane is served first, FIFO or LIFO — so that a
 // ticket just admitted is judged again exactly as it was at its arrival.
 func (l *level) aheadOfLast(tq *tenantQueue, t *Ticket) float64 {
-	ownCost, ownUnits := tq.before(t.ln.class, t.startBy, t.ln.cost-t.cost, t.ln.units-t.units)
+	ownCost, ownUnits := tq.before(t.ln.class, t.due, t.ln.cost-t.cost, t.ln.units-t.units)
 	span := (ownCost + t.cost) / tq.ts.weight
 	units := ownUnits
 	for o := l.ring; ; {
@@ -491,16 +490,16 @@ func (tq *tenantQueue) within(span float64) float64 {
 }
 
 // ahead estimates the work, in units, this rank would serve before a
-// newcomer of tenant with the given cost, lane class and start-by, which
+// newcomer of tenant with the given cost, lane class and due time, which
 // goes to the front of its lane's newest-first tickets when front is
 // true. Its tenant's tickets ahead of it are those of its lane queued
 // before it (none when it goes to the front of a lane in LIFO order; the
 // promised tickets' when the lane keeps promises) and those of its other
-// lanes that must start by its start-by; in virtual time it starts once
+// lanes due by its due time; in virtual time it starts once
 // these have been served at the tenant's weight, and every other tenant
 // is served up to the same virtual time, that span times its own weight,
 // in cost.
-func (l *level) ahead(tenant string, cost, weight float64, front bool, class uint8, startBy time.Time) float64 {
+func (l *level) ahead(tenant string, cost, weight float64, front bool, class uint8, due time.Time) float64 {
 	if l.depth == 0 {
 		return 0
 	}
@@ -516,7 +515,7 @@ func (l *level) ahead(tenant string, cost, weight float64, front bool, class uin
 			}
 		}
 		if ln == nil || len(tq.lanes) > 1 {
-			ownCost, ownUnits = tq.before(class, startBy, ownCost, ownUnits)
+			ownCost, ownUnits = tq.before(class, due, ownCost, ownUnits)
 		}
 	}
 	span := (ownCost + cost) / weight

@@ -245,7 +245,7 @@ func TestTrialConcurrencyEstimatesAtTheSettledSlots(t *testing.T) {
 		mustArrive(t, c, at(0), Request{}, &Ticket{})
 	}
 	// Four completions at two slots of 1s: 2s, not the 1s four slots give.
-	if wait := c.waitFor(at(0), 4, "", 1, &place{class: noDeadline, startBy: at(0), units: 1}); wait < 1900*time.Millisecond || wait > 2100*time.Millisecond {
+	if wait := c.waitFor(at(0), 4, "", 1, &place{class: noDeadline, due: at(0), units: 1}); wait < 1900*time.Millisecond || wait > 2100*time.Millisecond {
 		t.Errorf("estimated wait %v at 2 settled slots of 4, want about 2s", wait)
 	}
 	if d := mustArrive(t, c, at(0), Request{Deadline: at(2500)}, &Ticket{}); d.Verdict != Rejected || d.Reason != ReasonQueueWait {
@@ -254,7 +254,7 @@ func TestTrialConcurrencyEstimatesAtTheSettledSlots(t *testing.T) {
 	if err := c.SetConcurrency(at(0), 4); err != nil {
 		t.Fatal(err)
 	}
-	if wait := c.waitFor(at(0), 4, "", 1, &place{class: noDeadline, startBy: at(0), units: 1}); wait > 1100*time.Millisecond {
+	if wait := c.waitFor(at(0), 4, "", 1, &place{class: noDeadline, due: at(0), units: 1}); wait > 1100*time.Millisecond {
 		t.Errorf("estimated wait %v once all 4 slots are settled, want about 1s", wait)
 	}
 	for _, settled := range []int{0, 5} {

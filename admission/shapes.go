@@ -140,11 +140,11 @@ func (c *Core) unitsOf(mean time.Duration) float64 {
 }
 
 // place is where a request would wait, as its admission sees it: its
-// lane class, when it must start (Ticket.startBy), its expected work, and
+// lane class, when it is due (Ticket.due), its expected work, and
 // the service times its decision uses.
 type place struct {
 	class    uint8
-	startBy  time.Time
+	due      time.Time
 	units    float64
 	p50, p95 time.Duration
 }
@@ -155,9 +155,9 @@ func (c *Core) placeOf(now time.Time, req *Request) place {
 	pl.p50, pl.p95 = c.service(now, req.Key, req.Shape, req.Family)
 	hasDeadline := !req.Deadline.IsZero()
 	pl.class = laneOf(req.Deadline.Sub(now), hasDeadline)
-	pl.startBy = now // without a deadline, by its arrival (see lane.go)
+	pl.due = now // without a deadline, by its arrival (see lane.go)
 	if hasDeadline {
-		pl.startBy = req.Deadline.Add(-pl.p95)
+		pl.due = req.Deadline
 	}
 	pl.units = 1
 	if len(c.shapes) > 1 || len(c.families) > 1 || len(c.keys) > 1 {

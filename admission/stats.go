@@ -101,7 +101,7 @@ func (c *Core) Stats(now time.Time) Stats {
 			tenant = l.heaviest().tenant
 		}
 		// A newcomer without a deadline.
-		s.EstimatedWait[r] = c.waitFor(now, r, tenant, 1, &place{class: noDeadline, startBy: now, units: 1})
+		s.EstimatedWait[r] = c.waitFor(now, r, tenant, 1, &place{class: noDeadline, due: now, units: 1})
 	}
 	if s.LIFOQueues > 0 {
 		s.Mode = LIFO
