@@ -42,7 +42,8 @@ func TestLanesServeTheEarliestDeadlineFirst(t *testing.T) {
 func TestAShortCallDueFirstGoesBeforeALongOneThatMustStartFirst(t *testing.T) {
 	c := newCore(t, Config{Concurrency: 1, MaxQueue: 10})
 	warmShapes(c, 100) // short calls 100 ms, long calls 1 s
-	mustArrive(t, c, t0, Request{Key: "m", Shape: shortShape, Family: shortFamily}, &Ticket{}) // the slot
+	// The slot, taken.
+	mustArrive(t, c, t0, Request{Key: "m", Shape: shortShape, Family: shortFamily}, &Ticket{})
 	// The long call, due in 2 s, must start by about 1 s.
 	var long Ticket
 	if d := mustArrive(t, c, t0, Request{Key: "m", Shape: longShape, Family: longFamily, Deadline: at(2_000)}, &long); d.Verdict != Queued {
