@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/sluicehq/sluice/adaptive"
@@ -287,23 +288,15 @@ func runProductionHTTP(ctx context.Context, sc Scenario, v Variant, opt HTTPOpti
 		"--median", m.Base.String(), "--per-prompt-token", m.PerPromptToken.String(), "--per-output-token", m.PerOutputToken.String(),
 		"--sigma", fmt.Sprint(m.Sigma), "--seed", fmt.Sprint(opt.Seed)}
 
-	// No gateway: the callers at the provider, whose queue is theirs.
-	var bare procs
-	defer bare.stop()
-	mock, err := bare.start(ctx, opt.Bin, mockArgs, mockAddr)
+	nogw, err := noGateway(ctx, sc, v, tr, opt, mockArgs)
 	if err != nil {
-		return nil, fmt.Errorf("sluice mock: %w", err)
+		return nil, err
 	}
-	nogw, err := replay(ctx, sc, v, tr, "http://"+mock)
-	if err != nil {
-		return nil, fmt.Errorf("no gateway: %w", err)
-	}
-	bare.stop()
 
 	// The gateway, with default flags, in front of a fresh mock.
 	var procs procs
 	defer procs.stop()
-	mock, err = procs.start(ctx, opt.Bin, mockArgs, mockAddr)
+	mock, err := procs.start(ctx, opt.Bin, mockArgs, mockAddr)
 	if err != nil {
 		return nil, fmt.Errorf("sluice mock: %w", err)
 	}
@@ -358,6 +351,48 @@ func runProductionHTTP(ctx context.Context, sc Scenario, v Variant, opt HTTPOpti
 	r.Limits = trace()
 	r.Seconds = time.Since(start).Seconds()
 	return r, nil
+}
+
+// noGateway replays tr's calls straight at a `sluice mock` run with
+// mockArgs — the callers at the provider, whose queue is theirs — once
+// per scenario, seed and binary in a process: the calls, the mock's draws
+// and the callers' retries are the same whatever a gateway would be told
+// or however its callers declare their attempts (the mock reads no
+// attempt header), so the cells of one seed share one baseline.
+func noGateway(ctx context.Context, sc Scenario, v Variant, tr *workload.Trace, opt HTTPOptions, mockArgs []string) (*loadgen.Report, error) {
+	k := noGatewayKey{scenario: sc.Name, seed: opt.Seed, bin: opt.Bin}
+	noGatewayRuns.Lock()
+	defer noGatewayRuns.Unlock()
+	if rep, ok := noGatewayRuns.m[k]; ok {
+		return rep, nil
+	}
+	var bare procs
+	defer bare.stop()
+	mock, err := bare.start(ctx, opt.Bin, mockArgs, mockAddr)
+	if err != nil {
+		return nil, fmt.Errorf("sluice mock: %w", err)
+	}
+	rep, err := replay(ctx, sc, v, tr, "http://"+mock)
+	if err != nil {
+		return nil, fmt.Errorf("no gateway: %w", err)
+	}
+	if noGatewayRuns.m == nil {
+		noGatewayRuns.m = map[noGatewayKey]*loadgen.Report{}
+	}
+	noGatewayRuns.m[k] = rep
+	return rep, nil
+}
+
+type noGatewayKey struct {
+	scenario string
+	seed     uint64
+	bin      string
+}
+
+// noGatewayRuns are the no-gateway baselines run so far (see noGateway).
+var noGatewayRuns struct {
+	sync.Mutex
+	m map[noGatewayKey]*loadgen.Report
 }
 
 // replay sends the trace's calls at target as sc's services: each its own
