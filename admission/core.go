@@ -774,9 +774,8 @@ func (c *Core) waitOf(now time.Time, rank int, tenant string, ts *tenantState, c
 // that is later than the waiting call's it queues behind it. A lane's
 // calls overtake for the horizon from now to the waiting call's due time
 // less the shortest budget of the lane (its class's lower bound), at the
-// rate they were granted lately; a burst of
-// short-deadline calls is not taken to go on for the whole of a long
-// deadline's wait.
+// rate they were granted lately; a burst of short-deadline calls is not
+// taken to go on for the whole of a long deadline's wait.
 func (c *Core) drain(now time.Time, rank int, class uint8, due time.Time, ts *tenantState, need float64) time.Duration {
 	if need <= 0 {
 		return 0
