@@ -15,7 +15,13 @@
 //     before net/http spends a goroutine on it, and answers it only once
 //     its request has arrived, never before (listener.go, answerLater);
 //     with no tenant keys (Limits.Anonymous) every request is identified
-//     and no connection counts as unauthenticated; it backs off when accept
+//     and no connection counts as unauthenticated. At max_connections, a
+//     newcomer takes the place of the oldest connection still reading its
+//     first request of the address holding the most such, when that is
+//     another address holding more than max_unauthenticated_per_ip
+//     (pending.go): with or without keys, one address cannot crowd out the
+//     rest, and a client that sends whole requests is never the one
+//     closed. It backs off when accept
 //     fails for want of descriptors; and it gives every write to a client
 //     a fresh deadline, the write-stall timeout.
 //   - ConnContext, the http.Server's ConnContext, hands each admitted

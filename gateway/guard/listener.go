@@ -78,6 +78,9 @@ type listener struct {
 		sync.Mutex
 		open   int
 		unauth map[netip.Addr]int
+		// pending are the connections still reading their first request,
+		// by address (pending.go).
+		pending map[netip.Addr]*connList
 	}
 }
 
@@ -104,6 +107,7 @@ func newListener(ln net.Listener, l Limits, log *slog.Logger, m *metrics) *liste
 		trusted: l.TrustedProxies, headerWait: l.ReadHeader,
 		log: log, metrics: m, refusals: newRefusalLog(log, refusalWindow), closed: make(chan struct{}), anonymous: l.Anonymous}
 	cl.mu.unauth = map[netip.Addr]int{}
+	cl.mu.pending = map[netip.Addr]*connList{}
 	return cl
 }
 
@@ -151,14 +155,26 @@ func (l *listener) Accept() (net.Conn, error) {
 // With no tenant keys (l.anonymous) no connection counts as
 // unauthenticated: every request is identified, so the per-address cap
 // would only count a busy client's connections while their first request
-// is read, and refuse an application server's burst of new ones.
+// is read, and refuse an application server's burst of new ones. Every
+// connection is pending until its first whole request all the same, and
+// at max_connections one address's pending connections beyond that cap
+// make room for another address's newcomer (pending.go).
 func (l *listener) admit(c net.Conn) *trackedConn {
 	ip := addrOf(c.RemoteAddr())
 	proxied := trusts(l.trusted, ip)
 	counted := !proxied && !l.isAnonymous()
+	tc := &trackedConn{Conn: c, l: l, ip: ip, held: counted, proxied: proxied}
 	l.mu.Lock()
 	var refusal []byte
 	var reason string
+	var evicted *trackedConn
+	var evictedIP netip.Addr
+	if l.mu.open >= l.maxConns && !(counted && l.mu.unauth[ip] >= l.maxUnauthPerIP) {
+		if evicted = l.evictableLocked(ip); evicted != nil {
+			evictedIP = evicted.ip
+			l.evictLocked(evicted)
+		}
+	}
 	switch {
 	case l.mu.open >= l.maxConns:
 		refusal, reason = refuseFull, "max_connections"
@@ -169,15 +185,21 @@ func (l *listener) admit(c net.Conn) *trackedConn {
 		if counted {
 			l.mu.unauth[ip]++
 		}
+		if !proxied {
+			l.pendLocked(tc)
+		}
 	}
 	l.mu.Unlock()
+	if evicted != nil {
+		l.countRefusal("evicted", evictedIP)
+		_ = evicted.Conn.Close()
+	}
 	if refusal != nil {
 		l.countRefusal(reason, ip)
 		l.answerLater(c, refusal)
 		return nil
 	}
 	l.metrics.open.Inc()
-	tc := &trackedConn{Conn: c, l: l, ip: ip, held: counted, proxied: proxied}
 	if proxied && l.headerWait > 0 {
 		// The PROXY header, if any, comes first and at once; the wait for
 		// it starts now, and net/http's own for the request's headers
@@ -291,6 +313,11 @@ type trackedConn struct {
 	// held, authed and closed are guarded by l.mu. held says the
 	// connection holds a place in l.mu.unauth[ip].
 	held, authed, closed bool
+	// pending says it is still reading its first request, in
+	// l.mu.pending[ip] between pendPrev and pendNext (pending.go);
+	// guarded by l.mu.
+	pending            bool
+	pendPrev, pendNext *trackedConn
 }
 
 // handshake is a trusted peer's connection's reading of its PROXY header,
@@ -359,6 +386,9 @@ func (c *trackedConn) handshake() {
 		c.held = true
 	}
 	c.ip = src
+	if !c.closed && !refused && !c.authed {
+		l.pendLocked(c)
+	}
 	closed := c.closed
 	l.mu.Unlock()
 	c.hs.remote = net.TCPAddrFromAddrPort(netip.AddrPortFrom(src, h.Src.Port()))
@@ -432,6 +462,7 @@ func (c *trackedConn) Close() error {
 	if !c.closed {
 		c.closed = true
 		l.mu.open--
+		l.unpendLocked(c)
 		if c.held {
 			c.held = false
 			l.dropUnauthLocked(c.ip)
@@ -448,6 +479,7 @@ func (c *trackedConn) authenticate() {
 	l := c.l
 	l.mu.Lock()
 	c.authed = true
+	l.unpendLocked(c)
 	if c.held {
 		c.held = false
 		l.dropUnauthLocked(c.ip)
@@ -525,7 +557,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		open: prometheus.NewGauge(prometheus.GaugeOpts{Name: "sluice_connections_open",
 			Help: "API connections open (admitted by the listener's caps)."}),
 		refused: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_connections_refused_total",
-			Help: "API connections refused at accept: max_connections, unauthenticated_per_ip, out_of_descriptors (an accept that failed with EMFILE/ENFILE), or proxy_header (a trusted proxy's malformed PROXY header). Behind a trusted proxy that sets X-Forwarded-For, unauthenticated_per_ip counts requests refused at their headers."},
+			Help: "API connections refused at accept: max_connections, unauthenticated_per_ip, out_of_descriptors (an accept that failed with EMFILE/ENFILE), or proxy_header (a trusted proxy's malformed PROXY header); and evicted: a connection still reading its first request, of the address holding the most beyond max_unauthenticated_per_ip, closed at max_connections to serve another address's. Behind a trusted proxy that sets X-Forwarded-For, unauthenticated_per_ip counts requests refused at their headers."},
 			[]string{"reason"}),
 	}
 	if reg == nil {

@@ -359,3 +359,73 @@ func TestAnonymousCountsNoConnection(t *testing.T) {
 		l.mu.Unlock()
 	})
 }
+
+// TestAtMaxConnectionsAPendingFloodMakesRoom: with no tenant keys, one
+// address may open connections beyond max_unauthenticated_per_ip, but at
+// max_connections another address's newcomer is not refused while it
+// holds more than that still reading their first request: the oldest of
+// them is closed in its place. The flooding address's own newcomer is
+// refused, and connections that have sent a whole request are never
+// closed for another's.
+func TestAtMaxConnectionsAPendingFloodMakesRoom(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		l := newListener(&emfileListener{closed: make(chan struct{})},
+			Limits{MaxConns: 4, MaxUnauthPerIP: 1, Write: time.Second, Anonymous: func() bool { return true }},
+			slog.New(slog.NewTextHandler(io.Discard, nil)), newMetrics(prometheus.NewRegistry()))
+		flooder := &net.TCPAddr{IP: net.IPv4(192, 0, 2, 1), Port: 40000}
+		admit := func(from net.Addr) (*trackedConn, net.Conn) {
+			server, client := net.Pipe()
+			t.Cleanup(func() { client.Close() })
+			return l.admit(addrConn{server, from}), client
+		}
+		var flood []*trackedConn
+		var floodEnds []net.Conn
+		for range 4 {
+			tc, end := admit(flooder)
+			if tc == nil {
+				t.Fatal("a connection within max_connections was refused in anonymous mode")
+			}
+			flood, floodEnds = append(flood, tc), append(floodEnds, end)
+		}
+		if tc, _ := admit(flooder); tc != nil {
+			t.Fatal("the flooding address's own newcomer was admitted at max_connections")
+		}
+
+		other, _ := admit(&net.TCPAddr{IP: net.IPv4(192, 0, 2, 2), Port: 40000})
+		if other == nil {
+			t.Fatal("another address's newcomer was refused while the flood held 4 pending connections (cap 1)")
+		}
+		// The oldest of the flood is closed: its client reads the end.
+		_ = floodEnds[0].SetReadDeadline(time.Now().Add(time.Second))
+		if _, err := floodEnds[0].Read(make([]byte, 1)); !errors.Is(err, io.EOF) && !errors.Is(err, io.ErrClosedPipe) {
+			t.Errorf("the flood's oldest connection, evicted: read %v, want it closed", err)
+		}
+		if got := testutil.ToFloat64(l.metrics.refused.WithLabelValues("evicted")); got != 1 {
+			t.Errorf("evicted = %v, want 1", got)
+		}
+		flood[0].Close() // net/http's close of it, after its read failed: counted once
+		l.mu.Lock()
+		if l.mu.open != 4 || l.mu.pending[addrOf(flooder)].n != 3 {
+			t.Errorf("open %d, flood pending %d; want 4 and 3", l.mu.open, l.mu.pending[addrOf(flooder)].n)
+		}
+		l.mu.Unlock()
+
+		// The rest of the flood sends whole requests: no longer pending,
+		// never closed for another. A newcomer is refused at the cap.
+		for _, tc := range flood[1:] {
+			tc.authenticate()
+		}
+		if tc, _ := admit(&net.TCPAddr{IP: net.IPv4(192, 0, 2, 3), Port: 40000}); tc != nil {
+			t.Error("a newcomer was admitted at max_connections by closing a connection that had sent a whole request")
+		}
+		for _, tc := range append(flood[1:], other) {
+			tc.Close()
+		}
+		synctest.Wait()
+		l.mu.Lock()
+		if l.mu.open != 0 || len(l.mu.pending) != 0 || len(l.mu.unauth) != 0 {
+			t.Errorf("after closing everything: open %d, pending %v, unauth %v", l.mu.open, l.mu.pending, l.mu.unauth)
+		}
+		l.mu.Unlock()
+	})
+}

@@ -30,9 +30,9 @@ const (
 )
 
 // refusalStatus is the status each reason's canned refusal carries: 0
-// for an accept that failed, or a connection closed for its PROXY
-// header, which answered nobody.
-var refusalStatus = map[string]int{"max_connections": 503, "unauthenticated_per_ip": 429, "out_of_descriptors": 0, "proxy_header": 0}
+// for an accept that failed, a connection closed for its PROXY header or
+// evicted at max_connections (pending.go), which answered nobody.
+var refusalStatus = map[string]int{"max_connections": 503, "unauthenticated_per_ip": 429, "out_of_descriptors": 0, "proxy_header": 0, "evicted": 0}
 
 type refusalKey struct {
 	reason string
