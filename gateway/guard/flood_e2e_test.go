@@ -5,7 +5,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -101,37 +100,13 @@ func TestAnonymousSlowBodyFloodDoesNotCrowdOutOthers(t *testing.T) {
 	}()
 
 	// The other client, meanwhile: through the flood's opening and while
-	// it holds, at least 200 requests and 3s.
-	var lat []time.Duration
-	start := time.Now()
-	for i := 0; i < 200 || time.Since(start) < 3*time.Second; i++ {
-		d, err := call()
-		if err != nil {
-			t.Fatalf("request %d of the other client, %v into the flood (%d flood connections ended so far): %v",
-				i, time.Since(start), ended.Load(), err)
-		}
-		lat = append(lat, d)
-		if i > 10000 {
-			break
-		}
-	}
-	mu.Lock()
-	opened := len(floods)
-	mu.Unlock()
-	slices.Sort(lat)
-	p50, p99, worst := lat[len(lat)/2], lat[len(lat)*99/100], lat[len(lat)-1]
-	t.Logf("%d requests of the other client over %v while %d flood connections opened, %d of them ended by the gateway: p50 %v, p99 %v, max %v",
-		len(lat), time.Since(start).Round(time.Millisecond), opened, ended.Load(), p50, p99, worst)
-	if opened != floodConns {
-		t.Errorf("%d flood connections opened, want %d", opened, floodConns)
-	}
-	if p99 > 100*time.Millisecond {
-		if raceEnabled {
-			t.Logf("the other client's p99 %v is over 100ms under the race detector: not checked (.ci/run checks it without)", p99)
-		} else {
-			t.Errorf("the other client's p99 %v, want at most 100ms", p99)
-		}
-	}
+	// it holds.
+	otherClientDuringFlood(t, "anonymous", func(int) (time.Duration, error) { return call() },
+		func() (int, int64) {
+			mu.Lock()
+			defer mu.Unlock()
+			return len(floods), ended.Load()
+		}, floodConns)
 	// The gateway ended every flood connection beyond those it holds:
 	// refused at max_connections, or evicted for the other client's.
 	eventually(t, "the flood's connections ended", func() bool { return ended.Load() >= floodConns-maxConns })

@@ -171,8 +171,11 @@ func (l *listener) admit(c net.Conn) *trackedConn {
 	var evictedIP netip.Addr
 	if l.mu.open >= l.maxConns && !(counted && l.mu.unauth[ip] >= l.maxUnauthPerIP) {
 		if evicted = l.evictableLocked(ip); evicted != nil {
+			// Its account closed now, so that its place is the
+			// newcomer's; its socket once l.mu is released (its own
+			// Close then finds it closed already).
 			evictedIP = evicted.ip
-			l.evictLocked(evicted)
+			l.closeLocked(evicted)
 		}
 	}
 	switch {
@@ -459,18 +462,25 @@ func (c *trackedConn) Write(p []byte) (int, error) {
 func (c *trackedConn) Close() error {
 	l := c.l
 	l.mu.Lock()
-	if !c.closed {
-		c.closed = true
-		l.mu.open--
-		l.unpendLocked(c)
-		if c.held {
-			c.held = false
-			l.dropUnauthLocked(c.ip)
-		}
-		l.metrics.open.Dec()
-	}
+	l.closeLocked(c)
 	l.mu.Unlock()
 	return c.Conn.Close()
+}
+
+// closeLocked closes c's account, once: its place in max_connections and
+// its address's counts. l.mu is held.
+func (l *listener) closeLocked(c *trackedConn) {
+	if c.closed {
+		return
+	}
+	c.closed = true
+	l.mu.open--
+	l.unpendLocked(c)
+	if c.held {
+		c.held = false
+		l.dropUnauthLocked(c.ip)
+	}
+	l.metrics.open.Dec()
 }
 
 // authenticate takes the connection out of its address's unauthenticated

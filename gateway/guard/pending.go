@@ -92,18 +92,3 @@ func (l *listener) evictableLocked(ip netip.Addr) *trackedConn {
 	}
 	return worst.head
 }
-
-// evictLocked closes c's account as Close would — its place in
-// max_connections, its address's counts — so that its place can be given
-// to a newcomer at once; the caller closes its socket once l.mu is
-// released (the connection's own Close then finds it closed already).
-func (l *listener) evictLocked(c *trackedConn) {
-	c.closed = true
-	l.mu.open--
-	l.unpendLocked(c)
-	if c.held {
-		c.held = false
-		l.dropUnauthLocked(c.ip)
-	}
-	l.metrics.open.Dec()
-}
