@@ -163,7 +163,7 @@ func (l *listener) admit(c net.Conn) *trackedConn {
 	ip := addrOf(c.RemoteAddr())
 	proxied := trusts(l.trusted, ip)
 	counted := !proxied && !l.isAnonymous()
-	tc := &trackedConn{Conn: c, l: l, ip: ip, held: counted, proxied: proxied}
+	var tc *trackedConn // made only when admitted: a flood's refusals allocate none
 	l.mu.Lock()
 	var refusal []byte
 	var reason string
@@ -188,6 +188,7 @@ func (l *listener) admit(c net.Conn) *trackedConn {
 		if counted {
 			l.mu.unauth[ip]++
 		}
+		tc = &trackedConn{Conn: c, l: l, ip: ip, held: counted, proxied: proxied}
 		if !proxied {
 			l.pendLocked(tc)
 		}
