@@ -42,6 +42,9 @@ func (g *Gateway) dashboardReading(now time.Time) dashboard.Reading {
 	if c := g.books.Lease(); c != nil {
 		d.Cluster = c.State().Concurrency
 	}
+	if state, since, ok := g.books.RedisState(); ok {
+		d.Store = &dashboard.Store{State: state, Since: since.UnixMilli()}
+	}
 	for _, p := range g.pools {
 		d.Learned = d.Learned || p.limit.learn != nil
 	}

@@ -25,6 +25,7 @@ import (
 	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/contract"
 	"github.com/sluicehq/sluice/mockllm"
+	"github.com/sluicehq/sluice/store/redistest"
 )
 
 // chromiumPath finds the browser the dashboard test drives. Under CI=true a
@@ -405,4 +406,54 @@ func TestDashboardPoolsInBrowser(t *testing.T) {
 	if !slices.Equal(got, want) {
 		t.Fatalf("pools table %q, want %q", got, want)
 	}
+	// Without Redis, no Redis badge.
+	if hidden, err := chromedp.Run(ctx, chromedp.Evaluate[bool](`document.getElementById("num-store").hidden`)); err != nil || !hidden {
+		t.Errorf("without store.redis the Redis badge is shown (hidden %v, %v)", hidden, err)
+	}
+}
+
+// TestDashboardStoreInBrowser: with store.redis the dashboard shows Redis
+// up, then down since when — in the badge and the status line — once it
+// stops, and up again once it is back.
+func TestDashboardStoreInBrowser(t *testing.T) {
+	chromium := chromiumPath(t)
+	rs := redistest.Start(t)
+	_, up := startMock(t, mockllm.Config{})
+	cfg := batchConfig(t, up.URL)
+	cfg.Batch.Path = "" // Redis keeps the batches
+	cfg.Store = &config.StoreConfig{Redis: &config.RedisStoreConfig{URL: rs.URL(), Cluster: strings.ReplaceAll(t.Name(), "/", "-"),
+		Timeout: config.Duration(time.Second), Lease: &config.LeaseConfig{Disabled: true}}}
+	sv := serve(t, cfg)
+	allocCtx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), chromedp.ExecPath(chromium),
+		chromedp.Flag("headless", true), chromedp.NoSandbox, chromedp.DisableGPU, chromedp.NoFirstRun,
+		chromedp.NoDefaultBrowserCheck, chromedp.UserDataDir(t.TempDir()))
+	defer cancelAlloc()
+	ctx, cancelTab := chromedp.NewContext(allocCtx)
+	defer cancelTab()
+	ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	defer cancel()
+	if err := chromedp.Do(ctx, chromedp.Navigate(sv.admin+"/")); err != nil {
+		t.Fatal(err)
+	}
+	const badge = `(() => { const b = document.getElementById("num-store"); return b.hidden ? "hidden" : b.dataset.state + "|" + document.getElementById("n-store").textContent; })()`
+	const status = `document.getElementById("status-text").textContent`
+	waitFor := func(what, cond string) {
+		t.Helper()
+		if _, err := chromedp.Run(ctx, chromedp.Poll[bool](cond, chromedp.WithPollingTimeout(10*time.Second))); err != nil {
+			got, _ := chromedp.Run(ctx, chromedp.Evaluate[string](badge))
+			st, _ := chromedp.Run(ctx, chromedp.Evaluate[string](status))
+			t.Fatalf("the page never showed %s: the badge shows %q, the status %q (%v)", what, got, st, err)
+		}
+	}
+	waitFor("Redis up", `(`+badge+`).startsWith("up|up since ")`)
+
+	rs.Stop()
+	c := callBatchAPI(t, getRequest(t, sv.url+"/v1/batches")) // the breaker counts the failures, the batches' loops' too
+	if c.status != http.StatusServiceUnavailable {
+		t.Fatalf("batches.list with Redis stopped: %d, want 503", c.status)
+	}
+	waitFor("Redis down", `/^(down|probing)\|(down|probing) since /.test(`+badge+`) && (`+status+`).startsWith("Redis unreachable since ")`)
+
+	rs.Restart()
+	waitFor("Redis up again", `(`+badge+`).startsWith("up|up since ") && (`+status+`).startsWith("All clear")`)
 }

@@ -7,7 +7,16 @@
 // breaker: after Failures consecutive failures it stops calling Redis for a
 // backoff, then lets one probe through; the probe's success closes it, its
 // failure doubles the backoff (up to MaxBackoff). Each transition is logged
-// once. Every key is prefix + "{cluster}:" + …, the cluster name being a
+// once. State says which state it is in — up, down or probing — and since
+// when: for down and probing, since Redis stopped answering, which the
+// probes do not move. A call Redis does not answer (refused by the open
+// breaker, a connection refused or dropped, past its timeout, Redis
+// loading or failing over) fails with an *UnavailableError, which matches
+// ErrUnavailable and says since when and when the next probe is, so that
+// a caller that cannot do without Redis (the Batch API) says so and when
+// to retry instead of waiting; any other failure (a reply that is an error,
+// data that does not parse) does not match it. Every key is
+// prefix + "{cluster}:" + …, the cluster name being a
 // Redis Cluster hash tag so that a fleet's keys share a slot and a script
 // may touch several.
 //

@@ -26,8 +26,13 @@ const DefaultTimeout = 50 * time.Millisecond
 // would hold the sync loop for several intervals.
 const MaxTimeout = time.Second
 
-// ErrOpen is returned without calling Redis while the breaker is open.
-var ErrOpen = errors.New("store: redis unavailable (circuit breaker open)")
+// ClusterReloadInterval is how often a Redis Cluster client reloads its
+// slot map when no call has failed.
+const ClusterReloadInterval = time.Second
+
+// ErrOpen is returned, as the Err of an *UnavailableError, without
+// calling Redis while the breaker is open. It matches ErrUnavailable.
+var ErrOpen = fmt.Errorf("%w (circuit breaker open)", ErrUnavailable)
 
 // ClientOptions say how to reach Redis: exactly one of URL, SentinelMaster
 // (with SentinelAddrs) or ClusterAddrs.
@@ -95,13 +100,20 @@ func NewClient(o ClientOptions) (redis.UniversalClient, error) {
 		return redis.NewClient(po), nil
 	case len(o.ClusterAddrs) > 0:
 		u.Addrs = o.ClusterAddrs
-		return redis.NewClusterClient(u.Cluster()), nil
+		co := u.Cluster()
+		// go-redis reloads its slot map on MOVED and ASK, and otherwise
+		// once a minute: after a failover the client would go on dialing
+		// the dead primary's address for up to a minute. Redis.Do also
+		// asks for a reload after every failed call; this is the
+		// periodic one, for changes no call has failed on yet. One
+		// CLUSTER SLOTS a second costs the cluster nothing.
+		co.ClusterStateReloadInterval = ClusterReloadInterval
+		return redis.NewClusterClient(co), nil
 	default:
 		if o.SentinelMaster == "" || len(o.SentinelAddrs) == 0 {
 			return nil, errors.New("store: sentinel: both master and addrs are required")
 		}
-		u.MasterName, u.Addrs = o.SentinelMaster, o.SentinelAddrs
-		return redis.NewFailoverClient(u.Failover()), nil
+		return newSentinelClient(o, u), nil
 	}
 }
 
@@ -188,7 +200,7 @@ func NewRedis(o Options) (*Redis, error) {
 	// Redis Cluster slot, so that a batch can be applied atomically by one
 	// script. The books of one fleet are small enough for one shard.
 	r.keys = prefix + "{" + cluster + "}:"
-	r.b = breaker{threshold: o.Failures, base: o.Backoff, limit: o.MaxBackoff, log: r.log}
+	r.b = breaker{threshold: o.Failures, base: o.Backoff, limit: o.MaxBackoff, log: r.log, since: r.now()}
 	if r.b.threshold == 0 {
 		r.b.threshold = 3
 	}
@@ -229,11 +241,18 @@ func (r *Redis) Key(parts ...string) string {
 }
 
 // Do runs f with a context bounded by the timeout, unless the breaker is
-// open (ErrOpen). f's error, redis.Nil aside, counts as a failure.
+// open (ErrOpen). f's error, redis.Nil aside, counts as a failure. An
+// error that says Redis did not answer, ErrOpen included, is an
+// *UnavailableError (it matches ErrUnavailable): since when, and when to
+// try again.
 func (r *Redis) Do(ctx context.Context, f func(ctx context.Context, c redis.UniversalClient) error) error {
 	if !r.b.allow(r.now()) {
 		r.calls.WithLabelValues("refused").Inc()
-		return ErrOpen
+		// While the breaker is open the slot map goes on being reloaded
+		// (at most every 200ms): the probe that follows a failover goes
+		// to the promoted node, not to the dead one again.
+		r.refresh()
+		return r.b.unavailable(r.now(), ErrOpen)
 	}
 	cctx, cancel := context.WithTimeout(ctx, r.timeout)
 	err := f(cctx, r.client)
@@ -246,17 +265,49 @@ func (r *Redis) Do(ctx context.Context, f func(ctx context.Context, c redis.Univ
 		r.b.release()
 		return err
 	}
-	r.b.record(r.now(), err)
+	now := r.now()
+	r.b.record(now, err)
 	if err != nil {
+		r.refresh()
 		r.calls.WithLabelValues("error").Inc()
+		if unreachable(err) {
+			return r.b.unavailable(now, err)
+		}
 		return fmt.Errorf("store: redis: %w", err)
 	}
 	r.calls.WithLabelValues("ok").Inc()
 	return nil
 }
 
+// refresh asks a Redis Cluster client for a new slot map after a failed
+// or refused call: the node it called may be a primary that died, whose
+// replica the cluster has promoted (or will). go-redis reloads in the
+// background, one at a time and at most once per 200ms, so a storm of
+// failures costs a few CLUSTER SLOTS a second; the next probe goes to the
+// primary the cluster names then.
+func (r *Redis) refresh() {
+	if cc, ok := r.client.(*redis.ClusterClient); ok {
+		cc.ReloadState(context.Background())
+	}
+}
+
 // Up reports whether the breaker is closed: the last calls succeeded.
 func (r *Redis) Up() bool { return r.b.closed() }
+
+// The breaker's states as State names them.
+const (
+	StateUp      = "up"      // closed: calls go to Redis
+	StateDown    = "down"    // open: calls are refused (ErrOpen) until the next probe
+	StateProbing = "probing" // half-open: one call tries Redis, the others are refused
+)
+
+// State is the breaker's state (StateUp, StateDown or StateProbing) and
+// since when: up since it last closed (or since NewRedis); down or
+// probing since Redis stopped answering — the first of the failures in a
+// row that opened it. A failed probe, which opens it again, does not move
+// since: those reading it want how long Redis has been away, not how long
+// since the last probe.
+func (r *Redis) State() (state string, since time.Time) { return r.b.current() }
 
 // LastErrorAt is when a call last failed; zero if none has.
 func (r *Redis) LastErrorAt() time.Time { return r.b.lastErrorAt() }
@@ -300,7 +351,9 @@ type breaker struct {
 
 	mu        sync.Mutex
 	state     breakerState
-	fails     int
+	since     time.Time // up: when it closed; down or probing: firstErr of the failures that opened it
+	fails     int       // failures in a row
+	firstErr  time.Time // the first of them; meaningful while fails > 0
 	backoff   time.Duration
 	openUntil time.Time
 	probing   bool
@@ -340,12 +393,16 @@ func (b *breaker) record(now time.Time, err error) {
 	b.probing = false
 	if err == nil {
 		if b.state != stateClosed {
-			b.log.Info("redis circuit breaker closed: redis answers again")
+			b.log.Info("redis circuit breaker closed: redis answers again", "down_for", now.Sub(b.since))
+			b.since = now
 		}
 		b.state, b.fails, b.backoff = stateClosed, 0, b.base
 		return
 	}
 	b.lastErr = now
+	if b.fails == 0 {
+		b.firstErr = now
+	}
 	b.fails++
 	switch {
 	case b.state == stateHalfOpen:
@@ -353,9 +410,40 @@ func (b *breaker) record(now time.Time, err error) {
 		b.state, b.openUntil = stateOpen, now.Add(b.backoff)
 		b.log.Warn("redis circuit breaker open again: the probe failed", "retry_in", b.backoff, "err", err)
 	case b.state == stateClosed && b.fails >= b.threshold:
-		b.state, b.openUntil = stateOpen, now.Add(b.backoff)
+		b.state, b.openUntil, b.since = stateOpen, now.Add(b.backoff), b.firstErr
 		b.log.Warn("redis circuit breaker open: serving from local books", "consecutive_failures", b.fails, "retry_in", b.backoff, "err", err)
 	}
+}
+
+// unavailable is the *UnavailableError of a call refused or failed at
+// now with err: since the failures in a row began, retry at the open
+// breaker's next probe.
+func (b *breaker) unavailable(now time.Time, err error) *UnavailableError {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	e := &UnavailableError{Since: now, Err: err}
+	switch {
+	case b.state != stateClosed:
+		e.Since = b.since
+	case b.fails > 0: // closed, failing: a success in between would have reset it
+		e.Since = b.firstErr
+	}
+	if b.state == stateOpen && b.openUntil.After(now) {
+		e.RetryAt = b.openUntil
+	}
+	return e
+}
+
+func (b *breaker) current() (string, time.Time) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	switch b.state {
+	case stateOpen:
+		return StateDown, b.since
+	case stateHalfOpen:
+		return StateProbing, b.since
+	}
+	return StateUp, b.since
 }
 
 func (b *breaker) closed() bool {

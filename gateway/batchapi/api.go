@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -18,6 +19,7 @@ import (
 	"github.com/sluicehq/sluice/batch"
 	"github.com/sluicehq/sluice/contract"
 	"github.com/sluicehq/sluice/gateway/wire"
+	"github.com/sluicehq/sluice/store"
 )
 
 // Deps is what the API takes from the gateway that serves it. Handler,
@@ -219,22 +221,36 @@ func (a *API) Serve(w http.ResponseWriter, r *http.Request, tenant string) bool 
 		a.getBatch(w, r, tenant, parts[2])
 	case len(parts) == 4 && parts[1] == "batches" && parts[3] == "cancel" && method == http.MethodPost:
 		a.cancel(w, r, tenant, parts[2])
-	case len(parts) == 2 || len(parts) <= 4 && a.owns(r.Context(), tenant, parts[1], parts[2]):
+	case len(parts) == 2:
+		a.methodNotAllowed(w)
+	case len(parts) <= 4:
 		// Not served (deleting a batch, for one): said only of the
 		// tenant's own ids, which tells nothing of others'.
-		a.deps.BadInput("method_not_allowed")
-		a.writeError(w, http.StatusMethodNotAllowed, contract.ErrorTypeInvalidRequest, "method_not_allowed",
-			"method not allowed on this path (sluice's Batch API serves files.create, files.list, files.retrieve, files.delete, files.content, batches.create, batches.retrieve, batches.list and batches.cancel)")
+		switch err := a.owns(r.Context(), tenant, parts[1], parts[2]); {
+		case err == nil:
+			a.methodNotAllowed(w)
+		case errors.Is(err, store.ErrUnavailable): // cannot tell which
+			a.failed(w, err)
+		default:
+			return false
+		}
 	default:
 		return false
 	}
 	return true
 }
 
-// owns says whether the tenant has the file or batch id.
-func (a *API) owns(ctx context.Context, tenant, kind, id string) bool {
+func (a *API) methodNotAllowed(w http.ResponseWriter) {
+	a.deps.BadInput("method_not_allowed")
+	a.writeError(w, http.StatusMethodNotAllowed, contract.ErrorTypeInvalidRequest, "method_not_allowed",
+		"method not allowed on this path (sluice's Batch API serves files.create, files.list, files.retrieve, files.delete, files.content, batches.create, batches.retrieve, batches.list and batches.cancel)")
+}
+
+// owns returns nil when the tenant has the file or batch id, else why not:
+// batch.ErrNotFound, or the store's failure.
+func (a *API) owns(ctx context.Context, tenant, kind, id string) error {
 	if !validID(id) {
-		return false
+		return batch.ErrNotFound
 	}
 	var err error
 	if kind == "files" {
@@ -242,7 +258,7 @@ func (a *API) owns(ctx context.Context, tenant, kind, id string) bool {
 	} else {
 		_, err = a.store.Batch(ctx, tenant, id)
 	}
-	return err == nil
+	return err
 }
 
 // invalid refuses a request for what it asked: a 4xx that the same
@@ -288,9 +304,56 @@ func (a *API) notFound(w http.ResponseWriter, what, id string) {
 	a.invalid(w, http.StatusNotFound, "not_found", "", fmt.Sprintf("no %s with id %q", what, contract.Echo(id)))
 }
 
+// CodeStoreUnavailable is the error code and X-Sluice-Reason of a call
+// refused because the store (Redis) does not answer: a 503 with
+// Retry-After. It is not one of the contract's admission reasons
+// (contract.Reasons), a closed list that programs branch on: nothing was
+// shed for load. As the connection guard's refusals (max_connections), it
+// says why in the same header, outside that list.
+const CodeStoreUnavailable = "store_unavailable"
+
+// failed answers a call the store failed: 503 store_unavailable when the
+// store could not be reached (store.ErrUnavailable), which the same call
+// gets past once Redis is back; 500 batch_store_error, logged, for any
+// other failure (data that does not parse, a script's error), which
+// waiting does not cure.
 func (a *API) failed(w http.ResponseWriter, err error) {
+	if errors.Is(err, store.ErrUnavailable) {
+		// Not logged: the breaker logs Redis going and coming back once,
+		// where a line per refused call would flood the log.
+		a.storeUnavailable(w, err)
+		return
+	}
 	a.deps.Log.Error("batch store failed", "err", err)
 	a.writeError(w, http.StatusInternalServerError, "server_error", "batch_store_error", "the batch store failed; try again")
+}
+
+// storeUnavailable answers a call the store could not serve because Redis
+// does not answer: 503, since when it has not, and a Retry-After for the
+// breaker's next probe — sooner would be refused without trying Redis —
+// or a second when the breaker lets calls through already (it is closed,
+// or another call is probing).
+func (a *API) storeUnavailable(w http.ResponseWriter, err error) {
+	now := a.now()
+	retry, since := time.Second, now
+	var ue *store.UnavailableError
+	if errors.As(err, &ue) {
+		if ue.RetryAt.After(now) {
+			retry = ue.RetryAt.Sub(now)
+		}
+		if !ue.Since.IsZero() {
+			since = ue.Since
+		}
+	}
+	retryMs := contract.RetryAfterMs(retry)
+	h := w.Header()
+	h.Set(contract.HeaderRetryAfter, strconv.FormatInt(contract.RetryAfterSeconds(retry), 10))
+	h.Set(contract.HeaderRetryAfterMs, strconv.FormatInt(retryMs, 10))
+	h.Set(contract.HeaderReason, CodeStoreUnavailable)
+	a.deps.WriteError(w, http.StatusServiceUnavailable, contract.ErrorBody{Error: contract.ErrorDetail{
+		Message: fmt.Sprintf("the batch store (Redis) has been unreachable since %s (for %v); retry after %d ms",
+			since.UTC().Format(time.RFC3339), now.Sub(since).Round(time.Millisecond), retryMs),
+		Type: contract.ErrorTypeOverloaded, Code: CodeStoreUnavailable, RetryAfterMs: &retryMs}})
 }
 
 func (a *API) writeError(w http.ResponseWriter, status int, typ, code, msg string) {

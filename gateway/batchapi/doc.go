@@ -27,6 +27,13 @@
 // could not finish inside its completion window at the rate items have
 // been ending — the spare capacity live work leaves.
 //
+// A call the store cannot serve because Redis does not answer
+// (store.ErrUnavailable) is a 503 store_unavailable with a Retry-After
+// for the store's next probe of Redis, at once rather than after a wait:
+// every call to Redis is bounded by its timeout, and none is made while
+// the store's circuit breaker is open. Any other failure of the store is
+// a 500.
+//
 // Files are streamed: an upload goes to the store a chunk at a time as it
 // is read (JobStore.StageFile), checked on the way (batch.NewFileCheck),
 // and is served, validated and queued a chunk or a line at a time; no

@@ -111,6 +111,18 @@ func (b *Books) Redis() (*store.Redis, error) {
 	return b.redis, nil
 }
 
+// RedisState is Redis's state as the circuit breaker sees it, and since
+// when (store.Redis.State); ok is false without Redis, or when nothing
+// opened the connection (Redis opens it, for the books, the lease or the
+// batches).
+func (b *Books) RedisState() (state string, since time.Time, ok bool) {
+	if b.redis == nil {
+		return "", time.Time{}, false
+	}
+	state, since = b.redis.State()
+	return state, since, true
+}
+
 // Lease is the lease of the provider's concurrency; nil without Redis or
 // with leases disabled.
 func (b *Books) Lease() *Lease { return b.lease }
@@ -185,11 +197,18 @@ func (b *Books) Run(ctx context.Context) error {
 
 // StoreState is the store's part of the state dump.
 type StoreState struct {
-	// Mode is "local" (this process's books), "redis" (shared, Redis
-	// answering) or "degraded" (shared, Redis unreachable: serving from
-	// the local view, queueing the writes).
-	Mode        string     `json:"mode"`
-	Up          bool       `json:"up"`
+	// Mode is "local" (this process's books, no Redis), "redis" (shared,
+	// Redis answering) or "degraded" (shared, Redis unreachable: serving
+	// from the local view, queueing the writes).
+	Mode string `json:"mode"`
+	Up   bool   `json:"up"`
+	// State is Redis's as the circuit breaker on every call sees it: "up",
+	// "down" (calls refused until the next probe: the Batch API answers
+	// 503 store_unavailable) or "probing"; Since is since when — for down
+	// and probing, since Redis stopped answering (store.Redis.State).
+	// Both are absent without Redis.
+	State       string     `json:"state,omitempty"`
+	Since       *time.Time `json:"since,omitempty"`
 	LastErrorAt *time.Time `json:"last_error_at,omitempty"`
 	// Queued is the spend buckets waiting to be written to Redis, Dropped
 	// those a full queue lost since start.
@@ -202,27 +221,32 @@ type StoreState struct {
 }
 
 // State is the store's part of the state dump; spending says the gateway
-// keeps spend books (it has a spend section). Nil without books or a
-// lease.
+// keeps spend books (it has a spend section). Nil without Redis and
+// without spend books.
 func (b *Books) State(spending bool) *StoreState {
-	if b.lease != nil && b.ledger == nil {
-		s := &StoreState{Mode: "redis", Up: b.redis.Up(), Cluster: b.lease.State()}
-		if !s.Up {
-			s.Mode = "degraded"
+	if b.redis == nil {
+		if !spending {
+			return nil
 		}
-		return s
-	}
-	if !spending {
-		return nil
-	}
-	if b.ledger == nil {
 		s := &StoreState{Mode: "local", Up: true}
 		if b.snaps != nil {
 			s.Snapshot = b.snaps.Path
 		}
 		return s
 	}
-	s := &StoreState{Mode: b.ledger.Mode(), Up: b.redis.Up(), Queued: b.ledger.Queued(), Dropped: b.ledger.Dropped()}
+	// Up from the same reading as the state, so that the two never
+	// disagree.
+	state, since := b.redis.State()
+	since = since.UTC()
+	s := &StoreState{Mode: "redis", Up: state == store.StateUp, State: state, Since: &since}
+	if b.ledger != nil {
+		// Degraded too while the breaker is closed and the last sync
+		// failed.
+		s.Mode, s.Queued, s.Dropped = b.ledger.Mode(), b.ledger.Queued(), b.ledger.Dropped()
+	}
+	if !s.Up {
+		s.Mode = "degraded"
+	}
 	if b.lease != nil {
 		s.Cluster = b.lease.State()
 	}

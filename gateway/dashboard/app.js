@@ -219,6 +219,7 @@
       $("num-spend").hidden = false;
       $("n-spend-rate").textContent = fmt(s.spend.rate_per_hour, 2);
     }
+    showStore(s.store);
     showPools(s.pools || []);
     const st = s.status || { level: "ok", text: "" };
     $("status").dataset.level = st.level;
@@ -229,6 +230,18 @@
       li.textContent = d;
       return li;
     }));
+  }
+
+  // showStore says Redis's state (store.redis) and since when, in the
+  // page's local time (the full time in its title); hidden without Redis.
+  function showStore(st) {
+    const box = $("num-store");
+    box.hidden = !st;
+    if (!st) return;
+    const since = new Date(st.since);
+    box.dataset.state = st.state;
+    box.title = "since " + since.toISOString();
+    $("n-store").textContent = st.state + " since " + since.toLocaleTimeString();
   }
 
   // showPools fills the table of (deployment, model) pools; hidden with one

@@ -11,13 +11,15 @@
 // and by class (those for want of capacity apart), each model's service
 // time (p50, p95), the retry budget, the spend rate against its ceiling and
 // alert level (and by tenant), the money wasted on answers nobody read,
-// and, with upstreams:, each pool's gate, tokens and whether it is down.
+// with upstreams:, each pool's gate, tokens and whether it is down; and,
+// with store.redis, Redis's state (up, down, probing) and since when.
 // At the top, a status line (Status) says in plain words the most urgent
 // finding of the last 5 minutes: the highest class shed, a spend alert or
-// ceiling stage, lower classes shed, retries refused, a pool down,
-// draining — or that all is clear. Meta is what does not change while the
-// gateway runs: the classes' ranks and default deadlines, the spend
-// ceiling's stages (SetSpend replaces them on a reload).
+// ceiling stage, lower classes shed, retries refused, a pool down, Redis
+// unreachable, draining — or that all is clear. Meta is what does not
+// change while the gateway runs: the classes' ranks and default
+// deadlines, the spend ceiling's stages (SetSpend replaces them on a
+// reload).
 //
 // # Model
 //

@@ -6,6 +6,7 @@ import (
 	"maps"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/sluicehq/sluice/admission"
 	"github.com/sluicehq/sluice/spend"
@@ -18,6 +19,10 @@ var capacityReason = map[string]bool{
 	admission.ReasonEvicted.String():   true,
 	admission.ReasonExpired.String():   true,
 }
+
+// storeUp is Store.State while Redis answers (store.StateUp: this
+// package does not import the store).
+const storeUp = "up"
 
 // status is the status of recent samples (oldest first, the last being
 // now). top names the classes of the highest rank. The most urgent finding
@@ -60,6 +65,11 @@ func status(recent []*Sample, top map[string]bool) Status {
 	}
 	if len(down) > 0 {
 		found = append(found, finding{"warn", fmt.Sprintf("Deployment down, calls going elsewhere and one probe at a time: %s", strings.Join(down, ", "))})
+	}
+	if st := last.Store; st != nil && st.State != storeUp {
+		since := time.UnixMilli(st.Since)
+		found = append(found, finding{"warn", fmt.Sprintf("Redis unreachable since %s UTC (for %v): the replicas share nothing until it answers again, and Batch API calls get 503",
+			since.UTC().Format(time.TimeOnly), max(0, time.UnixMilli(last.Time).Sub(since)).Round(time.Second))})
 	}
 	if topShed > 0 {
 		found = append(found, finding{"crit", fmt.Sprintf("%s work is being shed: capacity is missing (%s refused in the last 5 minutes)",

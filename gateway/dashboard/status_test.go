@@ -3,6 +3,7 @@ package dashboard
 import (
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/sluicehq/sluice/admission"
 )
@@ -12,6 +13,7 @@ import (
 func TestDashboardStatus(t *testing.T) {
 	top := map[string]bool{admission.ClassInteractive: true}
 	budget := func(v float64) *float64 { return &v }
+	downSince := time.Date(2026, 3, 4, 5, 4, 37, 0, time.UTC).UnixMilli()
 	tests := []struct {
 		name    string
 		samples []Sample
@@ -43,6 +45,12 @@ func TestDashboardStatus(t *testing.T) {
 		{"pool down", []Sample{{Pools: []Pool{{Name: "east/m", Down: true}, {Name: "west/m"}}}},
 			"warn", "Deployment down, calls going elsewhere and one probe at a time: east/m", 0},
 		{"pools up", []Sample{{Pools: []Pool{{Name: "east/m"}}}}, "ok", "All clear", 0},
+		{"redis down", []Sample{{Time: downSince + 130_000, Store: &Store{State: "down", Since: downSince}}},
+			"warn", "Redis unreachable since 05:04:37 UTC (for 2m10s): the replicas share nothing until it answers again, and Batch API calls get 503", 0},
+		{"redis probing", []Sample{{Time: downSince + 500, Store: &Store{State: "probing", Since: downSince}}}, "warn", "Redis unreachable since 05:04:37 UTC (for 1s)", 0},
+		{"redis up", []Sample{{Store: &Store{State: "up", Since: downSince}}}, "ok", "All clear", 0},
+		{"redis down and interactive shed", []Sample{{Time: downSince, ShedClass: map[string]float64{"interactive": 1}, Store: &Store{State: "down", Since: downSince}}},
+			"crit", "Interactive work is being shed", 1},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

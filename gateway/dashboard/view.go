@@ -50,6 +50,17 @@ type Sample struct {
 	// Pools are the (deployment, model) pools with upstreams: (absent
 	// with one upstream), each with its gate and buckets.
 	Pools []Pool `json:"pools,omitempty"`
+	// Store is Redis's state with store.redis, as /admin/v1/state's
+	// store has it; absent without Redis.
+	Store *Store `json:"store,omitempty"`
+}
+
+// Store is Redis in a Sample: its state as the circuit breaker on every
+// call sees it — "up", "down" (calls refused until the next probe) or
+// "probing" — and since when.
+type Store struct {
+	State string `json:"state"`
+	Since int64  `json:"since"` // Unix milliseconds
 }
 
 // Pool is one pool in a Sample.

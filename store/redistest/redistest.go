@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"syscall"
 	"testing"
 	"time"
@@ -21,6 +22,7 @@ type Server struct {
 	t    testing.TB
 	Addr string // host:port
 	dir  string
+	args []string // beyond the port, the address, the directory and persistence
 	cmd  *exec.Cmd
 	done chan struct{}
 }
@@ -30,24 +32,37 @@ type Server struct {
 // CI=true, where .ci/run installs it.
 func Start(t testing.TB) *Server {
 	t.Helper()
-	if _, err := exec.LookPath("redis-server"); err != nil {
+	need(t, "redis-server")
+	return startServer(t, nil)
+}
+
+// need skips the test when a program is not installed, or fails it under
+// CI=true, where .ci/run installs it.
+func need(t testing.TB, program string) {
+	t.Helper()
+	if _, err := exec.LookPath(program); err != nil {
 		if os.Getenv("CI") == "true" {
-			t.Fatalf("redis-server is not installed (CI=true): %v", err)
+			t.Fatalf("%s is not installed (CI=true): %v", program, err)
 		}
-		t.Skipf("redis-server is not installed: %v (apt-get install redis-server)", err)
+		t.Skipf("%s is not installed: %v (apt-get install redis-server)", program, err)
 	}
+}
+
+// startServer runs a redis-server with args beyond the port, on a free
+// port; extra, when not nil, adds arguments that need the port (a
+// sentinel's configuration file, a cluster bus port).
+func startServer(t testing.TB, args []string, extra ...func(s *Server) []string) *Server {
+	t.Helper()
 	s := &Server{t: t, dir: t.TempDir()}
 	// redis-server has no port 0: pick a free port, and pick again if
 	// another process took it before redis-server bound it.
 	var err error
 	for range 5 {
-		var ln net.Listener
-		ln, err = net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
+		s.Addr = freeAddr(t)
+		s.args = args
+		for _, f := range extra {
+			s.args = append(s.args, f(s)...)
 		}
-		s.Addr = ln.Addr().String()
-		ln.Close()
 		if err = s.start(); err == nil {
 			break
 		}
@@ -59,6 +74,15 @@ func Start(t testing.TB) *Server {
 	return s
 }
 
+func freeAddr(t testing.TB) string {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
 // Stop shuts the server down (SIGTERM: it writes its data first) and
 // waits for it to exit. Safe to call twice.
 func (s *Server) Stop() {
@@ -66,6 +90,7 @@ func (s *Server) Stop() {
 		return
 	}
 	_ = s.cmd.Process.Signal(syscall.SIGTERM)
+	_ = s.cmd.Process.Signal(syscall.SIGCONT) // in case it is paused
 	select {
 	case <-s.done:
 	case <-time.After(10 * time.Second):
@@ -75,7 +100,30 @@ func (s *Server) Stop() {
 	s.cmd = nil
 }
 
-// Restart starts the server again on the same port, after Stop.
+// Kill ends the server at once (SIGKILL: nothing written, no goodbye to
+// its clients or its cluster) and waits for it to exit. Safe to call
+// after Stop.
+func (s *Server) Kill() {
+	if s.cmd == nil {
+		return
+	}
+	_ = s.cmd.Process.Kill()
+	<-s.done
+	s.cmd = nil
+}
+
+// Pause stops the server's process (SIGSTOP) without ending it, as a
+// host gone dark: its connections stay open and its port accepts, but
+// nothing answers. Resume continues it.
+func (s *Server) Pause() { _ = s.cmd.Process.Signal(syscall.SIGSTOP) }
+
+// Resume continues a paused server (SIGCONT).
+func (s *Server) Resume() { _ = s.cmd.Process.Signal(syscall.SIGCONT) }
+
+// Running reports whether the server is running (not stopped or killed).
+func (s *Server) Running() bool { return s.cmd != nil }
+
+// Restart starts the server again on the same port, after Stop or Kill.
 func (s *Server) Restart() {
 	s.t.Helper()
 	if err := s.start(); err != nil {
@@ -85,8 +133,15 @@ func (s *Server) Restart() {
 
 func (s *Server) start() error {
 	_, port, _ := net.SplitHostPort(s.Addr)
-	cmd := exec.Command("redis-server", "--port", port, "--bind", "127.0.0.1",
-		"--save", "", "--appendonly", "yes", "--appendfsync", "no", "--dir", s.dir, "--loglevel", "warning")
+	args := append([]string{"--port", port, "--bind", "127.0.0.1",
+		"--save", "", "--appendonly", "yes", "--appendfsync", "no", "--dir", s.dir, "--loglevel", "warning"}, s.args...)
+	if len(s.args) > 0 && s.args[0] == "--sentinel" {
+		// A sentinel's configuration file comes first, and it persists
+		// nothing but that file.
+		args = append([]string{filepath.Join(s.dir, "sentinel.conf")}, s.args...)
+		args = append(args, "--port", port, "--bind", "127.0.0.1", "--dir", s.dir, "--loglevel", "warning")
+	}
+	cmd := exec.Command("redis-server", args...)
 	if err := cmd.Start(); err != nil {
 		return err
 	}
