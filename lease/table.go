@@ -40,6 +40,13 @@ type Request struct {
 	// Max, if positive, caps the lease: a replica back from its local
 	// share takes no more than that share until the others are back too.
 	Max int
+	// Since, if positive, is a renewal's Seq: the grant counts the
+	// replicas that have renewed after it (Fresh). A replica back from
+	// its local share asks with the Seq of its first renewal back, to
+	// know when the others are back too — a row still live is not
+	// enough, since it may be one renewed before the outage and about to
+	// expire while its replica runs on its own local share.
+	Since int64
 }
 
 // Validate returns an error naming the first field that makes q invalid.
@@ -55,8 +62,8 @@ func (q *Request) Validate() error {
 		return fmt.Errorf("lease: Limit %d, want ≥ 1", q.Limit)
 	case len(q.Demand) > MaxRanks:
 		return fmt.Errorf("lease: %d ranks of demand, want at most %d", len(q.Demand), MaxRanks)
-	case q.InFlight < 0 || q.Current < 0 || q.Max < 0:
-		return errors.New("lease: InFlight, Current and Max must not be negative")
+	case q.InFlight < 0 || q.Current < 0 || q.Max < 0 || q.Since < 0:
+		return errors.New("lease: InFlight, Current, Max and Since must not be negative")
 	}
 	for _, d := range q.Demand {
 		if d < 0 || d > MaxDemand {
@@ -80,10 +87,17 @@ type Grant struct {
 	Total int
 	// Live counts the replicas with a row, this one included.
 	Live int
+	// Seq numbers this renewal: the table counts renewals (on Redis, from
+	// when the table was last created).
+	Seq int64
+	// Fresh counts the replicas whose last renewal came after the one
+	// numbered Request.Since, this one included; zero when Since is.
+	Fresh int
 }
 
 // row is one replica's row.
 type row struct {
+	seq       int64 // the Seq of its last renewal
 	expires   int64 // ms since the epoch
 	committed int   // the most it may have in flight until its next renewal
 	lease     int
@@ -97,6 +111,7 @@ type row struct {
 // concurrent use.
 type Table struct {
 	rows map[string]row
+	seq  int64
 }
 
 // Renew expires the rows past their TTL, records q's row and returns its
@@ -141,14 +156,24 @@ func (t *Table) Renew(q Request) (Grant, error) {
 		lease = min(lease, q.Max)
 	}
 	lease = max(lease, 1)
+	t.seq++
 	t.rows[q.ID] = row{
+		seq:       t.seq,
 		expires:   now + q.TTL.Milliseconds(),
 		committed: max(lease, q.Current, q.InFlight),
 		lease:     lease,
 		limit:     q.Limit,
 		demand:    slices.Clone(q.Demand),
 	}
-	return Grant{Lease: lease, Target: target, Total: total, Live: len(ids)}, nil
+	fresh := 0
+	if q.Since > 0 {
+		for _, r := range t.rows {
+			if r.seq > q.Since {
+				fresh++
+			}
+		}
+	}
+	return Grant{Lease: lease, Target: target, Total: total, Live: len(ids), Seq: t.seq, Fresh: fresh}, nil
 }
 
 // Release removes id's row: its slots go back at once.

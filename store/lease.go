@@ -12,24 +12,27 @@ import (
 )
 
 // leaseScript is lease.Table.Renew on Redis. KEYS[1] is the table, a hash
-// of rows "expires committed lease limit d0 d1 …"; ARGV: id, now in ms (0:
-// Redis's TIME), ttl ms, in flight, current, limit, max, then the demand.
-// It returns {lease, target, total, live}. The table itself expires when
-// no replica has renewed for a TTL.
+// of rows "expires committed lease limit d0 d1 …"; KEYS[2] the renewals'
+// numbers, a hash of each row's last Seq and, under the empty field, the
+// count of renewals; ARGV: id, now in ms (0: Redis's TIME), ttl ms, in
+// flight, current, limit, max, since, then the demand. It returns {lease,
+// target, total, live, seq, fresh}. Both keys expire when no replica has
+// renewed for a TTL. (The numbers are a key of their own, not a field of
+// the row, whose demand runs to its end.)
 //
 // Strings are compared byte by byte, not with <, which is strcoll and
 // follows the server's locale; the Go side sorts bytewise too.
 var leaseScript = redis.NewScript(`
-local key, id = KEYS[1], ARGV[1]
+local key, seqs, id = KEYS[1], KEYS[2], ARGV[1]
 local now = tonumber(ARGV[2])
 if now == 0 then
   local t = redis.call('TIME')
   now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
 local ttl, inflight, current = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
-local limit, cap = tonumber(ARGV[6]), tonumber(ARGV[7])
+local limit, cap, since = tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8])
 local mine = {}
-for i = 8, #ARGV do mine[#mine + 1] = tonumber(ARGV[i]) end
+for i = 9, #ARGV do mine[#mine + 1] = tonumber(ARGV[i]) end
 
 local function less(a, b)
   local la, lb = #a, #b
@@ -47,6 +50,7 @@ for i = 1, #flat, 2 do
   for w in string.gmatch(flat[i + 1], '%S+') do v[#v + 1] = tonumber(w) end
   if #v < 4 or v[1] <= now then
     redis.call('HDEL', key, f)
+    redis.call('HDEL', seqs, f)
   elseif f ~= id then
     local d = {}
     for j = 5, #v do d[#d + 1] = v[j] end
@@ -133,12 +137,24 @@ if cap > 0 and cap < lease then lease = cap end
 if lease < 1 then lease = 1 end
 local committed = math.max(lease, current, inflight)
 redis.call('HSET', key, id, table.concat({now + ttl, committed, lease, limit, unpack(mine)}, ' '))
-if redis.call('PTTL', key) < ttl then redis.call('PEXPIRE', key, ttl) end
-return {lease, target, total, n}
+local seq = redis.call('HINCRBY', seqs, '', 1)
+redis.call('HSET', seqs, id, seq)
+local fresh = 0
+if since > 0 then
+  for i = 1, n do
+    local s = tonumber(redis.call('HGET', seqs, ids[i]) or '0')
+    if s > since then fresh = fresh + 1 end
+  end
+end
+for _, k in ipairs({key, seqs}) do
+  if redis.call('PTTL', k) < ttl then redis.call('PEXPIRE', k, ttl) end
+end
+return {lease, target, total, n, seq, fresh}
 `)
 
 // releaseScript removes a row.
-var releaseScript = redis.NewScript(`return redis.call('HDEL', KEYS[1], ARGV[1])`)
+var releaseScript = redis.NewScript(`redis.call('HDEL', KEYS[2], ARGV[1])
+return redis.call('HDEL', KEYS[1], ARGV[1])`)
 
 // Leases is the cluster's lease table on Redis (the key leases, which
 // expires a TTL after the last renewal). Safe for concurrent use.
@@ -159,30 +175,30 @@ func (l *Leases) Renew(ctx context.Context, q lease.Request) (lease.Grant, error
 	if !q.Now.IsZero() {
 		now = q.Now.UnixMilli()
 	}
-	args := []any{q.ID, now, q.TTL.Milliseconds(), q.InFlight, q.Current, q.Limit, q.Max}
+	args := []any{q.ID, now, q.TTL.Milliseconds(), q.InFlight, q.Current, q.Limit, q.Max, q.Since}
 	for _, d := range q.Demand {
 		args = append(args, d)
 	}
 	var res []int64
 	err := l.r.Do(ctx, func(ctx context.Context, c redis.UniversalClient) error {
 		var err error
-		res, err = leaseScript.Run(ctx, c, []string{l.r.Key("leases")}, args...).Int64Slice()
+		res, err = leaseScript.Run(ctx, c, []string{l.r.Key("leases"), l.r.Key("leases", "seq")}, args...).Int64Slice()
 		return err
 	})
 	if err != nil {
 		return lease.Grant{}, err
 	}
-	if len(res) != 4 {
-		return lease.Grant{}, fmt.Errorf("store: lease: script answered %d values, want 4", len(res))
+	if len(res) != 6 {
+		return lease.Grant{}, fmt.Errorf("store: lease: script answered %d values, want 6", len(res))
 	}
-	return lease.Grant{Lease: int(res[0]), Target: int(res[1]), Total: int(res[2]), Live: int(res[3])}, nil
+	return lease.Grant{Lease: int(res[0]), Target: int(res[1]), Total: int(res[2]), Live: int(res[3]), Seq: res[4], Fresh: int(res[5])}, nil
 }
 
 // Release removes id's row, so that its slots go back at once rather than
 // after its TTL: at a clean shutdown.
 func (l *Leases) Release(ctx context.Context, id string) error {
 	return l.r.Do(ctx, func(ctx context.Context, c redis.UniversalClient) error {
-		return releaseScript.Run(ctx, c, []string{l.r.Key("leases")}, id).Err()
+		return releaseScript.Run(ctx, c, []string{l.r.Key("leases"), l.r.Key("leases", "seq")}, id).Err()
 	})
 }
 

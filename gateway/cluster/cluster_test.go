@@ -17,6 +17,7 @@ import (
 
 	"github.com/sluicehq/sluice/admission"
 	"github.com/sluicehq/sluice/config"
+	"github.com/sluicehq/sluice/store"
 	"github.com/sluicehq/sluice/store/redistest"
 )
 
@@ -269,5 +270,100 @@ func TestReplicaID(t *testing.T) {
 	id, other := ReplicaID(), ReplicaID()
 	if !regexp.MustCompile(`^[A-Za-z0-9_.-]{0,40}-[0-9]+-[0-9a-f]{8}$`).MatchString(id) || id == other {
 		t.Errorf("replica ids %q, %q", id, other)
+	}
+}
+
+// TestLeaseRejoinWaitsForTheOthersToRenew: two replicas on 8 slots each
+// lose Redis; A gets it back first while B is still away on its local
+// share of 8. B's row, renewed before the outage, is still in the table
+// when A returns — but a row that is merely live does not say B is back:
+// when it expires A must not take the 16 while B still uses its 8. A
+// stays at its share until B renews after A's return (or a TTL after
+// it), then they divide the 16 again. Time is an input: renew is called
+// with it, the table and the breaker run on it; Redis is real.
+func TestLeaseRejoinWaitsForTheOthersToRenew(t *testing.T) {
+	rs := redistest.Start(t)
+	t0 := time.Now()
+	var clock struct {
+		sync.Mutex
+		at time.Time
+	}
+	clock.at = t0
+	now := func() time.Time { clock.Lock(); defer clock.Unlock(); return clock.at }
+	at := func(ms int) time.Time {
+		clock.Lock()
+		defer clock.Unlock()
+		clock.at = t0.Add(time.Duration(ms) * time.Millisecond)
+		return clock.at
+	}
+	cfg := redisStore(t, rs.URL())
+	type replica struct {
+		l *Lease
+		p *fakePools
+	}
+	var a, b replica
+	for _, x := range []*replica{&a, &b} {
+		x.p = &fakePools{n: 1, level: 16}
+		books := NewBooks(cfg, nil, nil)
+		if err := books.OpenLease(x.p); err != nil {
+			t.Fatal(err)
+		}
+		client, err := store.NewClient(store.ClientOptions{URL: rs.URL(), Timeout: time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		r, err := store.NewRedis(store.Options{Client: client, Cluster: cfg.Redis.Cluster, Timeout: time.Second, Now: now})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { r.Close() })
+		books.redis.Close()
+		x.l = books.Lease()
+		x.l.redis, x.l.leases, x.l.tableClock = r, store.NewLeases(r), true
+	}
+	ctx := t.Context()
+	slots := func(x replica) int { s, _ := x.p.get(); return s }
+	renew := func(x replica, ms int) int { x.l.renew(ctx, at(ms)); return slots(x) }
+
+	renew(a, 0)
+	renew(b, 10)
+	renew(a, 100) // A's gate gives up 8 of its 16; B gets them next
+	renew(b, 110)
+	if sa, sb := renew(a, 200), renew(b, 210); sa != 8 || sb != 8 {
+		t.Fatalf("before the outage: %d and %d slots, want 8 and 8", sa, sb)
+	}
+	rs.Stop()
+	for i := range 3 { // three failures open each breaker
+		renew(a, 400+i)
+		renew(b, 410+i)
+	}
+	if ma, mb := a.l.State().Mode, b.l.State().Mode; ma != "held" || mb != "held" {
+		t.Fatalf("Redis away: modes %s and %s, want held", ma, mb)
+	}
+	rs.Restart()
+	// A is back at 1000ms (its breaker's probe), B not yet: its last
+	// renewal was at 210ms, its row lives until 3210ms; its lease has
+	// expired by then and B runs on its local share of 8.
+	if s := renew(a, 1000); s != 8 || a.l.State().Mode != "shared" {
+		t.Fatalf("A back: %d slots in mode %s, want 8 shared", s, a.l.State().Mode)
+	}
+	renew(a, 1200)
+	if s := renew(a, 3300); s != 8 {
+		t.Errorf("A after B's stale row expired, B still on its share of 8: %d slots, want 8", s)
+	}
+	// B back: it renews after A's return; the next renewals divide the
+	// 16 again, 8 and 8 with no demand, and A's cap is lifted.
+	renew(b, 3400)
+	renew(a, 3500)
+	renew(b, 3600)
+	if sa, sb := renew(a, 3700), renew(b, 3710); sa != 8 || sb != 8 || a.l.mu.rejoin || b.l.mu.rejoin {
+		t.Errorf("both back: %d and %d slots (rejoining %v, %v), want 8 and 8 on the table", sa, sb, a.l.mu.rejoin, b.l.mu.rejoin)
+	}
+	// B leaves for good (its row released): A alone takes the 16.
+	if err := b.l.leases.Release(ctx, b.l.id); err != nil {
+		t.Fatal(err)
+	}
+	if s := renew(a, 3900); s != 16 {
+		t.Errorf("A alone: %d slots, want 16", s)
 	}
 }

@@ -59,9 +59,11 @@ type Pools interface {
 // replica with a small lease does not grow while one with a large lease is
 // still draining; the share after the TTL, when the leases the others held
 // have expired too. Back on Redis, a replica asks for no more than its
-// local share until every replica it last saw has renewed, or a TTL has
-// passed, so that the first one back does not take the whole cluster while
-// the others still run on their shares. Lowering a gate's concurrency
+// local share until as many replicas as it last saw have renewed since its
+// own return (a row that is merely live may be one renewed before the
+// outage, whose replica is still on its share), or a TTL has passed, so
+// that the first one back does not take the whole cluster while the
+// others still run on their shares. Lowering a gate's concurrency
 // never cuts a call: those in flight finish, and new ones wait.
 type Lease struct {
 	pools    Pools
@@ -76,6 +78,9 @@ type Lease struct {
 	// abandon stops the loop without releasing the lease, as a crash
 	// would: for tests.
 	abandon atomic.Bool
+	// tableClock makes renew's now the table's clock too (rather than
+	// Redis's own): for tests that drive renew with time as an input.
+	tableClock bool
 
 	mu struct {
 		sync.Mutex
@@ -87,7 +92,8 @@ type Lease struct {
 		applied    int
 		rejoin     bool      // back from the local share: capped at it
 		rejoinBy   time.Time // …until then (zero: not back yet)
-		rejoinLive int       // …or until this many replicas are live
+		rejoinLive int       // …or until this many replicas have renewed since its first renewal back
+		rejoinSeq  int64     // the Seq of that renewal
 		pools      int       // the replicas the pools' limits were last divided by
 	}
 
@@ -218,9 +224,15 @@ func (c *Lease) renew(ctx context.Context, now time.Time) {
 		demand[r] = min(st.Depth[r]+st.InFlightByRank[r], lease.MaxDemand)
 	}
 	q := lease.Request{ID: c.id, TTL: c.ttl, Demand: demand, InFlight: st.InFlight, Current: st.Concurrency, Limit: level}
+	if c.tableClock {
+		q.Now = now
+	}
 	c.mu.Lock()
 	if c.mu.rejoin || c.mu.mode == modeHeld || c.mu.mode == modeLocal {
 		q.Max = c.shareLocked(level)
+	}
+	if c.mu.rejoin {
+		q.Since = c.mu.rejoinSeq
 	}
 	c.mu.Unlock()
 	grant, err := c.leases.Renew(ctx, q)
@@ -232,10 +244,14 @@ func (c *Lease) renew(ctx context.Context, now time.Time) {
 	var n int
 	if err == nil {
 		c.renewals.WithLabelValues("ok").Inc()
-		if prev == modeHeld || prev == modeLocal {
-			c.mu.rejoin, c.mu.rejoinBy, c.mu.rejoinLive = true, now.Add(c.ttl), c.mu.known
-		}
-		if c.mu.rejoin && (grant.Live >= c.mu.rejoinLive || !now.Before(c.mu.rejoinBy)) {
+		switch {
+		case prev == modeHeld || prev == modeLocal:
+			// Back: the rows of the others may be ones renewed before
+			// the outage, live for the rest of their TTL while those
+			// replicas run on their local shares; only a renewal after
+			// this one says a replica is back on the table.
+			c.mu.rejoin, c.mu.rejoinBy, c.mu.rejoinLive, c.mu.rejoinSeq = true, now.Add(c.ttl), c.mu.known, grant.Seq
+		case c.mu.rejoin && (grant.Fresh >= c.mu.rejoinLive || !now.Before(c.mu.rejoinBy)):
 			c.mu.rejoin = false
 		}
 		c.mu.mode, c.mu.grant = modeShared, grant

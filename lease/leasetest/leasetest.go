@@ -87,6 +87,9 @@ func Random(seed uint64, n int) []lease.Request {
 			q.Max = 1 + rng.IntN(6)
 		}
 		q.TTL = time.Duration(1000+rng.IntN(3000)) * time.Millisecond
+		if rng.IntN(3) == 0 && len(out) > 0 {
+			q.Since = 1 + rng.Int64N(int64(len(out))) // an earlier renewal's Seq
+		}
 		out = append(out, q)
 	}
 	return out
