@@ -360,6 +360,24 @@ func TestDashboardInBrowser(t *testing.T) {
 	}
 }
 
+// openDashboard opens url in a headless Chromium tab, closed at the end
+// of the test; the context bounds what the test does in it to a minute.
+func openDashboard(t *testing.T, chromium, url string) context.Context {
+	t.Helper()
+	allocCtx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), chromedp.ExecPath(chromium),
+		chromedp.Flag("headless", true), chromedp.NoSandbox, chromedp.DisableGPU, chromedp.NoFirstRun,
+		chromedp.NoDefaultBrowserCheck, chromedp.UserDataDir(t.TempDir()))
+	t.Cleanup(cancelAlloc)
+	ctx, cancelTab := chromedp.NewContext(allocCtx)
+	t.Cleanup(cancelTab)
+	ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	t.Cleanup(cancel)
+	if err := chromedp.Do(ctx, chromedp.Navigate(url)); err != nil {
+		t.Fatal(err)
+	}
+	return ctx
+}
+
 // TestDashboardPoolsInBrowser: with upstreams the dashboard shows a row per
 // pool, and marks the pool of a deployment that cannot be reached down.
 func TestDashboardPoolsInBrowser(t *testing.T) {
@@ -380,17 +398,7 @@ func TestDashboardPoolsInBrowser(t *testing.T) {
 	if resp.StatusCode != http.StatusOK || resp.Header.Get(contract.HeaderUpstream) != "west" {
 		t.Fatalf("the call: %d via %q, want 200 via west", resp.StatusCode, resp.Header.Get(contract.HeaderUpstream))
 	}
-	allocCtx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), chromedp.ExecPath(chromium),
-		chromedp.Flag("headless", true), chromedp.NoSandbox, chromedp.DisableGPU, chromedp.NoFirstRun,
-		chromedp.NoDefaultBrowserCheck, chromedp.UserDataDir(t.TempDir()))
-	defer cancelAlloc()
-	ctx, cancelTab := chromedp.NewContext(allocCtx)
-	defer cancelTab()
-	ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
-	defer cancel()
-	if err := chromedp.Do(ctx, chromedp.Navigate(sv.admin+"/")); err != nil {
-		t.Fatal(err)
-	}
+	ctx := openDashboard(t, chromium, sv.admin+"/")
 	rows := `Array.from(document.querySelectorAll("#pools-body tr")).map(tr => Array.from(tr.cells).map(td => td.textContent).join("|"))`
 	// A sample a second: the first may predate the call.
 	want := []string{"east/gpt-4o-mini|0 / 2|0|–|down", "west/gpt-4o-mini|0 / 3|0|–|up", "west/gpt-4.1|0 / 3|0|–|up"}
@@ -424,17 +432,7 @@ func TestDashboardStoreInBrowser(t *testing.T) {
 	cfg.Store = &config.StoreConfig{Redis: &config.RedisStoreConfig{URL: rs.URL(), Cluster: strings.ReplaceAll(t.Name(), "/", "-"),
 		Timeout: config.Duration(time.Second), Lease: &config.LeaseConfig{Disabled: true}}}
 	sv := serve(t, cfg)
-	allocCtx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), chromedp.ExecPath(chromium),
-		chromedp.Flag("headless", true), chromedp.NoSandbox, chromedp.DisableGPU, chromedp.NoFirstRun,
-		chromedp.NoDefaultBrowserCheck, chromedp.UserDataDir(t.TempDir()))
-	defer cancelAlloc()
-	ctx, cancelTab := chromedp.NewContext(allocCtx)
-	defer cancelTab()
-	ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
-	defer cancel()
-	if err := chromedp.Do(ctx, chromedp.Navigate(sv.admin+"/")); err != nil {
-		t.Fatal(err)
-	}
+	ctx := openDashboard(t, chromium, sv.admin+"/")
 	const badge = `(() => { const b = document.getElementById("num-store"); return b.hidden ? "hidden" : b.dataset.state + "|" + document.getElementById("n-store").textContent; })()`
 	const status = `document.getElementById("status-text").textContent`
 	waitFor := func(what, cond string) {

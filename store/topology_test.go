@@ -15,10 +15,11 @@ import (
 // caller calls Redis through r every 10ms, as the ledger's and the
 // lease's loops do, and keeps when each call succeeded.
 type caller struct {
-	r    *Redis
-	key  string
-	stop chan struct{}
-	done sync.WaitGroup
+	r        *Redis
+	key      string
+	stop     chan struct{}
+	stopOnce sync.Once
+	done     sync.WaitGroup
 
 	mu sync.Mutex
 	ok []time.Time
@@ -49,8 +50,34 @@ func startCaller(r *Redis) *caller {
 }
 
 func (c *caller) Stop() {
-	close(c.stop)
+	c.stopOnce.Do(func() { close(c.stop) })
 	c.done.Wait()
+}
+
+// calling starts a caller through r, stopped at the end of the test, and
+// waits for its first success.
+func calling(t *testing.T, r *Redis) *caller {
+	t.Helper()
+	c := startCaller(r)
+	t.Cleanup(c.Stop)
+	if _, ok := c.firstOKAfter(time.Now(), 5*time.Second); !ok {
+		t.Fatal("no call succeeded on the healthy deployment")
+	}
+	return c
+}
+
+// onCluster starts a Cluster and a caller through it, and returns the
+// shard serving the caller's key.
+func onCluster(t *testing.T) (*redistest.Cluster, *Redis, *caller, redistest.Shard) {
+	t.Helper()
+	cl := redistest.StartCluster(t)
+	r := newTopologyRedis(t, ClientOptions{ClusterAddrs: cl.Addrs()})
+	c := calling(t, r)
+	sh, err := cl.ShardOf(c.key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cl, r, c, sh
 }
 
 // firstOKAfter waits up to limit for a call that succeeded after t.
@@ -102,21 +129,19 @@ func median(ds []time.Duration) time.Duration {
 // refuses connections: the slot map is refreshed on failures, not only
 // once a minute.
 func TestClusterFailoverSurvived(t *testing.T) {
-	cl := redistest.StartCluster(t)
-	r := newTopologyRedis(t, ClientOptions{ClusterAddrs: cl.Addrs()})
-	c := startCaller(r)
-	defer c.Stop()
-	if _, ok := c.firstOKAfter(time.Now(), 5*time.Second); !ok {
-		t.Fatal("no call succeeded on the healthy cluster")
-	}
+	cl, _, c, sh := onCluster(t)
 	var backs []time.Duration
 	for kill := range 3 {
-		sh, err := cl.ShardOf(r.Key("probe"))
-		if err != nil {
-			t.Fatal(err)
+		if kill > 0 {
+			var err error
+			if sh, err = cl.ShardOf(c.key); err != nil {
+				t.Fatal(err)
+			}
 		}
+		killed := time.Now()
 		sh.Primary.Kill()
 		_, recovered := redistest.Promoted(t, 15*time.Second, sh.Replicas...)
+		t.Logf("kill %d: promoted %v after", kill+1, recovered.Sub(killed).Round(time.Millisecond))
 		back, ok := c.firstOKAfter(recovered, 10*time.Second)
 		if !ok {
 			t.Fatalf("kill %d: no call succeeded within 10s of the replica's promotion", kill+1)
@@ -138,17 +163,7 @@ func TestClusterFailoverSurvived(t *testing.T) {
 // 2s of that; once the old primary resumes, it is a replica and the calls
 // go on.
 func TestClusterPrimaryHungSurvived(t *testing.T) {
-	cl := redistest.StartCluster(t)
-	r := newTopologyRedis(t, ClientOptions{ClusterAddrs: cl.Addrs()})
-	c := startCaller(r)
-	defer c.Stop()
-	if _, ok := c.firstOKAfter(time.Now(), 5*time.Second); !ok {
-		t.Fatal("no call succeeded on the healthy cluster")
-	}
-	sh, err := cl.ShardOf(r.Key("probe"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	cl, _, c, sh := onCluster(t)
 	sh.Primary.Pause()
 	_, recovered := redistest.Promoted(t, 15*time.Second, sh.Replicas...)
 	back, ok := c.firstOKAfter(recovered, 10*time.Second)
@@ -172,17 +187,7 @@ func TestClusterPrimaryHungSurvived(t *testing.T) {
 // (a restart for an upgrade). The client's pooled connections to it are
 // dead; the calls succeed again within 2s of its answering.
 func TestClusterPrimaryRestartedInPlace(t *testing.T) {
-	cl := redistest.StartCluster(t)
-	r := newTopologyRedis(t, ClientOptions{ClusterAddrs: cl.Addrs()})
-	c := startCaller(r)
-	defer c.Stop()
-	if _, ok := c.firstOKAfter(time.Now(), 5*time.Second); !ok {
-		t.Fatal("no call succeeded on the healthy cluster")
-	}
-	sh, err := cl.ShardOf(r.Key("probe"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, _, c, sh := onCluster(t)
 	sh.Primary.Stop()
 	sh.Primary.Restart()
 	primary, recovered := redistest.Promoted(t, 15*time.Second, append([]*redistest.Server{sh.Primary}, sh.Replicas...)...)
@@ -201,25 +206,18 @@ func TestClusterPrimaryRestartedInPlace(t *testing.T) {
 // answers to the new node: the calls succeed within 2s of the move, and
 // the counter the calls increment kept every increment.
 func TestClusterNodeAdded(t *testing.T) {
-	cl := redistest.StartCluster(t)
-	r := newTopologyRedis(t, ClientOptions{ClusterAddrs: cl.Addrs()})
-	c := startCaller(r)
-	defer c.Stop()
-	if _, ok := c.firstOKAfter(time.Now(), 5*time.Second); !ok {
-		t.Fatal("no call succeeded on the healthy cluster")
-	}
-	n := cl.AddNode(r.Key("probe"))
+	cl, r, c, _ := onCluster(t)
+	n := cl.AddNode(c.key)
 	moved := time.Now()
 	back, ok := c.firstOKAfter(moved, 10*time.Second)
 	if !ok {
 		t.Fatal("no call succeeded within 10s of the slot's move")
 	}
-	sh, err := cl.ShardOf(r.Key("probe"))
+	sh, err := cl.ShardOf(c.key)
 	if err != nil || sh.Primary != n {
 		t.Fatalf("the slot is not on the new node: %v %v", sh.Primary, err)
 	}
 	c.Stop()
-	c.stop = make(chan struct{}) // the deferred Stop
 	c.mu.Lock()
 	calls := len(c.ok)
 	c.mu.Unlock()
@@ -242,23 +240,19 @@ func TestClusterNodeAdded(t *testing.T) {
 
 // TestSentinelFailoverSurvived: a real Sentinel deployment (a primary, its
 // replica, three Sentinels) loses its primary to SIGKILL three times over
-// (the killed node restarted as a replica between kills). Each time the calls succeed again within 2s of the Sentinels'
-// naming the promoted replica.
+// (the killed node restarted as a replica between kills). Each time the
+// calls succeed again within 2s of the Sentinels' naming the promoted
+// replica.
 func TestSentinelFailoverSurvived(t *testing.T) {
 	st := redistest.StartSentinel(t)
-	r := newTopologyRedis(t, ClientOptions{SentinelMaster: st.Master, SentinelAddrs: st.Addrs()})
-	c := startCaller(r)
-	defer c.Stop()
-	if _, ok := c.firstOKAfter(time.Now(), 5*time.Second); !ok {
-		t.Fatal("no call succeeded on the healthy deployment")
-	}
+	c := calling(t, newTopologyRedis(t, ClientOptions{SentinelMaster: st.Master, SentinelAddrs: st.Addrs()}))
 	var backs []time.Duration
 	for kill := range 3 {
 		old := st.Primary()
 		killed := time.Now()
 		old.Kill()
 		_, recovered := st.Promoted(old, 20*time.Second)
-		t.Logf("kill %d: promoted %v after", kill+1, recovered.Sub(killed))
+		t.Logf("kill %d: promoted %v after", kill+1, recovered.Sub(killed).Round(time.Millisecond))
 		back, ok := c.firstOKAfter(recovered, 10*time.Second)
 		if !ok {
 			t.Fatalf("kill %d: no call succeeded within 10s of the promotion", kill+1)

@@ -10,11 +10,13 @@
 package fleet
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net/http"
 	"net/http/httputil"
 	"net/url"
@@ -37,6 +39,11 @@ type Provider struct {
 	stop func()
 
 	inFlight, peak atomic.Int64
+	// items counts the calls whose body names a batch item (ItemMarker).
+	items struct {
+		sync.Mutex
+		n map[string]int
+	}
 	// busy integrates min(in flight, slots) over time, for the share of
 	// the provider's capacity kept busy.
 	mu struct {
@@ -59,6 +66,12 @@ func StartProvider(cfg mockllm.Config) (*Provider, error) {
 	u, stop, err := loopback.Serve(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		p.account(1)
 		defer p.account(-1)
+		if r.Body != nil {
+			if b, err := io.ReadAll(r.Body); err == nil {
+				p.countItems(b)
+				r.Body = io.NopCloser(bytes.NewReader(b))
+			}
+		}
 		m.ServeHTTP(w, r)
 	}), 0)
 	if err != nil {
@@ -85,6 +98,42 @@ func (p *Provider) account(d int64) {
 			return
 		}
 	}
+}
+
+// ItemMarker starts the name of a batch item in a call's prompt: the
+// provider counts the calls of each such name (ItemCalls), so that a test
+// can tell an item run twice from one run once.
+const ItemMarker = "fleet-item-"
+
+func (p *Provider) countItems(body []byte) {
+	for {
+		i := bytes.Index(body, []byte(ItemMarker))
+		if i < 0 {
+			return
+		}
+		body = body[i:]
+		end := bytes.IndexFunc(body[len(ItemMarker):], func(r rune) bool {
+			return !(r == '-' || r >= '0' && r <= '9' || r >= 'a' && r <= 'z')
+		})
+		if end < 0 {
+			end = len(body) - len(ItemMarker)
+		}
+		name := string(body[:len(ItemMarker)+end])
+		p.items.Lock()
+		if p.items.n == nil {
+			p.items.n = map[string]int{}
+		}
+		p.items.n[name]++
+		p.items.Unlock()
+		body = body[len(name):]
+	}
+}
+
+// ItemCalls is how many calls named each batch item (see ItemMarker).
+func (p *Provider) ItemCalls() map[string]int {
+	p.items.Lock()
+	defer p.items.Unlock()
+	return maps.Clone(p.items.n)
 }
 
 // InFlight is the calls in the provider's handler now.
