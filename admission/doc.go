@@ -20,9 +20,8 @@
 // tenant's flood cannot sit in front of everyone else's requests.
 //
 // When a slot frees, the highest rank is served first. Within a rank, tenants
-// take turns by fair queuing; within a tenant's queue, the call that must
-// start soonest — its deadline less its expected service time — goes first
-// (see Lanes below). Items that can no longer finish in time are dropped at
+// take turns by fair queuing; within a tenant's queue, the call due first
+// goes first (see Lanes below). Items that can no longer finish in time are dropped at
 // dequeue (reason expired) without running, and a waiter whose deadline
 // passes is told at once.
 //
@@ -151,7 +150,8 @@
 // shares; shapes.go the statistics by shape and a request's place; window.go
 // a window of service times; inflight.go the calls in flight; headroom.go a
 // tenant's room; stats.go the snapshot; gate.go the blocking shell;
-// config.go, request.go and rejection.go the types of the API.
+// reconfigure.go a running gate's new configuration; config.go, request.go
+// and rejection.go the types of the API.
 //
 // # Shape of the code
 //

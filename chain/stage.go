@@ -46,6 +46,12 @@ type GateView interface {
 // stage refuses costs nothing of the stages after it, and each stage sees
 // the call as the earlier ones left it: both reasons decide every place.
 // Adding a stage is one entry here and a type implementing [Stage].
+//
+// One refusal comes before every stage and is not the chain's: the
+// gateway sheds a call when its own CPU is saturated (package
+// gateway/saturation) before it reads the body or asks the chain — a
+// chain asked at all would cost the CPU it lacks. The simulator has no
+// such CPU, and no such step.
 var order = [...]struct {
 	name string
 	// of is the chain's stage, nil when its configuration leaves it out.

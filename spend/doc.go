@@ -74,32 +74,21 @@
 // times exactly. The Alerter (ticker, webhook) and the Prometheus Collector
 // (read at scrape time) are the shells. All are safe for concurrent use.
 //
-// # Using it from the gateway
+// # Who calls it
 //
-// The gateway decodes a `spend:` section of its YAML into a Config
-// (KnownFields; Validate names bad fields as spend.…), builds one Limiter
-// with New, registers Limiter.Collector on its registry, runs
-// NewAlerter(l, …).Run in the background and serves Limiter.Snapshot in its
-// state dump. Per request:
-//
-//  1. rank, _ := ranks.Rank(&admissionRequest) — the request's rank in the
-//     gate, before any over-quota demotion.
-//  2. d, err := l.Admit(now, spend.Request{Tenant, Model: body.model, Rank:
-//     rank, Class, EstimatedInputTokens: spend.EstimateInputTokens(body.raw),
-//     MaxOutputTokens: body.maxTokens}). err (ErrUnknownModel,
-//     ErrInvalidRequest) is a 400. A refusal (d.Rejection) is written like
-//     any *admission.Rejection: 429 or 503, Retry-After, X-Sluice-Reason.
-//  3. If d.OverQuota, set admissionRequest.OverQuota. If d.Degraded,
-//     rewrite "model" in the body to d.Model. Send X-Sluice-Model: d.Model.
-//  4. Acquire the gate. If that fails, l.Cancel(now, d.Reservation).
-//  5. When the response body ends (EOF or Close), read the usage (the JSON
-//     body's "usage", or the last SSE chunk carrying one) and call
-//     l.Reconcile(now, d.Reservation, usage, found). If the answer reached
-//     nobody (the caller had left, or the deadline had passed), also
-//     RecordWasted with the cost Reconcile returned. If the gateway
-//     cancelled the upstream call early, RecordSaved the estimate minus
-//     what was spent. A deferred Cancel after that is harmless and
-//     guarantees no reservation leaks on a path that was missed.
+// The admission chain's spend stage (chain/spend.go) is the Limiter's one
+// caller per call, in the gateway and in the simulator alike: it asks
+// Admit with the call's tenant, model, rank, class and token estimate
+// (EstimateInputTokens, max_tokens) and applies the Decision — a refusal
+// is the call's answer, OverQuota demotes the call at the gate, Degraded
+// rewrites its model — and its hold gives the reservation back (Cancel)
+// if the call never reaches the provider, or settles it with the call's
+// usage (Reconcile), counting a call cut short as wasted (RecordWasted)
+// and the part the provider likely did not generate as saved
+// (RecordSaved). The gateway's config decodes the `spend:` section into a
+// Config (ParseConfig names bad fields as spend.…), registers
+// Limiter.Collector, runs the Alerter and serves Limiter.Snapshot in its
+// state dump.
 //
 // # Ledger and scale-out
 //
@@ -108,22 +97,17 @@
 // its reconciliation (see Ledger). MemoryLedger is the in-process
 // implementation; spendtest.Run is the suite any other must pass.
 //
-// A Redis ledger fits the same interface without a round trip per request:
-// a minute bucket is a key (sluice:spend:{scope}:{minute}, INCRBY, expiring
-// after MinRetention), read with MGET. The ledger keeps a MemoryLedger as
-// its local view and answers Buckets and Sum from it; Add applies to the
-// local view at once and queues the entries, which a background loop
-// flushes in pipelined batches every few hundred milliseconds, then pulls
-// the recent buckets of the scopes in use (others' spend). A replica's
-// decisions therefore lag the others' spend by at most one sync interval,
-// which the rate window (minutes) absorbs. Leased chunks bound that lag
-// when it matters: each replica may spend at most a chunk of a scope's
-// remaining headroom (e.g. headroom / replicas) between syncs, and refuses
-// past it until the next sync grants more. When Redis is unreachable the
-// ledger keeps serving from its local view, scaling its own spend up to a
-// conservative share of the limits, and counts the failure; a replica that
-// dies leaves only its reservations' estimates in the buckets, which age
-// out of the window. Ledger errors that do reach the Limiter are counted
+// store.Ledger shares the books of a fleet through Redis without a round
+// trip on any request: a MemoryLedger is its local view and answers every
+// read; Add applies to the view at once and queues the change, which a
+// background loop writes every sync interval (200ms) in one script,
+// applied once, then reads back the recent buckets of the scopes in use
+// (the others' spend). A replica's decisions therefore lag the others'
+// spend by about one sync, which the rate window (minutes) absorbs; a
+// fleet can overshoot a budget by what it admits in one interval. While
+// Redis is unreachable each replica admits from its own view — its own
+// spend only — and queues its writes, bounded (docs/replicas.md). Ledger
+// errors that do reach the Limiter are counted
 // (sluice_spend_ledger_errors_total) and a failed read counts as no spend:
 // a bookkeeping fault must not become an outage.
 //
@@ -139,8 +123,11 @@
 // usage), invoice reconciliation with the provider, pricing beyond tokens
 // (images, audio and per-call fees are not modelled), and queueing:
 // spend decides allow, degrade or refuse at once; the admission gate
-// decides when a call runs. Per-tenant fairness at the global ceiling is
-// by rank only: a tenant without a budget of its own shares the ceiling's
-// refusals with everyone of the same rank (TestRunawayWithoutBudget
-// measures it), so give every tenant a budget.
+// decides when a call runs. Fairness at the global ceiling goes only as
+// far as its shed stage: there a tenant over its max-min share is refused
+// like speculative work (Decision.OverShare); past it, at the degrade and
+// reject stages, the ceiling refuses by rank, and a tenant without a
+// budget of its own whose calls rank as high as the others' shares those
+// refusals with them (TestRunawayWithoutBudget reports what the others
+// keep) — so give every tenant a budget.
 package spend
