@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/chain"
+	"github.com/sluicehq/sluice/internal/testkit"
 )
 
 // tenantsYAML is a config of n tenants with keys digests each, in flow
@@ -80,7 +81,8 @@ func TestConfigBounds(t *testing.T) {
 // TestConfigAtTheBoundsLoads: a config of MaxTenants tenants with
 // MaxTenantKeys keys between them fits MaxConfigBytes and loads.
 func TestConfigAtTheBoundsLoads(t *testing.T) {
-	if raceBuild {
+	// The parse takes 2 s, and 15 s under the race detector.
+	if testkit.Race {
 		t.Skip("parses a 6.7 MB config: 15 s under the race detector")
 	}
 	data := tenantsYAML(MaxTenants, MaxTenantKeys/MaxTenants)

@@ -16,6 +16,7 @@ import (
 	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/contract"
 	"github.com/sluicehq/sluice/gateway/observe"
+	"github.com/sluicehq/sluice/internal/testkit"
 	"github.com/sluicehq/sluice/mockllm"
 )
 
@@ -60,7 +61,7 @@ func (b *logBuffer) accessLines(t *testing.T) []map[string]any {
 func (b *logBuffer) line(t *testing.T, id string) map[string]any {
 	t.Helper()
 	var found map[string]any
-	eventually(t, "the access-log line of "+id, func() bool {
+	testkit.Eventually(t, "the access-log line of "+id, func() bool {
 		for _, l := range b.accessLines(t) {
 			if l["request_id"] == id {
 				found = l
@@ -103,7 +104,7 @@ func TestAccessLog(t *testing.T) {
 		tenantKey = "sk-tenant-acme-7d1e"
 		marker    = "BODY-MARKER-91c4"
 	)
-	_, up := startMock(t, mockllm.Config{})
+	_, up := testkit.StartMock(t, mockllm.Config{})
 	cfg := baseConfig(up.URL)
 	cfg.Upstream.APIKeyEnv = "TEST_PROVIDER_KEY"
 	cfg.Tenants = []chain.TenantConfig{{Name: "acme", APIKeysSHA256: []string{HashKey(tenantKey)}}}
@@ -275,7 +276,7 @@ func TestConfigLogFormat(t *testing.T) {
 // TestAccessLogOfAStream: a streamed call's line is written when the
 // stream has ended, with the usage of its last event.
 func TestAccessLogOfAStream(t *testing.T) {
-	_, up := startMock(t, mockllm.Config{})
+	_, up := testkit.StartMock(t, mockllm.Config{})
 	cfg := baseConfig(up.URL)
 	cfg.Spend = testSpend()
 	_, gw, logs := startLoggedGateway(t, cfg, Options{})
@@ -292,7 +293,7 @@ func TestAccessLogOfAStream(t *testing.T) {
 
 // TestAccessLogBoundsThePath: a caller's long path is cut in its line.
 func TestAccessLogBoundsThePath(t *testing.T) {
-	_, up := startMock(t, mockllm.Config{})
+	_, up := testkit.StartMock(t, mockllm.Config{})
 	_, gw, logs := startLoggedGateway(t, baseConfig(up.URL), Options{})
 	resp, err := http.Get(gw.URL + "/v1/" + strings.Repeat("a", 4000))
 	if err != nil {

@@ -16,6 +16,7 @@ import (
 	"github.com/sluicehq/sluice/chain"
 	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/contract"
+	"github.com/sluicehq/sluice/internal/testkit"
 	"github.com/sluicehq/sluice/mockllm"
 )
 
@@ -29,7 +30,7 @@ func get(t *testing.T, url string) (int, string) {
 }
 
 func TestAdminEndpoints(t *testing.T) {
-	_, up := startMock(t, mockllm.Config{Slots: 2, Median: 5 * time.Millisecond})
+	_, up := testkit.StartMock(t, mockllm.Config{Slots: 2, Median: 5 * time.Millisecond})
 	cfg := baseConfig(up.URL)
 	cfg.Upstream.APIKeyEnv = "TEST_PROVIDER_KEY"
 	cfg.Tenants = []chain.TenantConfig{{Name: "acme", Tier: "high", APIKeysSHA256: []string{HashKey("sk-acme")}}}
@@ -85,7 +86,7 @@ func TestAdminEndpoints(t *testing.T) {
 }
 
 func TestEstimateEndpoint(t *testing.T) {
-	_, up := startMock(t, mockllm.Config{Slots: 1, Median: 50 * time.Millisecond})
+	_, up := testkit.StartMock(t, mockllm.Config{Slots: 1, Median: 50 * time.Millisecond})
 	cfg := baseConfig(up.URL)
 	cfg.Admission = config.AdmissionConfig{Concurrency: 1, MaxQueue: new(10), InitialServiceTime: config.Duration(time.Second)}
 	g, gw := startGateway(t, cfg)
@@ -149,7 +150,7 @@ func TestEstimateEndpoint(t *testing.T) {
 // TestGracefulShutdown: on the signal, in-flight work finishes, new work is
 // refused with 503 draining and a Retry-After, and Serve returns nil.
 func TestGracefulShutdown(t *testing.T) {
-	_, up := startMock(t, mockllm.Config{Slots: 2, Median: 600 * time.Millisecond})
+	_, up := testkit.StartMock(t, mockllm.Config{Slots: 2, Median: 600 * time.Millisecond})
 	cfg := baseConfig(up.URL)
 	cfg.Listen, cfg.Admin = "127.0.0.1:0", "127.0.0.1:0"
 	cfg.ShutdownGrace = config.Duration(5 * time.Second)
@@ -172,9 +173,9 @@ func TestGracefulShutdown(t *testing.T) {
 		readAll(t, resp)
 		inflight <- resp.StatusCode
 	}()
-	eventually(t, "a call in flight", func() bool { return g.Gate().Stats().InFlight == 1 })
+	testkit.Eventually(t, "a call in flight", func() bool { return g.Gate().Stats().InFlight == 1 })
 	stop()
-	eventually(t, "draining", func() bool { return g.draining.Load() })
+	testkit.Eventually(t, "draining", func() bool { return g.draining.Load() })
 	resp := post(t, t.Context(), url, chatBody, nil)
 	b := readAll(t, resp)
 	if resp.StatusCode != 503 || resp.Header.Get(contract.HeaderReason) != "draining" || resp.Header.Get("Retry-After") == "" {

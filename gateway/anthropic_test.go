@@ -15,6 +15,7 @@ import (
 
 	"github.com/sluicehq/sluice/chain"
 	"github.com/sluicehq/sluice/contract"
+	"github.com/sluicehq/sluice/internal/testkit"
 	"github.com/sluicehq/sluice/mockllm"
 	"github.com/sluicehq/sluice/spend"
 )
@@ -26,7 +27,7 @@ const haiku = "claude-3-5-haiku"
 // held call makes the next one a refusal.
 func anthropicGateway(t *testing.T) (*Gateway, string, *mockllm.Server) {
 	t.Helper()
-	mock, up := startMock(t, mockllm.Config{})
+	mock, up := testkit.StartMock(t, mockllm.Config{})
 	cfg := baseConfig(up.URL)
 	cfg.Admission.Concurrency, cfg.Admission.MaxQueue = 1, new(0)
 	cfg.Upstream.APIKeyEnv = "TEST_PROVIDER_KEY"
@@ -93,7 +94,7 @@ func TestAnthropicSDKThroughTheGateway(t *testing.T) {
 
 	// Both calls booked: 4+4 input and 8+5 output tokens, priced.
 	model := g.metrics.models.label(haiku)
-	eventually(t, "usage on the books", func() bool {
+	testkit.Eventually(t, "usage on the books", func() bool {
 		tokens := g.metrics.modelTokens(model)
 		return testutil.ToFloat64(tokens[0]) == 8 && testutil.ToFloat64(tokens[2]) == 13
 	})
@@ -150,7 +151,7 @@ func TestAnthropicSDKSeesRefusalsAsItsOwnErrors(t *testing.T) {
 		_, err := c.Messages.New(ctx, haikuParams(1), option.WithHeader(mockllm.HeaderLatencyMs, "2000"))
 		held <- err
 	}()
-	eventually(t, "the slow call in service", func() bool { return mock.Stats().InService == 1 })
+	testkit.Eventually(t, "the slow call in service", func() bool { return mock.Stats().InService == 1 })
 	acme := anthropicSDK(url, "key-acme")
 	_, err := acme.Messages.New(ctx, haikuParams(1))
 	check(err, http.StatusServiceUnavailable, shared.ErrorTypeOverloadedError, "queue_full")

@@ -11,13 +11,14 @@ import (
 
 	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/contract"
+	"github.com/sluicehq/sluice/internal/testkit"
 	"github.com/sluicehq/sluice/mockllm"
 )
 
 // TestBadInputIsRefusedAndNothingIsForwarded: every malformed request gets a
 // clear 4xx naming what was wrong, and the provider never sees it.
 func TestBadInputIsRefusedAndNothingIsForwarded(t *testing.T) {
-	mock, up := startMock(t, mockllm.Config{})
+	mock, up := testkit.StartMock(t, mockllm.Config{})
 	cfg := baseConfig(up.URL)
 	cfg.Limits.MaxBodyBytes = 1024
 	cfg.Limits.MaxTimeout = config.Duration(time.Minute)
@@ -88,7 +89,7 @@ func TestUpstreamUnreachableIsRefused(t *testing.T) {
 }
 
 func TestUpstreamFaultsReleaseTheSlot(t *testing.T) {
-	_, up := startMock(t, mockllm.Config{Slots: 2})
+	_, up := testkit.StartMock(t, mockllm.Config{Slots: 2})
 	g, gw := startGateway(t, baseConfig(up.URL))
 	for _, fault := range []string{"error", "reset", "429"} {
 		resp := post(t, t.Context(), gw.URL, chatBody, map[string]string{"X-Mock-Fault": fault})
@@ -97,5 +98,5 @@ func TestUpstreamFaultsReleaseTheSlot(t *testing.T) {
 			t.Errorf("fault %s: status %d %s", fault, resp.StatusCode, b)
 		}
 	}
-	eventually(t, "every slot released", func() bool { return g.Gate().Stats().InFlight == 0 })
+	testkit.Eventually(t, "every slot released", func() bool { return g.Gate().Stats().InFlight == 0 })
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/contract"
 	"github.com/sluicehq/sluice/gateway/batchapi"
+	"github.com/sluicehq/sluice/internal/testkit"
 	"github.com/sluicehq/sluice/mockllm"
 	"github.com/sluicehq/sluice/store"
 	"github.com/sluicehq/sluice/store/redistest"
@@ -99,7 +100,7 @@ func checkStoreUnavailable(t *testing.T, what string, c batchCall, limit time.Du
 // calls succeed, and the state says up again.
 func TestBatchRedisDownIsSaid(t *testing.T) {
 	rs := redistest.Start(t)
-	_, up := startMock(t, mockllm.Config{})
+	_, up := testkit.StartMock(t, mockllm.Config{})
 	cfg := batchConfig(t, up.URL)
 	cfg.Batch.Path = "" // Redis keeps the batches
 	const timeout = time.Second
@@ -137,7 +138,7 @@ func TestBatchRedisDownIsSaid(t *testing.T) {
 
 	restarted := time.Now()
 	rs.Restart()
-	eventually(t, "files.create to succeed again", func() bool {
+	testkit.Eventually(t, "files.create to succeed again", func() bool {
 		c := callBatchAPI(t, uploadRequest(t, sv.url))
 		if c.status != http.StatusOK && c.status != http.StatusServiceUnavailable {
 			t.Fatalf("files.create while Redis comes back: %d %+v, want 503 then 200", c.status, c.err)
@@ -177,7 +178,7 @@ func TestBatchRedisSilentIsBounded(t *testing.T) {
 			})
 		}
 	}()
-	_, up := startMock(t, mockllm.Config{})
+	_, up := testkit.StartMock(t, mockllm.Config{})
 	cfg := batchConfig(t, up.URL)
 	cfg.Batch.Path = ""
 	const timeout = 200 * time.Millisecond
@@ -187,7 +188,7 @@ func TestBatchRedisSilentIsBounded(t *testing.T) {
 	for i := range 6 {
 		checkStoreUnavailable(t, "batches.retrieve #"+strconv.Itoa(i), callBatchAPI(t, getRequest(t, sv.url+"/v1/batches/batch_x")), timeout+time.Second)
 	}
-	eventually(t, "the breaker open", func() bool { return storeState(t, sv.admin).State != store.StateUp })
+	testkit.Eventually(t, "the breaker open", func() bool { return storeState(t, sv.admin).State != store.StateUp })
 	c := callBatchAPI(t, getRequest(t, sv.url+"/v1/batches/batch_x"))
 	checkStoreUnavailable(t, "batches.retrieve, the breaker open", c, timeout+time.Second)
 }

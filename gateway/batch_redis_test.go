@@ -16,6 +16,7 @@ import (
 	"github.com/sluicehq/sluice/batch"
 	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/gateway/batchapi"
+	"github.com/sluicehq/sluice/internal/testkit"
 	"github.com/sluicehq/sluice/mockllm"
 	"github.com/sluicehq/sluice/store"
 	"github.com/sluicehq/sluice/store/redistest"
@@ -29,7 +30,7 @@ import (
 // replica's items twice, and no item ran on both live replicas.
 func TestBatchRedisReplicas(t *testing.T) {
 	rs := redistest.Start(t)
-	mock, up := startMock(t, mockllm.Config{Slots: 8, Median: 20 * time.Millisecond})
+	mock, up := testkit.StartMock(t, mockllm.Config{Slots: 8, Median: 20 * time.Millisecond})
 	cluster := strings.ReplaceAll(t.Name(), "/", "-")
 	cfg := batchConfig(t, up.URL)
 	cfg.Batch.Path = "" // Redis keeps the batches
@@ -69,7 +70,7 @@ func TestBatchRedisReplicas(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer r.Close()
-	eventually(t, "the batch to validate", func() bool {
+	testkit.Eventually(t, "the batch to validate", func() bool {
 		bt, err = acmeA.Batches.Get(ctx, bt.ID)
 		return err == nil && bt.Status == openai.BatchStatusInProgress
 	})

@@ -18,6 +18,7 @@ import (
 
 	"github.com/sluicehq/sluice/batch"
 	"github.com/sluicehq/sluice/gateway/batchapi"
+	"github.com/sluicehq/sluice/internal/testkit"
 	"github.com/sluicehq/sluice/mockllm"
 )
 
@@ -144,7 +145,7 @@ func refusals(t *testing.T, s *served, code string) float64 {
 // second cancel is one 409 the SDK does not retry; files.list pages and
 // files.delete deletes.
 func TestBatchSDKConformance(t *testing.T) {
-	mock, up := startMock(t, mockllm.Config{Slots: 8, Median: 2 * time.Millisecond})
+	mock, up := testkit.StartMock(t, mockllm.Config{Slots: 8, Median: 2 * time.Millisecond})
 	s := serve(t, batchConfig(t, up.URL))
 	st := newStepper(t, s)
 	ctx := t.Context()
@@ -193,7 +194,7 @@ func TestBatchSDKConformance(t *testing.T) {
 		t.Fatalf("finalizing: %+v", b)
 	}
 	st.next()
-	eventually(t, "the batch to complete", func() bool { return getBatch(t, acme, id).Status == openai.BatchStatusCompleted })
+	testkit.Eventually(t, "the batch to complete", func() bool { return getBatch(t, acme, id).Status == openai.BatchStatusCompleted })
 	b = getBatch(t, acme, id)
 	c := b.RequestCounts
 	if c.Total != n || c.Completed != n || c.Failed != 0 || b.ErrorFileID != "" || b.CompletedAt < b.FinalizingAt || b.Errors.Data != nil {
@@ -248,7 +249,7 @@ func TestBatchSDKConformance(t *testing.T) {
 	}
 	st.step(t, bad.ID, batch.StatusValidating)
 	st.next()
-	eventually(t, "the batch to fail", func() bool { return getBatch(t, acme, bad.ID).Status == openai.BatchStatusFailed })
+	testkit.Eventually(t, "the batch to fail", func() bool { return getBatch(t, acme, bad.ID).Status == openai.BatchStatusFailed })
 	bad = getBatch(t, acme, bad.ID)
 	var got []string
 	for _, e := range bad.Errors.Data {
@@ -278,7 +279,7 @@ func TestBatchSDKConformance(t *testing.T) {
 	release()
 	st.step(t, cb.ID, batch.StatusCancelling)
 	st.next()
-	eventually(t, "the batch to be cancelled", func() bool { return getBatch(t, acme, cb.ID).Status == openai.BatchStatusCancelled })
+	testkit.Eventually(t, "the batch to be cancelled", func() bool { return getBatch(t, acme, cb.ID).Status == openai.BatchStatusCancelled })
 	cb = getBatch(t, acme, cb.ID)
 	if c := cb.RequestCounts; c.Total != 40 || c.Completed < 1 || c.Completed > 20 || c.Failed != 0 || cb.CancelledAt == 0 || cb.ErrorFileID == "" {
 		t.Fatalf("cancelled: %+v", cb)

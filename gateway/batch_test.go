@@ -17,6 +17,7 @@ import (
 
 	"github.com/sluicehq/sluice/chain"
 	"github.com/sluicehq/sluice/config"
+	"github.com/sluicehq/sluice/internal/testkit"
 	"github.com/sluicehq/sluice/mockllm"
 )
 
@@ -54,7 +55,7 @@ func sdk(url, key string) openai.Client {
 // TestBatchOff: a gateway without batch.path answers the Batch API with a
 // 404 that names the field.
 func TestBatchOff(t *testing.T) {
-	_, up := startMock(t, mockllm.Config{})
+	_, up := testkit.StartMock(t, mockllm.Config{})
 	_, gw := startGateway(t, baseConfig(up.URL))
 	resp, err := http.Get(gw.URL + "/v1/batches")
 	if err != nil {
@@ -69,7 +70,7 @@ func TestBatchOff(t *testing.T) {
 // its items (which never crowd the queue: at most batch.max_waiting wait),
 // and the batch still ends.
 func TestBatchYieldsToLiveWork(t *testing.T) {
-	_, up := startMock(t, mockllm.Config{Slots: 2, Median: 50 * time.Millisecond, Sigma: 0.01})
+	_, up := testkit.StartMock(t, mockllm.Config{Slots: 2, Median: 50 * time.Millisecond, Sigma: 0.01})
 	cfg := batchConfig(t, up.URL)
 	cfg.Admission.Concurrency = 2
 	s := serve(t, cfg)
@@ -83,7 +84,7 @@ func TestBatchYieldsToLiveWork(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "items to fill the slots", func() bool { return s.g.Gate().Stats().InFlight == 2 })
+	testkit.Eventually(t, "items to fill the slots", func() bool { return s.g.Gate().Stats().InFlight == 2 })
 	maxDepth := 0
 	for range 10 {
 		resp := post(t, ctx, s.url, chatBody, map[string]string{"Authorization": "Bearer sk-acme"})
@@ -131,7 +132,7 @@ func TestBatchYieldsToLiveWork(t *testing.T) {
 // middle of a batch: no item is admitted while they last beyond those
 // already waiting, and the batch resumes after, with no item failed.
 func TestBatchPausesForASpike(t *testing.T) {
-	_, up := startMock(t, mockllm.Config{Slots: 2, Median: 50 * time.Millisecond, Sigma: 0.01})
+	_, up := testkit.StartMock(t, mockllm.Config{Slots: 2, Median: 50 * time.Millisecond, Sigma: 0.01})
 	cfg := batchConfig(t, up.URL)
 	cfg.Admission.Concurrency = 2
 	s := serve(t, cfg)
@@ -146,7 +147,7 @@ func TestBatchPausesForASpike(t *testing.T) {
 		t.Fatal(err)
 	}
 	items := func() float64 { return counter(t, s.g, "admissions", "pipeline", "acme", "first") }
-	eventually(t, "items to run", func() bool { return items() >= 10 })
+	testkit.Eventually(t, "items to run", func() bool { return items() >= 10 })
 
 	// Six callers in a closed loop on two slots, for a second.
 	spikeCtx, stop := context.WithCancel(ctx)
@@ -168,7 +169,7 @@ func TestBatchPausesForASpike(t *testing.T) {
 			}
 		})
 	}
-	eventually(t, "the live queue to form", func() bool { return s.g.Gate().Stats().Queued >= 3 })
+	testkit.Eventually(t, "the live queue to form", func() bool { return s.g.Gate().Stats().Queued >= 3 })
 	before := items()
 	time.Sleep(time.Second) // the spike's length: what is measured is what happens meanwhile
 	during := items() - before
@@ -204,7 +205,7 @@ func mustRequest(ctx context.Context, url, key string) *http.Request {
 // chain like speculative work — and deferred, not failed: the batch stays
 // in progress with nothing failed, and no reservation is left open.
 func TestBatchDeferredPastTheSpendStage(t *testing.T) {
-	_, up := startMock(t, mockllm.Config{})
+	_, up := testkit.StartMock(t, mockllm.Config{})
 	c := callCost(t, up.URL)
 	cfg := batchConfig(t, up.URL)
 	cfg.Spend = testSpend()
@@ -224,7 +225,7 @@ func TestBatchDeferredPastTheSpendStage(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "an item run, and one deferred by the spend ceiling", func() bool {
+	testkit.Eventually(t, "an item run, and one deferred by the spend ceiling", func() bool {
 		b, err = acme.Batches.Get(ctx, b.ID)
 		return err == nil && b.RequestCounts.Completed >= 1 && batchItems(t, s.g, "deferred") >= 1
 	})
@@ -237,7 +238,7 @@ func TestBatchDeferredPastTheSpendStage(t *testing.T) {
 	if _, err := acme.Batches.Cancel(ctx, b.ID); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "the batch to be cancelled", func() bool {
+	testkit.Eventually(t, "the batch to be cancelled", func() bool {
 		b, err = acme.Batches.Get(ctx, b.ID)
 		return err == nil && b.Status == openai.BatchStatusCancelled
 	})
@@ -253,7 +254,7 @@ func TestBatchDeferredPastTheSpendStage(t *testing.T) {
 // like a live call of its tenant's: three items cost three calls, on the
 // tenant's books, with no reservation left open.
 func TestBatchItemsAreBooked(t *testing.T) {
-	_, up := startMock(t, mockllm.Config{})
+	_, up := testkit.StartMock(t, mockllm.Config{})
 	c := callCost(t, up.URL)
 	cfg := batchConfig(t, up.URL)
 	cfg.Spend = testSpend()
@@ -272,7 +273,7 @@ func TestBatchItemsAreBooked(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "the batch to complete", func() bool {
+	testkit.Eventually(t, "the batch to complete", func() bool {
 		b, err = acme.Batches.Get(ctx, b.ID)
 		return err == nil && b.Status == openai.BatchStatusCompleted
 	})

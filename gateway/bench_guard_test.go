@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"os"
 	"testing"
+
+	"github.com/sluicehq/sluice/internal/testkit"
 )
 
 // TestHandlerAllocsWithinBaseline fails when a call through the handler
@@ -15,7 +17,7 @@ import (
 // them (sync.Pool drops items at random under it), so it skips there;
 // .ci/run runs it without.
 func TestHandlerAllocsWithinBaseline(t *testing.T) {
-	if raceBuild {
+	if testkit.Race {
 		t.Skip("allocations differ under the race detector; .ci/run runs this without it")
 	}
 	if testing.Short() {

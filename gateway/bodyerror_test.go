@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/config"
+	"github.com/sluicehq/sluice/internal/testkit"
 	"github.com/sluicehq/sluice/mockllm"
 )
 
@@ -52,7 +53,7 @@ var leaks = regexp.MustCompile(`\d+\.\d+\.\d+\.\d+:\d+|\[[0-9a-fA-F:.]+\]:\d+|re
 // and to POST /v1/batches: each is a 4xx JSON error whose body names what
 // went wrong in the caller's terms, never an address or a Go error string.
 func TestBodyErrorsSayNothingOfTheSocket(t *testing.T) {
-	_, up := startMock(t, mockllm.Config{})
+	_, up := testkit.StartMock(t, mockllm.Config{})
 	cfg := batchConfig(t, up.URL)
 	cfg.Server.ReadBodyTimeout = config.Duration(300 * time.Millisecond)
 	s := serve(t, cfg)
@@ -112,7 +113,7 @@ func TestBodyErrorsSayNothingOfTheSocket(t *testing.T) {
 // never comes, so an answer at all shows nothing waited for it), and a
 // chunked body that passes the limit while read is a 413 too.
 func TestTooLargeBeforeReading(t *testing.T) {
-	_, up := startMock(t, mockllm.Config{})
+	_, up := testkit.StartMock(t, mockllm.Config{})
 	cfg := batchConfig(t, up.URL)
 	cfg.Limits.MaxBodyBytes = 64 << 10
 	cfg.Batch.MaxFileBytes = 1 << 20

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/config"
+	"github.com/sluicehq/sluice/internal/testkit"
 	"github.com/sluicehq/sluice/mockllm"
 )
 
@@ -154,7 +155,7 @@ func TestStreamsCancelledAtScale(t *testing.T) {
 			hangUp()
 			t.Fatalf("in flight with every stream open: %d, want %d", got, n)
 		}
-		eventually(t, "every stream started at the provider", func() bool { return mock.Stats().Started == int64(k*n) })
+		testkit.Eventually(t, "every stream started at the provider", func() bool { return mock.Stats().Started == int64(k*n) })
 
 		start := time.Now()
 		hangUp()
@@ -167,8 +168,8 @@ func TestStreamsCancelledAtScale(t *testing.T) {
 			t.Fatalf("10s after the hang-up the provider had seen %d of %d streams cancelled", got, n)
 		}
 		done.Wait()
-		eventually(t, "the in-flight count back to 0", func() bool { return g.stats().InFlight == 0 })
-		eventually(t, "the mock counting every stream aborted", func() bool { return mock.Stats().Aborted == int64(k*n) })
+		testkit.Eventually(t, "the in-flight count back to 0", func() bool { return g.stats().InFlight == 0 })
+		testkit.Eventually(t, "the mock counting every stream aborted", func() bool { return mock.Stats().Aborted == int64(k*n) })
 
 		rd.mu.Lock()
 		var fromGW, fromHangUp []time.Duration

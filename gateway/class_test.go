@@ -12,6 +12,7 @@ import (
 	"github.com/sluicehq/sluice/chain"
 	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/contract"
+	"github.com/sluicehq/sluice/internal/testkit"
 	"github.com/sluicehq/sluice/mockllm"
 )
 
@@ -23,7 +24,7 @@ import (
 // what keeps the flood out of the interactive rank.)
 func TestTenantHeldToItsClassDuringAFlood(t *testing.T) {
 	measuresThroughput(t) // web's success during the flood, a floor of 99%
-	_, up := startMock(t, mockllm.Config{Slots: 2, Median: 50 * time.Millisecond, Sigma: 0.01})
+	_, up := testkit.StartMock(t, mockllm.Config{Slots: 2, Median: 50 * time.Millisecond, Sigma: 0.01})
 	cfg := baseConfig(up.URL)
 	cfg.Upstream.APIKeyEnv = "TEST_PROVIDER_KEY"
 	cfg.Admission = config.AdmissionConfig{Concurrency: 2, MaxQueue: new(64), InitialServiceTime: config.Duration(50 * time.Millisecond)}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/gateway/cluster"
+	"github.com/sluicehq/sluice/internal/testkit"
 	"github.com/sluicehq/sluice/mockllm"
 	"github.com/sluicehq/sluice/store/redistest"
 )
@@ -49,7 +50,7 @@ func leasedConfig(t *testing.T, upstream, redisURL string) config.Config {
 // leases now divide 8, and add up to it.
 func TestClusterLeasesShareTheConcurrency(t *testing.T) {
 	rs := redistest.Start(t)
-	_, up := startMock(t, mockllm.Config{})
+	_, up := testkit.StartMock(t, mockllm.Config{})
 	cfg := leasedConfig(t, up.URL, rs.URL())
 	a, b := serve(t, cfg), serve(t, cfg)
 	settled := func(total int) func() bool {
@@ -60,7 +61,7 @@ func TestClusterLeasesShareTheConcurrency(t *testing.T) {
 				ca.Slots+cb.Slots == total && a.g.Gate().Stats().Concurrency+b.g.Gate().Stats().Concurrency == total
 		}
 	}
-	eventually(t, "two leases adding up to 16", settled(16))
+	testkit.Eventually(t, "two leases adding up to 16", settled(16))
 	if m := metricsText(t, a.admin); !strings.Contains(m, "sluice_cluster_lease_slots") || !strings.Contains(m, "sluice_cluster_replicas 2") {
 		t.Errorf("metrics lack sluice_cluster_lease_slots / sluice_cluster_replicas 2")
 	}
@@ -70,7 +71,7 @@ func TestClusterLeasesShareTheConcurrency(t *testing.T) {
 	if resp.StatusCode != http.StatusTooManyRequests {
 		t.Fatalf("the provider's 429: %d", resp.StatusCode)
 	}
-	eventually(t, "two leases adding up to the lowered 8", settled(8))
+	testkit.Eventually(t, "two leases adding up to the lowered 8", settled(8))
 }
 
 // TestClusterStartsOnOneSlotAndFallsBack: a replica whose Redis never
@@ -78,7 +79,7 @@ func TestClusterLeasesShareTheConcurrency(t *testing.T) {
 // while it tries, then its local share, 16 ÷ 2 (lease.replicas' default)
 // — and it keeps serving.
 func TestClusterStartsOnOneSlotAndFallsBack(t *testing.T) {
-	_, up := startMock(t, mockllm.Config{})
+	_, up := testkit.StartMock(t, mockllm.Config{})
 	cfg := leasedConfig(t, up.URL, "redis://127.0.0.1:1")
 	g, err := New(cfg, testOptions())
 	if err != nil {
@@ -93,7 +94,7 @@ func TestClusterStartsOnOneSlotAndFallsBack(t *testing.T) {
 		t.Fatalf("before the first lease the gate has %d slots, want 1", c)
 	}
 	x := serve(t, cfg)
-	eventually(t, "the local share", func() bool {
+	testkit.Eventually(t, "the local share", func() bool {
 		c := clusterState(t, x.admin)
 		return c != nil && c.Mode == "local" && c.Slots == 8 && x.g.Gate().Stats().Concurrency == 8
 	})
@@ -114,10 +115,10 @@ func TestClusterStartsOnOneSlotAndFallsBack(t *testing.T) {
 // slot while A held everything.
 func TestClusterLeaseShrinkLetsCallsFinish(t *testing.T) {
 	rs := redistest.Start(t)
-	m, up := startMock(t, mockllm.Config{})
+	m, up := testkit.StartMock(t, mockllm.Config{})
 	cfg := leasedConfig(t, up.URL, rs.URL())
 	a := serve(t, cfg)
-	eventually(t, "A alone with all 16 slots", func() bool { return a.g.Gate().Stats().Concurrency == 16 })
+	testkit.Eventually(t, "A alone with all 16 slots", func() bool { return a.g.Gate().Stats().Concurrency == 16 })
 	const held = "1500" // ms at the provider
 	send := func(url string, n int) chan int {
 		codes := make(chan int, n)
@@ -138,7 +139,7 @@ func TestClusterLeaseShrinkLetsCallsFinish(t *testing.T) {
 		return codes
 	}
 	fromA := send(a.url, 10)
-	eventually(t, "A's 10 calls in flight", func() bool { return a.g.Gate().Stats().InFlight == 10 })
+	testkit.Eventually(t, "A's 10 calls in flight", func() bool { return a.g.Gate().Stats().InFlight == 10 })
 	b := serve(t, cfg)
 	fromB := send(b.url, 12)
 	peak := 0
@@ -178,7 +179,7 @@ func TestClusterLeaseShrinkLetsCallsFinish(t *testing.T) {
 // one leaves, the other takes the whole again.
 func TestClusterDividesThePools(t *testing.T) {
 	rs := redistest.Start(t)
-	_, up := startMock(t, mockllm.Config{})
+	_, up := testkit.StartMock(t, mockllm.Config{})
 	cfg := leasedConfig(t, up.URL, rs.URL())
 	cfg.Upstream, cfg.Admission.Concurrency = config.UpstreamConfig{}, 0
 	cfg.Upstreams = []config.DeploymentConfig{{Name: "east", URL: up.URL, Concurrency: 8,
@@ -199,7 +200,7 @@ func TestClusterDividesThePools(t *testing.T) {
 		}
 		return mini, big, tokens
 	}
-	eventually(t, "each replica at half of each pool", func() bool {
+	testkit.Eventually(t, "each replica at half of each pool", func() bool {
 		for _, s := range []*served{a, b} {
 			if mini, big, tokens := pools(s); mini != 4 || big != 2 || tokens > 30000 {
 				return false
@@ -210,7 +211,7 @@ func TestClusterDividesThePools(t *testing.T) {
 	if err := b.stop(); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "the replica left alone takes the whole pools", func() bool {
+	testkit.Eventually(t, "the replica left alone takes the whole pools", func() bool {
 		mini, big, _ := pools(a)
 		return mini == 8 && big == 4
 	})

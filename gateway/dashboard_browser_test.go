@@ -24,6 +24,7 @@ import (
 	"github.com/sluicehq/sluice/admission"
 	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/contract"
+	"github.com/sluicehq/sluice/internal/testkit"
 	"github.com/sluicehq/sluice/mockllm"
 	"github.com/sluicehq/sluice/store/redistest"
 )
@@ -85,7 +86,7 @@ type stateReading struct {
 // refused, and checks what the page shows against /admin/v1/state.
 func TestDashboardInBrowser(t *testing.T) {
 	chromium := chromiumPath(t)
-	_, up := startMock(t, mockllm.Config{Slots: 2, Median: 150 * time.Millisecond})
+	_, up := testkit.StartMock(t, mockllm.Config{Slots: 2, Median: 150 * time.Millisecond})
 	cfg := baseConfig(up.URL)
 	cfg.Admission = config.AdmissionConfig{Concurrency: 2, MaxQueue: new(6)}
 	// A spend section, far from its ceiling, so that the spend charts are
@@ -312,7 +313,7 @@ func TestDashboardInBrowser(t *testing.T) {
 	}
 
 	// Settled: the page and the state agree exactly.
-	eventually(t, "the gateway idle", func() bool { st := g.Gate().Stats(); return st.InFlight+st.Queued == 0 })
+	testkit.Eventually(t, "the gateway idle", func() bool { st := g.Gate().Stats(); return st.InFlight+st.Queued == 0 })
 	final := readState()
 	var finalRefused uint64
 	for _, n := range final.Rejected {
@@ -382,7 +383,7 @@ func openDashboard(t *testing.T, chromium, url string) context.Context {
 // pool, and marks the pool of a deployment that cannot be reached down.
 func TestDashboardPoolsInBrowser(t *testing.T) {
 	chromium := chromiumPath(t)
-	_, up := startMock(t, mockllm.Config{Slots: 4})
+	_, up := testkit.StartMock(t, mockllm.Config{Slots: 4})
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -426,7 +427,7 @@ func TestDashboardPoolsInBrowser(t *testing.T) {
 func TestDashboardStoreInBrowser(t *testing.T) {
 	chromium := chromiumPath(t)
 	rs := redistest.Start(t)
-	_, up := startMock(t, mockllm.Config{})
+	_, up := testkit.StartMock(t, mockllm.Config{})
 	cfg := batchConfig(t, up.URL)
 	cfg.Batch.Path = "" // Redis keeps the batches
 	cfg.Store = &config.StoreConfig{Redis: &config.RedisStoreConfig{URL: rs.URL(), Cluster: strings.ReplaceAll(t.Name(), "/", "-"),

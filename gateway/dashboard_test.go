@@ -21,6 +21,7 @@ import (
 	"github.com/sluicehq/sluice/admission"
 	"github.com/sluicehq/sluice/contract"
 	"github.com/sluicehq/sluice/gateway/dashboard"
+	"github.com/sluicehq/sluice/internal/testkit"
 	"github.com/sluicehq/sluice/mockllm"
 )
 
@@ -186,7 +187,7 @@ var definedWhen = map[string]string{
 // Grafana dashboard use is one the gateway exports on /metrics, with a
 // spend section and after a served and a refused request.
 func TestMonitoringMetricsExist(t *testing.T) {
-	_, up := startMock(t, mockllm.Config{})
+	_, up := testkit.StartMock(t, mockllm.Config{})
 	c := callCost(t, up.URL)
 	cfg := baseConfig(up.URL)
 	cfg.Spend = testSpend()

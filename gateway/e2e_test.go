@@ -19,11 +19,12 @@ import (
 	"github.com/sluicehq/sluice/chain"
 	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/contract"
+	"github.com/sluicehq/sluice/internal/testkit"
 	"github.com/sluicehq/sluice/mockllm"
 )
 
 func TestProxiesAndStampsTheContractHeaders(t *testing.T) {
-	mock, up := startMock(t, mockllm.Config{Slots: 4, Median: 10 * time.Millisecond})
+	mock, up := testkit.StartMock(t, mockllm.Config{Slots: 4, Median: 10 * time.Millisecond})
 	_, gw := startGateway(t, baseConfig(up.URL))
 	resp := post(t, t.Context(), gw.URL, chatBody, nil)
 	body := readAll(t, resp)
@@ -80,7 +81,7 @@ func TestRewritesCredentialsAndStripsSluiceHeaders(t *testing.T) {
 }
 
 func TestTenantKeys(t *testing.T) {
-	_, up := startMock(t, mockllm.Config{})
+	_, up := testkit.StartMock(t, mockllm.Config{})
 	cfg := baseConfig(up.URL)
 	cfg.Upstream.APIKeyEnv = "TEST_PROVIDER_KEY"
 	cfg.Tenants = []chain.TenantConfig{
@@ -129,7 +130,7 @@ func TestTenantKeys(t *testing.T) {
 // never a request left to time out in a queue.
 func TestOverloadRefusesEarlyAndHonestly(t *testing.T) {
 	const service = 100 * time.Millisecond
-	mock, up := startMock(t, mockllm.Config{Slots: 2, Median: service})
+	mock, up := testkit.StartMock(t, mockllm.Config{Slots: 2, Median: service})
 	cfg := baseConfig(up.URL)
 	cfg.Admission = config.AdmissionConfig{Concurrency: 2, MaxQueue: new(8), InitialServiceTime: config.Duration(service)}
 	_, gw := startGateway(t, cfg)
@@ -207,7 +208,7 @@ func TestOverloadRefusesEarlyAndHonestly(t *testing.T) {
 // work when interactive requests arrive; speculative is evicted, interactive
 // served.
 func TestSpeculativeIsShedBeforeInteractive(t *testing.T) {
-	_, up := startMock(t, mockllm.Config{Slots: 1, Median: 300 * time.Millisecond})
+	_, up := testkit.StartMock(t, mockllm.Config{Slots: 1, Median: 300 * time.Millisecond})
 	cfg := baseConfig(up.URL)
 	cfg.Admission = config.AdmissionConfig{Concurrency: 1, MaxQueue: new(3)}
 	g, gw := startGateway(t, cfg)
@@ -224,11 +225,11 @@ func TestSpeculativeIsShedBeforeInteractive(t *testing.T) {
 		out <- res{class, resp.StatusCode, resp.Header.Get(contract.HeaderReason)}
 	}
 	go send("interactive") // takes the slot
-	eventually(t, "the first call in flight", func() bool { return g.Gate().Stats().InFlight == 1 })
+	testkit.Eventually(t, "the first call in flight", func() bool { return g.Gate().Stats().InFlight == 1 })
 	for range 3 {
 		go send("speculative")
 	}
-	eventually(t, "speculative work queued", func() bool { return g.Gate().Stats().Queued == 3 })
+	testkit.Eventually(t, "speculative work queued", func() bool { return g.Gate().Stats().Queued == 3 })
 	for range 3 {
 		go send("interactive")
 	}
@@ -255,7 +256,7 @@ func TestSpeculativeIsShedBeforeInteractive(t *testing.T) {
 // TestDisconnectCancelsTheUpstreamCall: the caller leaves mid-call; the
 // gateway cancels the provider call and frees the slot.
 func TestDisconnectCancelsTheUpstreamCall(t *testing.T) {
-	mock, up := startMock(t, mockllm.Config{Slots: 1, Median: 20 * time.Second, AbortOnDisconnect: true})
+	mock, up := testkit.StartMock(t, mockllm.Config{Slots: 1, Median: 20 * time.Second, AbortOnDisconnect: true})
 	g, gw := startGateway(t, baseConfig(up.URL))
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan error, 1)
@@ -267,19 +268,19 @@ func TestDisconnectCancelsTheUpstreamCall(t *testing.T) {
 		}
 		done <- err
 	}()
-	eventually(t, "the call in service upstream", func() bool { return mock.Stats().InService == 1 })
+	testkit.Eventually(t, "the call in service upstream", func() bool { return mock.Stats().InService == 1 })
 	cancel()
 	if err := <-done; !errors.Is(err, context.Canceled) {
 		t.Fatalf("client: %v", err)
 	}
-	eventually(t, "the upstream call aborted", func() bool { return mock.Stats().Aborted == 1 })
-	eventually(t, "the slot released", func() bool { return g.Gate().Stats().InFlight == 0 })
+	testkit.Eventually(t, "the upstream call aborted", func() bool { return mock.Stats().Aborted == 1 })
+	testkit.Eventually(t, "the slot released", func() bool { return g.Gate().Stats().InFlight == 0 })
 }
 
 // TestDeadlineCancelsTheUpstreamCall: the caller's budget ends mid-call; the
 // gateway answers 504 at the deadline and cancels the provider call.
 func TestDeadlineCancelsTheUpstreamCall(t *testing.T) {
-	mock, up := startMock(t, mockllm.Config{Slots: 1, Median: 20 * time.Second, AbortOnDisconnect: true})
+	mock, up := testkit.StartMock(t, mockllm.Config{Slots: 1, Median: 20 * time.Second, AbortOnDisconnect: true})
 	g, gw := startGateway(t, baseConfig(up.URL))
 	start := time.Now()
 	resp := post(t, t.Context(), gw.URL, chatBody, map[string]string{contract.HeaderTimeoutMs: "300"})
@@ -290,7 +291,7 @@ func TestDeadlineCancelsTheUpstreamCall(t *testing.T) {
 	if el := time.Since(start); el > 5*time.Second {
 		t.Fatalf("answered after %v", el)
 	}
-	eventually(t, "the upstream call aborted", func() bool { return mock.Stats().Aborted == 1 })
+	testkit.Eventually(t, "the upstream call aborted", func() bool { return mock.Stats().Aborted == 1 })
 	if st := g.Gate().Stats(); st.InFlight != 0 {
 		t.Fatalf("slot not released: %+v", st)
 	}
@@ -299,7 +300,7 @@ func TestDeadlineCancelsTheUpstreamCall(t *testing.T) {
 // TestStreamArrivesIncrementallyAndHoldsTheSlot: SSE chunks reach the caller
 // as the provider produces them, and the slot is held until the stream ends.
 func TestStreamArrivesIncrementallyAndHoldsTheSlot(t *testing.T) {
-	_, up := startMock(t, mockllm.Config{Slots: 1, Median: 800 * time.Millisecond})
+	_, up := testkit.StartMock(t, mockllm.Config{Slots: 1, Median: 800 * time.Millisecond})
 	g, gw := startGateway(t, baseConfig(up.URL))
 	start := time.Now()
 	resp := post(t, t.Context(), gw.URL, `{"model":"gpt-4o-mini","stream":true,"stream_options":{"include_usage":true},"max_tokens":20,"messages":[{"role":"user","content":"hi"}]}`, nil)
@@ -334,13 +335,13 @@ func TestStreamArrivesIncrementallyAndHoldsTheSlot(t *testing.T) {
 	if first > last/2 {
 		t.Fatalf("first chunk after %v, last after %v: the stream was buffered", first, last)
 	}
-	eventually(t, "the slot released after the stream", func() bool { return g.Gate().Stats().InFlight == 0 })
+	testkit.Eventually(t, "the slot released after the stream", func() bool { return g.Gate().Stats().InFlight == 0 })
 }
 
 // TestOpenAISDKThroughTheGateway: the official SDK works for plain and
 // streaming calls, and its own retries are seen as retries.
 func TestOpenAISDKThroughTheGateway(t *testing.T) {
-	_, up := startMock(t, mockllm.Config{Slots: 4, Median: 20 * time.Millisecond})
+	_, up := testkit.StartMock(t, mockllm.Config{Slots: 4, Median: 20 * time.Millisecond})
 	g, gw := startGateway(t, baseConfig(up.URL))
 	client := openai.NewClient(option.WithBaseURL(gw.URL+"/v1/"), option.WithAPIKey("sk-test"))
 	params := openai.ChatCompletionNewParams{
@@ -398,7 +399,7 @@ func TestOpenAISDKThroughTheGateway(t *testing.T) {
 // behind a 3 s estimated wait, is refused at once (queue_wait) instead of
 // being held until the SDK gives up on it.
 func TestSDKTimeoutIsTheDeadline(t *testing.T) {
-	_, up := startMock(t, mockllm.Config{Slots: 4, Median: 20 * time.Millisecond})
+	_, up := testkit.StartMock(t, mockllm.Config{Slots: 4, Median: 20 * time.Millisecond})
 	cfg := baseConfig(up.URL)
 	cfg.Admission = config.AdmissionConfig{Concurrency: 1, MaxQueue: new(16), InitialServiceTime: config.Duration(3 * time.Second)}
 	g, gw := startGateway(t, cfg)

@@ -12,6 +12,7 @@ import (
 
 	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/contract"
+	"github.com/sluicehq/sluice/internal/testkit"
 	"github.com/sluicehq/sluice/mockllm"
 )
 
@@ -50,7 +51,7 @@ func TestDefaultDeadlineDoesNotCutAStartedStream(t *testing.T) {
 		"X-Stainless-Timeout": {contract.HeaderStainlessTimeout: "1"},
 	} {
 		t.Run(name, func(t *testing.T) {
-			_, up := startMock(t, mockllm.Config{})
+			_, up := testkit.StartMock(t, mockllm.Config{})
 			g, gw, logs := startLoggedGateway(t, endingConfig(up.URL), Options{})
 			headers[mockllm.HeaderLatencyMs] = "1500"
 			start := time.Now()
@@ -74,7 +75,7 @@ func TestDefaultDeadlineDoesNotCutAStartedStream(t *testing.T) {
 // (the caller stops reading then; the provider stops generating and
 // billing when its connection closes), and the line says caller_deadline.
 func TestStatedDeadlineEndsAStream(t *testing.T) {
-	mock, up := startMock(t, mockllm.Config{AbortOnDisconnect: true})
+	mock, up := testkit.StartMock(t, mockllm.Config{AbortOnDisconnect: true})
 	g, gw, logs := startLoggedGateway(t, endingConfig(up.URL), Options{})
 	start := time.Now()
 	resp := post(t, t.Context(), gw.URL, streamBody, map[string]string{mockllm.HeaderLatencyMs: "3000", contract.HeaderTimeoutMs: "600"})
@@ -88,14 +89,14 @@ func TestStatedDeadlineEndsAStream(t *testing.T) {
 	if n := counter(t, g, "sluice_calls_ended_total", "caller_deadline"); n != 1 {
 		t.Errorf("sluice_calls_ended_total{outcome=caller_deadline} = %v, want 1", n)
 	}
-	eventually(t, "the provider's call aborted", func() bool { return mock.Stats().Aborted == 1 })
+	testkit.Eventually(t, "the provider's call aborted", func() bool { return mock.Stats().Aborted == 1 })
 }
 
 // TestMaxCallDurationEndsAnEndlessCall: limits.max_call_duration ends a
 // call whose caller stated no deadline — a stream mid-way, or an answer
 // not yet begun (a 504 naming the bound) — and the line says max_duration.
 func TestMaxCallDurationEndsAnEndlessCall(t *testing.T) {
-	_, up := startMock(t, mockllm.Config{AbortOnDisconnect: true})
+	_, up := testkit.StartMock(t, mockllm.Config{AbortOnDisconnect: true})
 	cfg := endingConfig(up.URL)
 	cfg.Limits.MaxCallDuration = config.Duration(500 * time.Millisecond)
 	g, gw, logs := startLoggedGateway(t, cfg, Options{})
@@ -119,14 +120,14 @@ func TestMaxCallDurationEndsAnEndlessCall(t *testing.T) {
 	if n := counter(t, g, "sluice_calls_ended_total", "max_duration"); n != 2 {
 		t.Errorf("sluice_calls_ended_total{outcome=max_duration} = %v, want 2", n)
 	}
-	eventually(t, "the slots released", func() bool { return g.Gate().Stats().InFlight == 0 })
+	testkit.Eventually(t, "the slots released", func() bool { return g.Gate().Stats().InFlight == 0 })
 }
 
 // TestProviderCutIsNamedAndLogged: a provider that breaks off its stream
 // is the provider's doing — provider_cut, not canceled — and its warning
 // carries the request id; no line of the gateway's lacks one.
 func TestProviderCutIsNamedAndLogged(t *testing.T) {
-	_, up := startMock(t, mockllm.Config{})
+	_, up := testkit.StartMock(t, mockllm.Config{})
 	g, gw, logs := startLoggedGateway(t, endingConfig(up.URL), Options{})
 	resp := post(t, t.Context(), gw.URL, streamBody, map[string]string{mockllm.HeaderFault: "cut", mockllm.HeaderLatencyMs: "200"})
 	done, _ := readStream(resp)
@@ -155,7 +156,7 @@ func TestProviderCutIsNamedAndLogged(t *testing.T) {
 // TestCallerLeavingMidStreamIsCallerLeft: a caller that hangs up mid-way
 // is logged and counted as caller_left.
 func TestCallerLeavingMidStreamIsCallerLeft(t *testing.T) {
-	mock, up := startMock(t, mockllm.Config{AbortOnDisconnect: true})
+	mock, up := testkit.StartMock(t, mockllm.Config{AbortOnDisconnect: true})
 	g, gw, logs := startLoggedGateway(t, endingConfig(up.URL), Options{})
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
@@ -175,5 +176,5 @@ func TestCallerLeavingMidStreamIsCallerLeft(t *testing.T) {
 	if n := counter(t, g, "sluice_calls_ended_total", "caller_left"); n != 1 {
 		t.Errorf("sluice_calls_ended_total{outcome=caller_left} = %v, want 1", n)
 	}
-	eventually(t, "the provider's call aborted", func() bool { return mock.Stats().Aborted == 1 })
+	testkit.Eventually(t, "the provider's call aborted", func() bool { return mock.Stats().Aborted == 1 })
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/sluicehq/sluice/chain"
 	"github.com/sluicehq/sluice/contract"
+	"github.com/sluicehq/sluice/internal/testkit"
 	"github.com/sluicehq/sluice/mockllm"
 	"github.com/sluicehq/sluice/retrybudget"
 	"github.com/sluicehq/sluice/spend"
@@ -97,7 +98,7 @@ func estimateGateway(t *testing.T, upstream string, sc *spend.Config) *served {
 // admit:true — and two hundred estimates leave the books, the budgets and
 // the refusal counts as they were.
 func TestEstimateSaysWhatTheRequestThenGets(t *testing.T) {
-	_, up := startMock(t, mockllm.Config{})
+	_, up := testkit.StartMock(t, mockllm.Config{})
 	c := callCost(t, up.URL)
 	const q = "model=gpt-4o&max_tokens=16"
 	for _, tc := range []struct {
@@ -188,7 +189,7 @@ func TestEstimateSaysWhatTheRequestThenGets(t *testing.T) {
 // estimate names the cheaper rung the request would be sent to, as the
 // request's X-Sluice-Model then does.
 func TestEstimateNamesTheDegradedModel(t *testing.T) {
-	_, up := startMock(t, mockllm.Config{})
+	_, up := testkit.StartMock(t, mockllm.Config{})
 	c := callCost(t, up.URL)
 	sc := testSpend()
 	sc.CeilingPerHour = 12 * c / 0.92
@@ -207,7 +208,7 @@ func TestEstimateNamesTheDegradedModel(t *testing.T) {
 // TestEstimateBadParameters: token counts are plain digits, and a class
 // the tenant may not use is the 403 the request would get.
 func TestEstimateBadParameters(t *testing.T) {
-	_, up := startMock(t, mockllm.Config{})
+	_, up := testkit.StartMock(t, mockllm.Config{})
 	cfg := baseConfig(up.URL)
 	cfg.Upstream.APIKeyEnv = "TEST_PROVIDER_KEY"
 	cfg.Tenants = []chain.TenantConfig{{Name: "acme", APIKeysSHA256: []string{HashKey("key-acme")},
@@ -253,7 +254,7 @@ func send(t *testing.T, url, body string, headers map[string]string, want int) {
 // for max_tokens=8 and the long ones' for max_tokens=512, not their
 // mixture for both.
 func TestEstimateByTheCallsShape(t *testing.T) {
-	_, up := startMock(t, mockllm.Config{Median: time.Millisecond, PerOutputToken: 100 * time.Microsecond})
+	_, up := testkit.StartMock(t, mockllm.Config{Median: time.Millisecond, PerOutputToken: 100 * time.Microsecond})
 	s := serve(t, baseConfig(up.URL))
 	key := map[string]string{"Authorization": "Bearer sk-caller"}
 	const perShape = 64 // the samples a shape needs to be estimated by its own (admission/shapes.go)

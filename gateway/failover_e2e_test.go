@@ -17,6 +17,7 @@ import (
 	"github.com/sluicehq/sluice/chain"
 	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/contract"
+	"github.com/sluicehq/sluice/internal/testkit"
 	"github.com/sluicehq/sluice/loadgen"
 	"github.com/sluicehq/sluice/mockllm"
 )
@@ -204,9 +205,9 @@ func TestPrimarySlowedGoodputIsBothDeployments(t *testing.T) {
 		warmup = time.Second
 	)
 	mcfg := mockllm.Config{Slots: 256, Median: median, Sigma: sigma, Seed: 1}
-	primaryMock, primary := startMock(t, mcfg)
+	primaryMock, primary := testkit.StartMock(t, mcfg)
 	mcfg.Seed = 2
-	_, secondary := startMock(t, mcfg)
+	_, secondary := testkit.StartMock(t, mcfg)
 	if err := primaryMock.SetSlowdown("*", slow); err != nil {
 		t.Fatal(err)
 	}
@@ -268,7 +269,7 @@ func TestPrimaryDownSecondaryServesAndProbeIsBounded(t *testing.T) {
 	primaryAddr := ln.Addr().String()
 	ln.Close()
 	mcfg := mockllm.Config{Slots: 64, Median: 20 * time.Millisecond, Sigma: 0.5, Seed: 3}
-	secondaryMock, secondary := startMock(t, mcfg)
+	secondaryMock, secondary := testkit.StartMock(t, mcfg)
 	var dials, refused atomic.Int64
 	tr := newTransport(64)
 	dial := tr.DialContext
@@ -370,7 +371,7 @@ func TestDegradeUnderLoadKeepsBatchAndInteractive(t *testing.T) {
 		sigma  = 0.5
 		slots  = 8
 	)
-	_, mock := startMock(t, mockllm.Config{Slots: 256, Median: median, Sigma: sigma, Seed: 5})
+	_, mock := testkit.StartMock(t, mockllm.Config{Slots: 256, Median: median, Sigma: sigma, Seed: 5})
 	bigCap := slots / meanService(median, sigma, 1.5)
 	cfg := func(degrade bool) config.Config {
 		c := config.Config{Upstreams: []config.DeploymentConfig{{Name: "mock", URL: mock.URL, Concurrency: slots,
@@ -461,9 +462,9 @@ func newEastWest(t *testing.T) *eastWest {
 	t.Helper()
 	mcfg := mockllm.Config{Slots: 256, Median: eastWestMedian, Sigma: eastWestSigma, Seed: 21}
 	var ew eastWest
-	ew.east, ew.eastSrv = startMock(t, mcfg)
+	ew.east, ew.eastSrv = testkit.StartMock(t, mcfg)
 	mcfg.Seed = 22
-	ew.west, ew.westSrv = startMock(t, mcfg)
+	ew.west, ew.westSrv = testkit.StartMock(t, mcfg)
 	g, gw := gatewayWith(t, config.Config{Upstreams: []config.DeploymentConfig{
 		{Name: "east", URL: ew.eastSrv.URL, Concurrency: eastWestSlots, Models: []config.ModelConfig{{Name: "gpt-4o-mini"}}},
 		{Name: "west", URL: ew.westSrv.URL, Concurrency: eastWestSlots, Models: []config.ModelConfig{{Name: "gpt-4o-mini"}}},

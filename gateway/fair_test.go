@@ -9,6 +9,7 @@ import (
 	"github.com/sluicehq/sluice/admission"
 	"github.com/sluicehq/sluice/chain"
 	"github.com/sluicehq/sluice/contract"
+	"github.com/sluicehq/sluice/internal/testkit"
 )
 
 // TestTenantCapEndToEnd: over real HTTP, a tenant at its max_concurrency
@@ -47,7 +48,7 @@ func TestTenantCapEndToEnd(t *testing.T) {
 	a1 := send("sk-a")
 	<-arrived // a holds its one slot
 	a2 := send("sk-a")
-	eventually(t, "a's second call queued", func() bool { return g.Gate().Stats().Queued == 1 })
+	testkit.Eventually(t, "a's second call queued", func() bool { return g.Gate().Stats().Queued == 1 })
 	if st := g.Gate().Stats(); st.InFlight != 1 {
 		t.Fatalf("in flight %d with a's second queued, want 1: a is at its cap with 3 slots free", st.InFlight)
 	}

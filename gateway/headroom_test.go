@@ -14,6 +14,7 @@ import (
 	"github.com/sluicehq/sluice/chain"
 	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/contract"
+	"github.com/sluicehq/sluice/internal/testkit"
 	"github.com/sluicehq/sluice/mockllm"
 )
 
@@ -25,7 +26,7 @@ import (
 // headers (about the key every tenant shares) never reach the caller. The
 // official SDK reads the headers as they are.
 func TestHeadroomHeadersReachZeroBeforeTheRefusal(t *testing.T) {
-	_, up := startMock(t, mockllm.Config{Slots: 8, Mode: mockllm.Mode429}) // sends its own x-ratelimit-*
+	_, up := testkit.StartMock(t, mockllm.Config{Slots: 8, Mode: mockllm.Mode429}) // sends its own x-ratelimit-*
 	cfg := baseConfig(up.URL)
 	cfg.Upstream.APIKeyEnv = "TEST_PROVIDER_KEY"
 	cfg.Admission = config.AdmissionConfig{Concurrency: 4, MaxQueue: new(0), InitialServiceTime: config.Duration(100 * time.Millisecond)}

@@ -16,23 +16,8 @@ import (
 
 	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/contract"
-	"github.com/sluicehq/sluice/mockllm"
+	"github.com/sluicehq/sluice/internal/testkit"
 )
-
-// startMock runs the real mock provider on loopback.
-func startMock(t *testing.T, cfg mockllm.Config) (*mockllm.Server, *httptest.Server) {
-	t.Helper()
-	m, err := mockllm.New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewServer(m)
-	t.Cleanup(func() {
-		m.Close()
-		srv.Close()
-	})
-	return m, srv
-}
 
 // startGateway runs a gateway on loopback in front of upstream.
 func startGateway(t *testing.T, cfg config.Config) (*Gateway, *httptest.Server) {
@@ -137,20 +122,6 @@ func decodeError(t *testing.T, b []byte) contract.ErrorDetail {
 	return e.Error
 }
 
-// eventually waits for cond, polling: for conditions that another process
-// (the provider, over real HTTP) makes true at a moment the test cannot
-// observe directly.
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
 func counter(t *testing.T, g *Gateway, name string, labels ...string) float64 {
 	t.Helper()
 	switch name {
@@ -186,11 +157,12 @@ func decodeJSON(t *testing.T, resp *http.Response, v any) {
 func testutilValue(c prometheus.Collector) float64 { return testutil.ToFloat64(c) }
 
 // measuresThroughput skips a test that checks a throughput or latency
-// floor over real HTTP under the race detector (see raceBuild); .ci/run
-// runs it without.
+// floor over real HTTP under the race detector: it would measure the
+// detector instead (and, in the race run of every package at once, the
+// other packages' tests beside it). .ci/run runs it without.
 func measuresThroughput(t *testing.T) {
 	t.Helper()
-	if raceBuild {
+	if testkit.Race {
 		t.Skip("measures throughput over real HTTP: run without -race (.ci/run)")
 	}
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/contract"
 	"github.com/sluicehq/sluice/gateway/idempotency"
+	"github.com/sluicehq/sluice/internal/testkit"
 	"github.com/sluicehq/sluice/mockllm"
 	"github.com/sluicehq/sluice/retrybudget"
 )
@@ -73,7 +74,7 @@ func replays(t *testing.T, g *Gateway, how string) float64 {
 // by a queue of 16).
 func TestIdempotencyConcurrentDuplicates(t *testing.T) {
 	t.Cleanup(func() { goleak.VerifyNone(t, goleak.IgnoreCurrent()) }) // registered first: runs last
-	mock, up := startMock(t, mockllm.Config{Median: 300 * time.Millisecond})
+	mock, up := testkit.StartMock(t, mockllm.Config{Median: 300 * time.Millisecond})
 	g, gw := startGateway(t, baseConfig(up.URL))
 	client := idemClient(t)
 
@@ -122,7 +123,7 @@ func TestIdempotencyConcurrentDuplicates(t *testing.T) {
 // the stored answer; a request without a key, or with another key, is a
 // call of its own.
 func TestIdempotencyStoredAnswer(t *testing.T) {
-	mock, up := startMock(t, mockllm.Config{})
+	mock, up := testkit.StartMock(t, mockllm.Config{})
 	g, gw := startGateway(t, baseConfig(up.URL))
 	client := idemClient(t)
 	key := map[string]string{contract.HeaderIdempotencyKey: "k-1"}
@@ -151,7 +152,7 @@ func TestIdempotencyStoredAnswer(t *testing.T) {
 // TestIdempotencyKeyReusedForAnotherRequest: the same key with another
 // body, or on another path, is a 422 naming the header, not a replay.
 func TestIdempotencyKeyReusedForAnotherRequest(t *testing.T) {
-	mock, up := startMock(t, mockllm.Config{})
+	mock, up := testkit.StartMock(t, mockllm.Config{})
 	_, gw := startGateway(t, baseConfig(up.URL))
 	client := idemClient(t)
 	key := map[string]string{contract.HeaderIdempotencyKey: "k-1"}
@@ -174,7 +175,7 @@ func TestIdempotencyKeyReusedForAnotherRequest(t *testing.T) {
 // TestIdempotencyKeysArePerTenant: tenant B's request with tenant A's key
 // is B's own call, with B's own answer.
 func TestIdempotencyKeysArePerTenant(t *testing.T) {
-	mock, up := startMock(t, mockllm.Config{})
+	mock, up := testkit.StartMock(t, mockllm.Config{})
 	cfg := baseConfig(up.URL)
 	cfg.Upstream.APIKeyEnv = "TEST_PROVIDER_KEY"
 	cfg.Tenants = []chain.TenantConfig{
@@ -199,7 +200,7 @@ func TestIdempotencyKeysArePerTenant(t *testing.T) {
 // leaves nothing behind: the retry with the same key is admitted and makes
 // the call, whose answer is then the one replayed.
 func TestIdempotencyRefusalIsNotStored(t *testing.T) {
-	mock, up := startMock(t, mockllm.Config{})
+	mock, up := testkit.StartMock(t, mockllm.Config{})
 	cfg := baseConfig(up.URL)
 	cfg.Admission = config.AdmissionConfig{Concurrency: 1, MaxQueue: new(0)}
 	_, gw := startGateway(t, cfg)
@@ -211,7 +212,7 @@ func TestIdempotencyRefusalIsNotStored(t *testing.T) {
 		defer close(held)
 		idemPost(t, client, gw.URL, chatBody, map[string]string{mockllm.HeaderLatencyMs: "1000"})
 	}()
-	eventually(t, "the slot taken", func() bool { return mock.Stats().InService == 1 })
+	testkit.Eventually(t, "the slot taken", func() bool { return mock.Stats().InService == 1 })
 	r, b := idemPost(t, client, gw.URL, chatBody, key)
 	if r.StatusCode != http.StatusServiceUnavailable && r.StatusCode != http.StatusTooManyRequests {
 		t.Fatalf("status %d, want a refusal: %s", r.StatusCode, b)
@@ -233,7 +234,7 @@ func TestIdempotencyRefusalIsNotStored(t *testing.T) {
 // TestIdempotencyProviderErrorIsNotStored: a provider 500 is delivered but
 // not kept; the next request with the key makes the call again.
 func TestIdempotencyProviderErrorIsNotStored(t *testing.T) {
-	mock, up := startMock(t, mockllm.Config{})
+	mock, up := testkit.StartMock(t, mockllm.Config{})
 	cfg := baseConfig(up.URL)
 	cfg.Retries.UpstreamAttempts = 1
 	// The second request is a retry of the failed one (seen.go): a budget
@@ -258,7 +259,7 @@ func TestIdempotencyProviderErrorIsNotStored(t *testing.T) {
 // TestIdempotencyWaiterDeadline: a duplicate waits for the call in flight
 // no longer than its own deadline.
 func TestIdempotencyWaiterDeadline(t *testing.T) {
-	mock, up := startMock(t, mockllm.Config{})
+	mock, up := testkit.StartMock(t, mockllm.Config{})
 	_, gw := startGateway(t, baseConfig(up.URL))
 	client := idemClient(t)
 	done := make(chan []byte)
@@ -266,7 +267,7 @@ func TestIdempotencyWaiterDeadline(t *testing.T) {
 		_, b := idemPost(t, client, gw.URL, chatBody, map[string]string{contract.HeaderIdempotencyKey: "k-1", mockllm.HeaderLatencyMs: "1000"})
 		done <- b
 	}()
-	eventually(t, "the first call in service", func() bool { return mock.Stats().InService == 1 })
+	testkit.Eventually(t, "the first call in service", func() bool { return mock.Stats().InService == 1 })
 	r, b := idemPost(t, client, gw.URL, chatBody, map[string]string{contract.HeaderIdempotencyKey: "k-1", contract.HeaderTimeoutMs: "50"})
 	if r.StatusCode != http.StatusGatewayTimeout {
 		t.Fatalf("status %d, want 504: %s", r.StatusCode, b)
@@ -281,7 +282,7 @@ func TestIdempotencyWaiterDeadline(t *testing.T) {
 // TestIdempotencyStream: a duplicate of a stream in flight is refused with
 // 409 and Retry-After; once the stream has ended, its bytes are replayed.
 func TestIdempotencyStream(t *testing.T) {
-	mock, up := startMock(t, mockllm.Config{})
+	mock, up := testkit.StartMock(t, mockllm.Config{})
 	_, gw := startGateway(t, baseConfig(up.URL))
 	client := idemClient(t)
 	stream := `{"model":"gpt-4o-mini","stream":true,"messages":[{"role":"user","content":"hi"}],"max_tokens":8}`
@@ -321,7 +322,7 @@ func TestIdempotencyStream(t *testing.T) {
 // key makes a new call); an answer over max_entry_bytes is delivered but
 // not kept, and a duplicate gets 409 with Retry-After, not a second call.
 func TestIdempotencyBounds(t *testing.T) {
-	mock, up := startMock(t, mockllm.Config{})
+	mock, up := testkit.StartMock(t, mockllm.Config{})
 	cfg := baseConfig(up.URL)
 	cfg.Idempotency = idempotency.Config{MaxEntries: 1}
 	g, gw := startGateway(t, cfg)
@@ -336,7 +337,7 @@ func TestIdempotencyBounds(t *testing.T) {
 		t.Errorf("stored = %d, want 1", n)
 	}
 
-	mock, up = startMock(t, mockllm.Config{})
+	mock, up = testkit.StartMock(t, mockllm.Config{})
 	cfg = baseConfig(up.URL)
 	cfg.Idempotency = idempotency.Config{MaxEntryBytes: 64}
 	_, gw = startGateway(t, cfg)
@@ -357,7 +358,7 @@ func TestIdempotencyBounds(t *testing.T) {
 // TestIdempotencyKeyMalformed: a bad key is a 400 naming the header, and
 // nothing is forwarded.
 func TestIdempotencyKeyMalformed(t *testing.T) {
-	mock, up := startMock(t, mockllm.Config{})
+	mock, up := testkit.StartMock(t, mockllm.Config{})
 	_, gw := startGateway(t, baseConfig(up.URL))
 	client := idemClient(t)
 	for name, h := range map[string]http.Header{
@@ -419,7 +420,7 @@ func TestIdempotencyConfigErrors(t *testing.T) {
 // bills, once. Without a key, the same disconnect cancels the call
 // (TestDisconnectCancelsTheUpstreamCall).
 func TestIdempotencyRetryAfterClientTimeout(t *testing.T) {
-	mock, up := startMock(t, mockllm.Config{})
+	mock, up := testkit.StartMock(t, mockllm.Config{})
 	g, gw := startGateway(t, baseConfig(up.URL))
 	client := idemClient(t)
 
@@ -435,7 +436,7 @@ func TestIdempotencyRetryAfterClientTimeout(t *testing.T) {
 		}
 		errc <- err
 	}()
-	eventually(t, "the first call in service", func() bool { return mock.Stats().InService == 1 })
+	testkit.Eventually(t, "the first call in service", func() bool { return mock.Stats().InService == 1 })
 	cancel() // the client's own timeout
 	if err := <-errc; err == nil {
 		t.Fatal("the first attempt was not cut off")
@@ -456,7 +457,7 @@ func TestIdempotencyRetryAfterClientTimeout(t *testing.T) {
 // after its first bytes; the stream is read to its end for the store, and
 // the retry gets all of it from one upstream call.
 func TestIdempotencyStreamLeftMidway(t *testing.T) {
-	mock, up := startMock(t, mockllm.Config{})
+	mock, up := testkit.StartMock(t, mockllm.Config{})
 	g, gw := startGateway(t, baseConfig(up.URL))
 	client := idemClient(t)
 	stream := `{"model":"gpt-4o-mini","stream":true,"messages":[{"role":"user","content":"hi"}],"max_tokens":8}`
@@ -474,7 +475,7 @@ func TestIdempotencyStreamLeftMidway(t *testing.T) {
 	}
 	cancel()
 	resp.Body.Close()
-	eventually(t, "the stream stored", func() bool { n, _ := g.idem.Len(); return n == 1 })
+	testkit.Eventually(t, "the stream stored", func() bool { n, _ := g.idem.Len(); return n == 1 })
 	r, b := idemPost(t, client, gw.URL, stream, map[string]string{contract.HeaderIdempotencyKey: "s-1"})
 	if r.StatusCode != 200 || !bytes.Contains(b, []byte("data: [DONE]")) {
 		t.Fatalf("the retry: status %d %q, want the whole stream", r.StatusCode, b)

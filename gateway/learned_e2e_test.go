@@ -13,6 +13,7 @@ import (
 	"github.com/openai/openai-go/v3/option"
 
 	"github.com/sluicehq/sluice/config"
+	"github.com/sluicehq/sluice/internal/testkit"
 	"github.com/sluicehq/sluice/mockllm"
 )
 
@@ -47,10 +48,10 @@ func runLearned(t *testing.T, mcfg mockllm.Config, d time.Duration, told int) *l
 // mock's URL.
 func runGateway(t *testing.T, mcfg mockllm.Config, d time.Duration, cfg func(up string) config.Config) *learnedRun {
 	t.Helper()
-	if testing.Short() || raceBuild {
+	if testing.Short() || testkit.Race {
 		t.Skip("measures throughput over real HTTP for half a minute: run without -race and -short (.ci/run)")
 	}
-	mock, up := startMock(t, mcfg)
+	mock, up := testkit.StartMock(t, mcfg)
 	g, gw := startGateway(t, cfg(up.URL))
 	client := openai.NewClient(option.WithBaseURL(gw.URL+"/v1/"), option.WithAPIKey("sk-test"), option.WithMaxRetries(0))
 	params := openai.ChatCompletionNewParams{

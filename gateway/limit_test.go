@@ -10,6 +10,7 @@ import (
 
 	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/contract"
+	"github.com/sluicehq/sluice/internal/testkit"
 	"github.com/sluicehq/sluice/mockllm"
 )
 
@@ -122,7 +123,7 @@ func TestAIMDDecisions(t *testing.T) {
 // serving and the refused call) rather than halving it blindly, and no
 // lower than half of 8 after the interval's first decrease.
 func TestAIMDCountsTheCallsAtTheProvider(t *testing.T) {
-	mock, up := startMock(t, mockllm.Config{Slots: 2, Mode: mockllm.Mode429, Median: 300 * time.Millisecond, ResetRate: 0.2, Seed: 1})
+	mock, up := testkit.StartMock(t, mockllm.Config{Slots: 2, Mode: mockllm.Mode429, Median: 300 * time.Millisecond, ResetRate: 0.2, Seed: 1})
 	cfg := baseConfig(up.URL)
 	cfg.Admission = config.AdmissionConfig{Concurrency: 8, MaxQueue: new(32)}
 	cfg.UpstreamLimit = config.UpstreamLimitConfig{Interval: config.Duration(time.Hour)} // no climb back during the test
@@ -184,7 +185,7 @@ func TestAIMDRecoversWithoutAnswers(t *testing.T) {
 // storm lowered an hour ago, and which has had no traffic since, estimates
 // and admits the next request against the configured concurrency.
 func TestAdaptiveLimitRecoversWhenIdle(t *testing.T) {
-	_, up := startMock(t, mockllm.Config{})
+	_, up := testkit.StartMock(t, mockllm.Config{})
 	cfg := baseConfig(up.URL)
 	cfg.Admission = config.AdmissionConfig{Concurrency: 16, MaxQueue: new(16)}
 	cfg.UpstreamLimit = config.UpstreamLimitConfig{Interval: config.Duration(time.Second)}
@@ -223,7 +224,7 @@ func TestAdaptiveLimitRecoversWhenIdle(t *testing.T) {
 			resp.Body.Close()
 		}
 	}()
-	eventually(t, "the call in flight", func() bool { return g.Gate().Stats().InFlight == 1 })
+	testkit.Eventually(t, "the call in flight", func() bool { return g.Gate().Stats().InFlight == 1 })
 	c := g.Gate().Stats().Concurrency
 	cancel()
 	<-done
@@ -252,7 +253,7 @@ func TestProviderHeadersPaceBeforeThe429(t *testing.T) {
 		{"openai tokens", "/v1/chat/completions", openAIBody, mockllm.ModelSpec{TPM: 30}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			mock, up := startMock(t, mockllm.Config{Models: map[string]mockllm.ModelSpec{"m": tc.limit}})
+			mock, up := testkit.StartMock(t, mockllm.Config{Models: map[string]mockllm.ModelSpec{"m": tc.limit}})
 			cfg := baseConfig(up.URL)
 			cfg.Admission = config.AdmissionConfig{Concurrency: 8, MaxQueue: new(16)}
 			cfg.UpstreamLimit = config.UpstreamLimitConfig{Interval: config.Duration(time.Hour)} // no climb back during the test

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/contract"
+	"github.com/sluicehq/sluice/internal/testkit"
 	"github.com/sluicehq/sluice/mockllm"
 )
 
@@ -81,7 +82,7 @@ func warmUp(t *testing.T, url string, n int) {
 func TestObserveModeForwardsABurstAndCountsWhatItWouldRefuse(t *testing.T) {
 	const n = 80
 	// The same burst, enforced, by a gateway and a provider of their own.
-	_, eup := startMock(t, mockllm.Config{Slots: 4, Median: 200 * time.Millisecond})
+	_, eup := testkit.StartMock(t, mockllm.Config{Slots: 4, Median: 200 * time.Millisecond})
 	e := startReloadable(t, observeYAML(eup.URL, ""))
 	warmUp(t, e.api, 8)
 	statuses, reasons := burst(t, e.api, n)
@@ -91,7 +92,7 @@ func TestObserveModeForwardsABurstAndCountsWhatItWouldRefuse(t *testing.T) {
 	}
 	t.Logf("enforce mode: %v %v", statuses, reasons)
 
-	mock, up := startMock(t, mockllm.Config{Slots: 4, Median: 200 * time.Millisecond})
+	mock, up := testkit.StartMock(t, mockllm.Config{Slots: 4, Median: 200 * time.Millisecond})
 	r := startReloadable(t, observeYAML(up.URL, "observe"))
 	warmUp(t, r.api, 8)
 	before := mock.Stats().Received
@@ -113,7 +114,7 @@ func TestObserveModeForwardsABurstAndCountsWhatItWouldRefuse(t *testing.T) {
 	// How many of a burst over real HTTP are refused depends on how
 	// closely its calls arrive, which the race detector spreads out: the
 	// figure is checked without it (.ci/run runs this test again so).
-	if diff := wouldRefuse - refused; !raceBuild && (diff > n/10 || diff < -n/10) {
+	if diff := wouldRefuse - refused; !testkit.Race && (diff > n/10 || diff < -n/10) {
 		t.Errorf("observe mode would refuse %d, enforce mode refused %d: more than %d apart", wouldRefuse, refused, n/10)
 	}
 	if counted := metricSum(t, r, "sluice_would_refuse_total"); int(counted) != wouldRefuse {
@@ -132,7 +133,7 @@ func TestObserveModeForwardsABurstAndCountsWhatItWouldRefuse(t *testing.T) {
 		t.Errorf("spend booked %+v, want every one of the %d calls", st.Spend, n+8)
 	}
 
-	eventually(t, "every slot of the observed burst given back", func() bool { return r.g.State().InFlight == 0 })
+	testkit.Eventually(t, "every slot of the observed burst given back", func() bool { return r.g.State().InFlight == 0 })
 	if m := r.g.State().Enforcement; m != "observe" {
 		t.Errorf("state says enforcement %q, want observe", m)
 	}

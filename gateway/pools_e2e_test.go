@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/config"
+	"github.com/sluicehq/sluice/internal/testkit"
 	"github.com/sluicehq/sluice/loadgen"
 	"github.com/sluicehq/sluice/mockllm"
 )
@@ -68,7 +69,7 @@ func TestTwoModelsSlowOneKeepsTheFastModelsGoodputAndP99(t *testing.T) {
 	class := loadgen.Class{Name: "interactive", Weight: 1, Deadline: 5 * time.Second}
 	type halves struct{ before, after *loadgen.Report }
 	run := func(t *testing.T, pools bool) halves {
-		m, mock := startMock(t, mockllm.Config{Slots: 0, Median: median, Sigma: 0, Seed: 1})
+		m, mock := testkit.StartMock(t, mockllm.Config{Slots: 0, Median: median, Sigma: 0, Seed: 1})
 		_, gw := startGateway(t, twoModelsConfig(mock.URL, pools))
 		ctx, stopSlow := context.WithCancel(t.Context())
 		slowDone := make(chan struct{})
@@ -146,7 +147,7 @@ func runTokensPerMinute(t *testing.T, cfg func(url string) config.Config) tpmRun
 		window    = 12 * time.Second
 		leftover  = 50
 	)
-	m, mock := startMock(t, mockllm.Config{Slots: 0, Median: 10 * time.Millisecond, Seed: 1,
+	m, mock := testkit.StartMock(t, mockllm.Config{Slots: 0, Median: 10 * time.Millisecond, Seed: 1,
 		Models: map[string]mockllm.ModelSpec{tpmModel: {LatencyFactor: 1, TPM: tpm}}})
 	_, gw := startGateway(t, cfg(mock.URL))
 	warm := fmt.Sprintf(`{"model":%q,"max_tokens":%d,"messages":[{"role":"user","content":"warm up"}]}`, tpmModel, tpm-2-leftover)

@@ -22,6 +22,7 @@ import (
 
 	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/contract"
+	"github.com/sluicehq/sluice/internal/testkit"
 	"github.com/sluicehq/sluice/mockllm"
 )
 
@@ -57,9 +58,9 @@ func chatTo(t *testing.T, url, model string) (*openai.ChatCompletion, *http.Resp
 // naming it, in the caller's API shape; Anthropic's API reaches only the
 // Anthropic deployment, with the key in x-api-key.
 func TestUpstreamsRouteNameAndRefuseUnknownModels(t *testing.T) {
-	eastMock, east := startMock(t, mockllm.Config{Slots: 4, Median: 5 * time.Millisecond})
-	westMock, west := startMock(t, mockllm.Config{Slots: 4, Median: 5 * time.Millisecond})
-	_, claude := startMock(t, mockllm.Config{Slots: 4, Median: 5 * time.Millisecond})
+	eastMock, east := testkit.StartMock(t, mockllm.Config{Slots: 4, Median: 5 * time.Millisecond})
+	westMock, west := testkit.StartMock(t, mockllm.Config{Slots: 4, Median: 5 * time.Millisecond})
+	_, claude := testkit.StartMock(t, mockllm.Config{Slots: 4, Median: 5 * time.Millisecond})
 	g, gw := startGateway(t, upstreamsConfig(east.URL, west.URL, claude.URL))
 
 	_, resp, err := chatTo(t, gw.URL, "gpt-4o-mini")
@@ -135,8 +136,8 @@ func TestUpstreamsFailoverAndProbe(t *testing.T) {
 	eastAddr := ln.Addr().String()
 	ln.Close() // east is down: connections refused
 	var refused atomic.Int64
-	westMock, west := startMock(t, mockllm.Config{Slots: 4, Median: 5 * time.Millisecond})
-	_, claude := startMock(t, mockllm.Config{Slots: 4})
+	westMock, west := testkit.StartMock(t, mockllm.Config{Slots: 4, Median: 5 * time.Millisecond})
+	_, claude := testkit.StartMock(t, mockllm.Config{Slots: 4})
 	tr := newTransport(16)
 	dial := tr.DialContext
 	tr.DialContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
@@ -198,7 +199,7 @@ func TestUpstreamsFailoverAndProbe(t *testing.T) {
 	eastSrv.Listener = ln
 	eastSrv.Start()
 	t.Cleanup(func() { eastMock.Close(); eastSrv.Close() })
-	eventually(t, "east back after a probe", func() bool {
+	testkit.Eventually(t, "east back after a probe", func() bool {
 		_, resp, err := chatTo(t, gw.URL, "gpt-4o-mini")
 		return err == nil && resp.Header.Get(contract.HeaderUpstream) == "east"
 	})
@@ -206,7 +207,7 @@ func TestUpstreamsFailoverAndProbe(t *testing.T) {
 
 // X-Sluice-Degrade takes only "allow".
 func TestDegradeHeaderValue(t *testing.T) {
-	_, east := startMock(t, mockllm.Config{Slots: 4})
+	_, east := testkit.StartMock(t, mockllm.Config{Slots: 4})
 	_, gw := startGateway(t, upstreamsConfig(east.URL, east.URL, east.URL))
 	resp := post(t, t.Context(), gw.URL, chatBody, map[string]string{contract.HeaderDegrade: "yes"})
 	b := readAll(t, resp)
@@ -218,8 +219,8 @@ func TestDegradeHeaderValue(t *testing.T) {
 // The estimate endpoint answers for the pool the call would go to: the
 // deployment, and a 404 naming a model no deployment serves.
 func TestEstimateNamesTheDeployment(t *testing.T) {
-	_, east := startMock(t, mockllm.Config{Slots: 4})
-	_, west := startMock(t, mockllm.Config{Slots: 4})
+	_, east := testkit.StartMock(t, mockllm.Config{Slots: 4})
+	_, west := testkit.StartMock(t, mockllm.Config{Slots: 4})
 	_, gw := startGateway(t, upstreamsConfig(east.URL, west.URL, east.URL))
 	get := func(q string) (*http.Response, contract.Estimate) {
 		t.Helper()
@@ -248,7 +249,7 @@ func TestEstimateNamesTheDeployment(t *testing.T) {
 // limit of 600 tokens a minute and calls of about 110, the seventh call
 // waits for its tokens instead of drawing the provider's 429.
 func TestPoolLearnsTheTokenLimitFromTheHeaders(t *testing.T) {
-	m, up := startMock(t, mockllm.Config{Slots: 8, Models: map[string]mockllm.ModelSpec{"gpt-4o-mini": {TPM: 600}}})
+	m, up := testkit.StartMock(t, mockllm.Config{Slots: 8, Models: map[string]mockllm.ModelSpec{"gpt-4o-mini": {TPM: 600}}})
 	g, gw := startGateway(t, config.Config{Upstreams: []config.DeploymentConfig{{Name: "east", URL: up.URL, Concurrency: 4, Models: []config.ModelConfig{{Name: "gpt-4o-mini"}}}}})
 	if st := g.State(); st.Pools[0].Tokens != nil {
 		t.Fatalf("a bucket before any answer: %v", *st.Pools[0].Tokens)
@@ -285,7 +286,7 @@ func TestPoolLearnsTheTokenLimitFromTheHeaders(t *testing.T) {
 // keeps its slots; one that changes the deployments is refused, naming the
 // field, with nothing changed.
 func TestReloadReachesEveryPool(t *testing.T) {
-	_, up := startMock(t, mockllm.Config{Slots: 4})
+	_, up := testkit.StartMock(t, mockllm.Config{Slots: 4})
 	cfg := upstreamsConfig(up.URL, up.URL, up.URL)
 	next := cfg
 	opts := testOptions()
@@ -315,8 +316,8 @@ func TestReloadReachesEveryPool(t *testing.T) {
 // A passed-through call that names no model (GET /v1/models) goes to the
 // first deployment of its API.
 func TestUpstreamsPassThroughWithoutAModel(t *testing.T) {
-	_, east := startMock(t, mockllm.Config{Slots: 4})
-	_, west := startMock(t, mockllm.Config{Slots: 4})
+	_, east := testkit.StartMock(t, mockllm.Config{Slots: 4})
+	_, west := testkit.StartMock(t, mockllm.Config{Slots: 4})
 	cfg := upstreamsConfig(east.URL, west.URL, west.URL)
 	cfg.Passthrough = []config.PassthroughConfig{{Path: "/v1/models", Methods: []string{http.MethodGet}}}
 	_, gw := startGateway(t, cfg)

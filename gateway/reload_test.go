@@ -21,6 +21,7 @@ import (
 
 	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/contract"
+	"github.com/sluicehq/sluice/internal/testkit"
 	"github.com/sluicehq/sluice/mockllm"
 )
 
@@ -147,7 +148,7 @@ func reloads(r *reloadable, result string) float64 {
 // works, the new one does not); a good config then applies, and each
 // outcome is counted and logged without keys.
 func TestReloadRefusesABadConfigAndKeepsTheRunningOne(t *testing.T) {
-	_, up := startMock(t, mockllm.Config{})
+	_, up := testkit.StartMock(t, mockllm.Config{})
 	r := startReloadable(t, reloadYAML(up.URL, nil))
 	if got := r.status(t, "key-acme"); got != 200 {
 		t.Fatalf("acme before any reload: %d", got)
@@ -256,7 +257,7 @@ func TestReloadRefusesABadConfigAndKeepsTheRunningOne(t *testing.T) {
 // TestReloadWithoutASource: a gateway started without a config file has
 // nothing to re-read, and says so.
 func TestReloadWithoutASource(t *testing.T) {
-	_, up := startMock(t, mockllm.Config{})
+	_, up := testkit.StartMock(t, mockllm.Config{})
 	g, _ := startGateway(t, baseConfig(up.URL))
 	admin := httptest.NewServer(g.AdminHandler())
 	defer admin.Close()
@@ -387,7 +388,7 @@ func TestReloadDuringAStorm(t *testing.T) {
 		requests = 320
 		nReloads = 5
 	)
-	_, up := startMock(t, mockllm.Config{Slots: 16, Median: service})
+	_, up := testkit.StartMock(t, mockllm.Config{Slots: 16, Median: service})
 	policies := []string{
 		reloadYAML(up.URL, nil),
 		reloadYAML(up.URL, map[string]string{"concurrency": "5", "max_queue": "2", "acme_tier": "high", "beta_weight": "2",
@@ -441,7 +442,7 @@ func TestReloadDuringAStorm(t *testing.T) {
 	busy := 0
 	for i := 1; i <= nReloads; i++ {
 		// Reload at evenly spaced points of the storm.
-		eventually(t, "the storm's progress", func() bool { return answered.Load() >= int64(i*requests/(nReloads+2)) })
+		testkit.Eventually(t, "the storm's progress", func() bool { return answered.Load() >= int64(i*requests/(nReloads+2)) })
 		before := r.state(t)
 		balanceBefore := metricValue(t, r, "sluice_retry_budget_tokens")
 		r.write(t, policies[i%2])

@@ -8,6 +8,7 @@ import (
 
 	"github.com/sluicehq/sluice/contract"
 	"github.com/sluicehq/sluice/gateway/wire"
+	"github.com/sluicehq/sluice/internal/testkit"
 	"github.com/sluicehq/sluice/mockllm"
 )
 
@@ -50,7 +51,7 @@ var apiShapes = []struct {
 // {"model":…,"MODEL":…} is admitted and priced as the last one while the
 // provider runs the first.
 func TestDuplicateTopLevelKeysAreRefused(t *testing.T) {
-	mock, up := startMock(t, mockllm.Config{})
+	mock, up := testkit.StartMock(t, mockllm.Config{})
 	g, gw := startGateway(t, baseConfig(up.URL))
 	received := int64(0)
 	for _, shape := range apiShapes {
@@ -170,7 +171,7 @@ func TestRewriteModelKeepsTheBody(t *testing.T) {
 // bytes in the error, which says how long it was; the timeout and attempt
 // headers take plain digits only.
 func TestHeaderValuesAreNotEchoedWhole(t *testing.T) {
-	_, up := startMock(t, mockllm.Config{})
+	_, up := testkit.StartMock(t, mockllm.Config{})
 	_, gw := startGateway(t, baseConfig(up.URL))
 	long := strings.Repeat("p", 10<<10)
 	for _, tc := range []struct{ header, value, want string }{

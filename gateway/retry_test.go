@@ -19,6 +19,7 @@ import (
 	"github.com/sluicehq/sluice/client"
 	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/contract"
+	"github.com/sluicehq/sluice/internal/testkit"
 	"github.com/sluicehq/sluice/mockllm"
 	"github.com/sluicehq/sluice/retrybudget"
 )
@@ -27,7 +28,7 @@ import (
 // get 429 retry_budget, with a Retry-After equal to the time until a token
 // accrues; first attempts are never held back by it.
 func TestRetryBudgetRefusesRetriesWith429(t *testing.T) {
-	mock, up := startMock(t, mockllm.Config{})
+	mock, up := testkit.StartMock(t, mockllm.Config{})
 	cfg := baseConfig(up.URL)
 	// One token per 10 first attempts; time alone adds one every 20s.
 	cfg.Retries.PerTenant = retrybudget.Config{Ratio: 0.1, MinPerSecond: 0.05, MaxTokens: 5}
@@ -78,7 +79,7 @@ func TestRetryBudgetRefusesRetriesWith429(t *testing.T) {
 // provider's Retry-After.
 func TestGatewayRetriesTheProvider(t *testing.T) {
 	t.Run("errors", func(t *testing.T) {
-		mock, up := startMock(t, mockllm.Config{ErrorRate: 0.5, Seed: 7})
+		mock, up := testkit.StartMock(t, mockllm.Config{ErrorRate: 0.5, Seed: 7})
 		g, gw := startGateway(t, baseConfig(up.URL))
 		ok := 0
 		for i := range 40 {
@@ -99,7 +100,7 @@ func TestGatewayRetriesTheProvider(t *testing.T) {
 		}
 	})
 	t.Run("429 with Retry-After", func(t *testing.T) {
-		mock, up := startMock(t, mockllm.Config{RetryAfter: 300 * time.Millisecond})
+		mock, up := testkit.StartMock(t, mockllm.Config{RetryAfter: 300 * time.Millisecond})
 		g, gw := startGateway(t, fastBudget(baseConfig(up.URL)))
 		start := time.Now()
 		resp := post(t, t.Context(), gw.URL, chatBody, map[string]string{"X-Mock-Fault": "429"})
@@ -115,7 +116,7 @@ func TestGatewayRetriesTheProvider(t *testing.T) {
 		}
 	})
 	t.Run("not past the deadline", func(t *testing.T) {
-		mock, up := startMock(t, mockllm.Config{RetryAfter: 2 * time.Second})
+		mock, up := testkit.StartMock(t, mockllm.Config{RetryAfter: 2 * time.Second})
 		_, gw := startGateway(t, fastBudget(baseConfig(up.URL)))
 		resp := post(t, t.Context(), gw.URL, chatBody, map[string]string{"X-Mock-Fault": "429", contract.HeaderTimeoutMs: "1000"})
 		readAll(t, resp)
@@ -177,7 +178,7 @@ func TestNoRetryOnceTheResponseStarted(t *testing.T) {
 	if !strings.Contains(got, "choices") || calls.Load() != 1 {
 		t.Fatalf("caller got %q; provider called %d times", got, calls.Load())
 	}
-	eventually(t, "the slot released", func() bool { return g.Gate().Stats().InFlight == 0 })
+	testkit.Eventually(t, "the slot released", func() bool { return g.Gate().Stats().InFlight == 0 })
 }
 
 // fastBudget makes the global retry budget accrue a token a millisecond: a
@@ -192,7 +193,7 @@ func fastBudget(cfg config.Config) config.Config {
 // fewer slots than the gate lowers the gate's concurrency, visible in
 // /metrics and in the estimate; once it answers again, concurrency recovers.
 func TestConcurrencyFollowsTheProvidersRateLimit(t *testing.T) {
-	_, up := startMock(t, mockllm.Config{Slots: 2, Mode: mockllm.Mode429, Median: 300 * time.Millisecond, RetryAfter: 10 * time.Millisecond})
+	_, up := testkit.StartMock(t, mockllm.Config{Slots: 2, Mode: mockllm.Mode429, Median: 300 * time.Millisecond, RetryAfter: 10 * time.Millisecond})
 	cfg := baseConfig(up.URL)
 	cfg.Admission = config.AdmissionConfig{Concurrency: 8, MaxQueue: new(32)}
 	cfg.UpstreamLimit = config.UpstreamLimitConfig{Interval: config.Duration(100 * time.Millisecond)}
@@ -231,7 +232,7 @@ func TestConcurrencyFollowsTheProvidersRateLimit(t *testing.T) {
 // time: it returns at once with the gateway's reason, Retry-After and
 // estimated wait.
 func TestClientGivesUpWhenRetryAfterExceedsItsDeadline(t *testing.T) {
-	_, up := startMock(t, mockllm.Config{})
+	_, up := testkit.StartMock(t, mockllm.Config{})
 	cfg := baseConfig(up.URL)
 	cfg.Admission = config.AdmissionConfig{Concurrency: 1, MaxQueue: new(0), InitialServiceTime: config.Duration(5 * time.Second)}
 	g, gw := startGateway(t, cfg)
@@ -269,7 +270,7 @@ func TestClientGivesUpWhenRetryAfterExceedsItsDeadline(t *testing.T) {
 // TestClientEstimateAsATenant: with tenants configured the estimate endpoint
 // answers only a known key, and the client sends Config.APIKey with it.
 func TestClientEstimateAsATenant(t *testing.T) {
-	_, up := startMock(t, mockllm.Config{})
+	_, up := testkit.StartMock(t, mockllm.Config{})
 	cfg := baseConfig(up.URL)
 	cfg.Upstream.APIKeyEnv = "TEST_PROVIDER_KEY"
 	cfg.Tenants = []chain.TenantConfig{{Name: "acme", Tier: "low", APIKeysSHA256: []string{HashKey("sk-acme")}}}

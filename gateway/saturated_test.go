@@ -13,6 +13,7 @@ import (
 	"github.com/sluicehq/sluice/admission"
 	"github.com/sluicehq/sluice/contract"
 	"github.com/sluicehq/sluice/gateway/saturation"
+	"github.com/sluicehq/sluice/internal/testkit"
 	"github.com/sluicehq/sluice/mockllm"
 )
 
@@ -50,7 +51,7 @@ func saturate(t *testing.T, g *Gateway) {
 // goes through. The shedder's window is ended by the test (time and the
 // delay are its inputs); the calls are real HTTP.
 func TestShedWhenTheGatewaysCPUIsSaturated(t *testing.T) {
-	m, up := startMock(t, mockllm.Config{Slots: 4, Median: time.Millisecond})
+	m, up := testkit.StartMock(t, mockllm.Config{Slots: 4, Median: time.Millisecond})
 	g, srv := startGateway(t, baseConfig(up.URL))
 	saturate(t, g)
 
@@ -99,7 +100,7 @@ func TestShedWhenTheGatewaysCPUIsSaturated(t *testing.T) {
 // TestSaturationShedDisabled: server.saturation.disabled leaves every call
 // to admission, however saturated the CPU.
 func TestSaturationShedDisabled(t *testing.T) {
-	_, up := startMock(t, mockllm.Config{Slots: 4, Median: time.Millisecond})
+	_, up := testkit.StartMock(t, mockllm.Config{Slots: 4, Median: time.Millisecond})
 	cfg := baseConfig(up.URL)
 	cfg.Server.Saturation.Disabled = true
 	g, srv := startGateway(t, cfg)
@@ -116,7 +117,7 @@ func TestSaturationShedDisabled(t *testing.T) {
 // would have shed is forwarded, and its answer, the access line and the
 // would-refuse count say queue_full — the first refusal it would have had.
 func TestObservedCallsAreNotShed(t *testing.T) {
-	m, up := startMock(t, mockllm.Config{Slots: 4, Median: time.Millisecond})
+	m, up := testkit.StartMock(t, mockllm.Config{Slots: 4, Median: time.Millisecond})
 	cfg := baseConfig(up.URL)
 	cfg.Mode = "observe"
 	g, srv := startGateway(t, cfg)

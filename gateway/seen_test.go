@@ -15,6 +15,7 @@ import (
 	"github.com/sluicehq/sluice/admission"
 	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/contract"
+	"github.com/sluicehq/sluice/internal/testkit"
 	"github.com/sluicehq/sluice/mockllm"
 	"github.com/sluicehq/sluice/retrybudget"
 )
@@ -56,7 +57,7 @@ func recognised(t *testing.T, g *Gateway, how string) float64 {
 // admissions — and waits at the retry rank; the same request repeated
 // after it succeeded is a first attempt again.
 func TestHeaderlessRetryIsRecognised(t *testing.T) {
-	_, up := startMock(t, mockllm.Config{AbortOnDisconnect: true})
+	_, up := testkit.StartMock(t, mockllm.Config{AbortOnDisconnect: true})
 	cfg := baseConfig(up.URL)
 	cfg.Admission.Concurrency, cfg.Admission.MaxQueue = 1, new(1)
 	// Budgets that refill in a microsecond: the retry must reach the gate.
@@ -103,10 +104,10 @@ func TestHeaderlessRetryIsRecognised(t *testing.T) {
 	blockCtx, unblock := context.WithCancel(t.Context())
 	defer unblock()
 	background(blockCtx, `{"model":"gpt-4o-mini","messages":[{"role":"user","content":"block"}]}`, map[string]string{mockllm.HeaderLatencyMs: "60000"})
-	eventually(t, "the slot taken", func() bool { return stats().InFlight == 1 })
+	testkit.Eventually(t, "the slot taken", func() bool { return stats().InFlight == 1 })
 	fillCtx, unfill := context.WithCancel(t.Context())
 	filled := background(fillCtx, `{"model":"gpt-4o-mini","messages":[{"role":"user","content":"fill"}]}`, nil)
-	eventually(t, "the queue filled", func() bool { return depth() == 1 })
+	testkit.Eventually(t, "the queue filled", func() bool { return depth() == 1 })
 
 	// Refused: the queue is full.
 	if code := plain(); code != http.StatusTooManyRequests && code != http.StatusServiceUnavailable {
@@ -117,7 +118,7 @@ func TestHeaderlessRetryIsRecognised(t *testing.T) {
 	}
 	unfill()
 	<-filled
-	eventually(t, "the queue emptied", func() bool { return depth() == 0 })
+	testkit.Eventually(t, "the queue emptied", func() bool { return depth() == 0 })
 
 	// The same request again: a retry, waiting at the retry rank.
 	retried := make(chan int, 1)
@@ -127,7 +128,7 @@ func TestHeaderlessRetryIsRecognised(t *testing.T) {
 	if retryRank == firstRank {
 		t.Fatalf("the retry rank %d is the first attempts' rank", retryRank)
 	}
-	eventually(t, "the retry queued at the retry rank", func() bool { return stats().Depth[retryRank] == 1 })
+	testkit.Eventually(t, "the retry queued at the retry rank", func() bool { return stats().Depth[retryRank] == 1 })
 	if n := recognised(t, g, "fingerprint"); n != 1 {
 		t.Fatalf("sluice_retries_recognised_total{how=fingerprint} %v, want 1", n)
 	}
@@ -164,7 +165,7 @@ func TestHeaderlessRetryIsRecognised(t *testing.T) {
 // retry; with retries.recognise.disabled, it is a first attempt again.
 func TestHeaderlessRetryOfAProviderFailure(t *testing.T) {
 	for _, disabled := range []bool{false, true} {
-		_, up := startMock(t, mockllm.Config{})
+		_, up := testkit.StartMock(t, mockllm.Config{})
 		cfg := baseConfig(up.URL)
 		cfg.Retries.Recognise.Disabled = disabled
 		g, gw := startGateway(t, cfg)
@@ -216,7 +217,7 @@ func TestRecogniseConfigErrorsNameTheField(t *testing.T) {
 // ends its wait in the queue hangs up; the gateway withdraws the call, and
 // the client's next send of the same request is a retry.
 func TestHeaderlessRetryAfterTheCallerGaveUp(t *testing.T) {
-	_, up := startMock(t, mockllm.Config{AbortOnDisconnect: true})
+	_, up := testkit.StartMock(t, mockllm.Config{AbortOnDisconnect: true})
 	cfg := baseConfig(up.URL)
 	cfg.Admission.Concurrency = 1
 	cfg.Retries.Budget = retrybudget.Config{MinPerSecond: 1e6, MaxTokens: 10}
@@ -238,15 +239,15 @@ func TestHeaderlessRetryAfterTheCallerGaveUp(t *testing.T) {
 			readAll(t, resp)
 		}
 	}()
-	eventually(t, "the slot taken", func() bool { return g.Gate().Stats().InFlight == 1 })
+	testkit.Eventually(t, "the slot taken", func() bool { return g.Gate().Stats().InFlight == 1 })
 
 	impatient := &http.Client{Timeout: 300 * time.Millisecond}
 	if _, err := impatient.Post(gw.URL+"/v1/chat/completions", "application/json", strings.NewReader(chatBody)); err == nil {
 		t.Fatal("the queued request answered before the client's timeout")
 	}
-	eventually(t, "the abandoned request withdrawn", func() bool { return queued() == 0 })
+	testkit.Eventually(t, "the abandoned request withdrawn", func() bool { return queued() == 0 })
 	unblock()
-	eventually(t, "the slot free", func() bool { return g.Gate().Stats().InFlight == 0 })
+	testkit.Eventually(t, "the slot free", func() bool { return g.Gate().Stats().InFlight == 0 })
 
 	resp, err := http.Post(gw.URL+"/v1/chat/completions", "application/json", strings.NewReader(chatBody))
 	if err != nil {
@@ -271,7 +272,7 @@ func TestHeaderlessRetryAfterTheCallerGaveUp(t *testing.T) {
 // the header, one refusal of a popular prompt under overload would make
 // every later copy a retry (the storm of issue 21).
 func TestADeclaredFirstAttemptIsBelieved(t *testing.T) {
-	_, up := startMock(t, mockllm.Config{})
+	_, up := testkit.StartMock(t, mockllm.Config{})
 	cfg := baseConfig(up.URL)
 	cfg.Admission.Concurrency, cfg.Admission.MaxQueue = 1, new(0)
 	cfg.Retries.Budget = retrybudget.Config{MinPerSecond: 1e6, MaxTokens: 10}

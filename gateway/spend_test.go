@@ -17,6 +17,7 @@ import (
 	"github.com/sluicehq/sluice/chain"
 	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/contract"
+	"github.com/sluicehq/sluice/internal/testkit"
 	"github.com/sluicehq/sluice/mockllm"
 	"github.com/sluicehq/sluice/spend"
 )
@@ -58,7 +59,7 @@ func callCost(t *testing.T, upstream string) float64 {
 // told in X-Sluice-Model) while speculative work is refused with 503
 // spend_ceiling.
 func TestSpendLadderAndShedOrder(t *testing.T) {
-	_, up := startMock(t, mockllm.Config{})
+	_, up := testkit.StartMock(t, mockllm.Config{})
 	c := callCost(t, up.URL)
 	cfg := baseConfig(up.URL)
 	cfg.Spend = testSpend()
@@ -99,7 +100,7 @@ func TestSpendLadderAndShedOrder(t *testing.T) {
 // refused with 429 tenant_budget and a Retry-After of when its spend leaves
 // the rate window; another tenant is unaffected.
 func TestTenantBudgetRefusesWith429(t *testing.T) {
-	_, up := startMock(t, mockllm.Config{})
+	_, up := testkit.StartMock(t, mockllm.Config{})
 	c := callCost(t, up.URL)
 	cfg := baseConfig(up.URL)
 	cfg.Upstream.APIKeyEnv = "TEST_PROVIDER_KEY"
@@ -154,7 +155,7 @@ func TestSpendAlertWebhookFiresOnceAndResolves(t *testing.T) {
 		mu.Unlock()
 	}))
 	defer hook.Close()
-	_, up := startMock(t, mockllm.Config{})
+	_, up := testkit.StartMock(t, mockllm.Config{})
 	c := callCost(t, up.URL)
 	cfg := baseConfig(up.URL)
 	cfg.Spend = testSpend()
@@ -188,7 +189,7 @@ func TestSpendAlertWebhookFiresOnceAndResolves(t *testing.T) {
 // final chunk (the books match the provider's bill), and a stream the caller
 // abandons is counted as wasted spend.
 func TestSpendFromAStreamAndWaste(t *testing.T) {
-	mock, up := startMock(t, mockllm.Config{Slots: 4, Median: 300 * time.Millisecond})
+	mock, up := testkit.StartMock(t, mockllm.Config{Slots: 4, Median: 300 * time.Millisecond})
 	cfg := baseConfig(up.URL)
 	cfg.Spend = testSpend()
 	g, gw := startGateway(t, cfg)
@@ -209,7 +210,7 @@ func TestSpendFromAStreamAndWaste(t *testing.T) {
 	}
 	cancel()
 	resp.Body.Close()
-	eventually(t, "the abandoned stream's spend counted as wasted", func() bool {
+	testkit.Eventually(t, "the abandoned stream's spend counted as wasted", func() bool {
 		return g.spend.Snapshot(time.Now()).Global.WastedUSD > 0
 	})
 	snap = g.spend.Snapshot(time.Now())
@@ -219,7 +220,7 @@ func TestSpendFromAStreamAndWaste(t *testing.T) {
 }
 
 func TestSpendBadInputAndConfig(t *testing.T) {
-	mock, up := startMock(t, mockllm.Config{})
+	mock, up := testkit.StartMock(t, mockllm.Config{})
 	cfg := baseConfig(up.URL)
 	cfg.Spend = testSpend()
 	_, gw := startGateway(t, cfg)

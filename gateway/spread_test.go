@@ -11,6 +11,7 @@ import (
 	"github.com/openai/openai-go/v3/option"
 
 	"github.com/sluicehq/sluice/config"
+	"github.com/sluicehq/sluice/internal/testkit"
 	"github.com/sluicehq/sluice/mockllm"
 	"github.com/sluicehq/sluice/retrybudget"
 )
@@ -67,7 +68,7 @@ func retryWave(t *testing.T, service time.Duration, spread *config.Duration) (ar
 	t.Helper()
 	const callers = 30
 	// The mock's gpt-4o-mini takes half its median: service a call.
-	_, up := startMock(t, mockllm.Config{Slots: 1, Median: 2 * service})
+	_, up := testkit.StartMock(t, mockllm.Config{Slots: 1, Median: 2 * service})
 	cfg := baseConfig(up.URL)
 	// One slot and one place in the waiting room; the retry budget out
 	// of the way (what is measured is when the retries come, not how

@@ -11,6 +11,7 @@ import (
 	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/contract"
 	"github.com/sluicehq/sluice/gateway/cluster"
+	"github.com/sluicehq/sluice/internal/testkit"
 	"github.com/sluicehq/sluice/mockllm"
 	"github.com/sluicehq/sluice/spend"
 	"github.com/sluicehq/sluice/store/redistest"
@@ -54,7 +55,7 @@ func storeState(t *testing.T, admin string) cluster.StoreState {
 // daily budget and shuts down; a new one started on the same snapshot
 // refuses the tenant. A corrupt snapshot stops the gateway from starting.
 func TestSnapshotKeepsTheDaysSpend(t *testing.T) {
-	_, up := startMock(t, mockllm.Config{})
+	_, up := testkit.StartMock(t, mockllm.Config{})
 	c := callCost(t, up.URL)
 	path := filepath.Join(t.TempDir(), "books.json")
 	cfg := baseConfig(up.URL)
@@ -94,7 +95,7 @@ func TestSnapshotKeepsTheDaysSpend(t *testing.T) {
 // sluice_store_up 0), and write what they booked meanwhile once it is back.
 func TestRedisSharesTheBooks(t *testing.T) {
 	rs := redistest.Start(t)
-	_, up := startMock(t, mockllm.Config{})
+	_, up := testkit.StartMock(t, mockllm.Config{})
 	c := callCost(t, up.URL)
 	cfg := baseConfig(up.URL)
 	cfg.Spend = testSpend()
@@ -106,12 +107,12 @@ func TestRedisSharesTheBooks(t *testing.T) {
 	if n := exhaust(t, a.url); n == 0 {
 		t.Fatal("gateway a refused at once")
 	}
-	eventually(t, "gateway b refusing the tenant gateway a exhausted", func() bool {
+	testkit.Eventually(t, "gateway b refusing the tenant gateway a exhausted", func() bool {
 		resp := post(t, t.Context(), b.url, bigModelBody, nil)
 		readAll(t, resp)
 		return resp.StatusCode == 429 && resp.Header.Get(contract.HeaderReason) == "tenant_budget"
 	})
-	eventually(t, "store state redis, up, nothing queued", func() bool {
+	testkit.Eventually(t, "store state redis, up, nothing queued", func() bool {
 		st := storeState(t, b.admin)
 		return st.Mode == "redis" && st.Up && st.Queued == 0
 	})
@@ -126,7 +127,7 @@ func TestRedisSharesTheBooks(t *testing.T) {
 			t.Fatalf("with Redis down: %d %s", resp.StatusCode, body)
 		}
 	}
-	eventually(t, "store mode degraded", func() bool { st := storeState(t, x.admin); return st.Mode == "degraded" && !st.Up })
+	testkit.Eventually(t, "store mode degraded", func() bool { st := storeState(t, x.admin); return st.Mode == "degraded" && !st.Up })
 	if st := storeState(t, x.admin); st.Queued == 0 || st.LastErrorAt == nil {
 		t.Errorf("with Redis down: %+v, want queued spend and last_error_at", st)
 	}
@@ -137,7 +138,7 @@ func TestRedisSharesTheBooks(t *testing.T) {
 		t.Errorf("%d ledger errors reached the Limiter", got)
 	}
 	rs.Restart()
-	eventually(t, "the queued spend written", func() bool { st := storeState(t, x.admin); return st.Mode == "redis" && st.Queued == 0 })
+	testkit.Eventually(t, "the queued spend written", func() bool { st := storeState(t, x.admin); return st.Mode == "redis" && st.Queued == 0 })
 }
 
 func metricsText(t *testing.T, admin string) string {

@@ -17,6 +17,7 @@ import (
 
 	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/contract"
+	"github.com/sluicehq/sluice/internal/testkit"
 	"github.com/sluicehq/sluice/mockllm"
 )
 
@@ -78,7 +79,7 @@ func startTracedGateway(t *testing.T, cfg config.Config) (*httptest.Server, *tra
 func serverSpan(t *testing.T, exp *tracetest.InMemoryExporter, id string) (tracetest.SpanStub, []tracetest.SpanStub) {
 	t.Helper()
 	var server tracetest.SpanStub
-	eventually(t, "the server span of "+id, func() bool {
+	testkit.Eventually(t, "the server span of "+id, func() bool {
 		for _, s := range exp.GetSpans() {
 			if s.SpanKind == trace.SpanKindServer && attrOf(s, attrRequestID) == attribute.StringValue(id) {
 				server = s

@@ -4,6 +4,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/internal/testkit"
 	"github.com/sluicehq/sluice/sim/scenario"
 )
 
@@ -16,9 +17,11 @@ import (
 // them at the same load (cmd/sluice/internal/simreport).
 const headlineLoad = 5
 
-// headlineRequests is the number of logical requests per headline run.
+// headlineRequests is the number of logical requests per headline run:
+// fewer under the race detector, which slows the simulator about tenfold
+// (the tests still assert).
 func headlineRequests() int {
-	if raceEnabled {
+	if testkit.Race {
 		return 20_000
 	}
 	return 100_000
@@ -141,7 +144,7 @@ func TestHeadlineSpeculativeFlood(t *testing.T) {
 // benchmark measures it): a million requests on one goroutine in under ten
 // seconds, with a wide margin for a noisy machine.
 func TestMillionRequestsInTenSeconds(t *testing.T) {
-	if raceEnabled || testing.Short() {
+	if testkit.Race || testing.Short() {
 		t.Skip("timing test: not under -race or -short")
 	}
 	sc, err := scenario.Load("../scenarios/retry-storm.yaml")
@@ -175,7 +178,7 @@ func TestMillionRequestsInTenSeconds(t *testing.T) {
 func TestHeadlineRunawayTenant(t *testing.T) {
 	const runaway = "loopy"
 	requests := 100_000
-	if raceEnabled {
+	if testkit.Race {
 		requests = 50_000
 	}
 	r := runHeadlineN(t, "runaway-tenant", "spend", headlineLoad, requests)

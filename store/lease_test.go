@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/internal/testkit"
 	"github.com/sluicehq/sluice/lease"
 	"github.com/sluicehq/sluice/lease/leasetest"
 	"github.com/sluicehq/sluice/store/redistest"
@@ -72,7 +73,7 @@ func TestLeasesOnRedis(t *testing.T) {
 		t.Fatalf("rows after a's release: %v %v", rows, err)
 	}
 	// Nobody renews: the table is gone after the TTL.
-	eventually(t, 5*time.Second, "the lease table expired", func() bool {
+	testkit.EventuallyWithin(t, 5*time.Second, "the lease table expired", func() bool {
 		n, err := r.client.Exists(ctx, r.Key("leases")).Result()
 		return err == nil && n == 0
 	})

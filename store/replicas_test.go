@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/contract"
+	"github.com/sluicehq/sluice/internal/testkit"
 	"github.com/sluicehq/sluice/spend"
 	"github.com/sluicehq/sluice/store/redistest"
 )
@@ -132,20 +133,6 @@ func TestThreeReplicasKeepOneBudget(t *testing.T) {
 	}
 }
 
-// eventually polls cond for up to limit: for what another process (Redis,
-// over real TCP) makes true at a moment the test cannot observe directly.
-func eventually(t *testing.T, limit time.Duration, what string, cond func() bool) time.Duration {
-	t.Helper()
-	start := time.Now()
-	for !cond() {
-		if time.Since(start) > limit {
-			t.Fatalf("not within %v: %s", limit, what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-	return time.Since(start)
-}
-
 func daySum(t *testing.T, l *Ledger, now time.Time) int64 {
 	s, err := l.Sum(context.Background(), spend.TenantScope("t"), now.Add(-24*time.Hour), now)
 	if err != nil {
@@ -184,11 +171,11 @@ func TestRedisDownAndBack(t *testing.T) {
 		}
 	}
 	book(5)
-	eventually(t, 5*time.Second, "the replicas agree on 10 calls", agree(10*callNano))
+	testkit.EventuallyWithin(t, 5*time.Second, "the replicas agree on 10 calls", agree(10*callNano))
 
 	srv.Stop()
 	book(20)
-	eventually(t, 5*time.Second, "sluice_store_up 0 on both replicas", func() bool {
+	testkit.EventuallyWithin(t, 5*time.Second, "sluice_store_up 0 on both replicas", func() bool {
 		return testutilValue(ra.up) == 0 && testutilValue(rb.up) == 0
 	})
 	book(20)
@@ -206,7 +193,7 @@ func TestRedisDownAndBack(t *testing.T) {
 	}
 
 	srv.Restart()
-	took := eventually(t, 2*time.Second, "the replicas agree on all 90 calls", agree(90*callNano))
+	took := testkit.EventuallyWithin(t, 2*time.Second, "the replicas agree on all 90 calls", agree(90*callNano))
 	t.Logf("converged %v after Redis came back", took.Round(time.Millisecond))
 	if testutilValue(ra.up) != 1 {
 		t.Error("sluice_store_up stays 0 after Redis came back")

@@ -17,6 +17,7 @@ import (
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/shared"
 
+	"github.com/sluicehq/sluice/internal/testkit"
 	"github.com/sluicehq/sluice/mockllm"
 )
 
@@ -37,7 +38,7 @@ func statusOf(err error) int {
 // provider got each item once. Another tenant sees none of it: 404s, an
 // empty list.
 func TestBatchSDK(t *testing.T) {
-	mock, up := startMock(t, mockllm.Config{Slots: 4, Median: 5 * time.Millisecond})
+	mock, up := testkit.StartMock(t, mockllm.Config{Slots: 4, Median: 5 * time.Millisecond})
 	s := serve(t, batchConfig(t, up.URL))
 	ctx := t.Context()
 	acme, rival := sdk(s.url, "sk-acme"), sdk(s.url, "sk-rival")
@@ -139,7 +140,7 @@ func TestBatchSDK(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "rival's batch to end", func() bool {
+	testkit.Eventually(t, "rival's batch to end", func() bool {
 		b2, err = rival.Batches.Get(ctx, b2.ID)
 		return err == nil && b2.Status == openai.BatchStatusCompleted
 	})
@@ -188,7 +189,7 @@ func postJSON(t *testing.T, url, key, body string) (int, string) {
 // a batch's bad parameters are a 400 naming the parameter, with
 // x-should-retry: false; nothing runs.
 func TestBatchBadInput(t *testing.T) {
-	mock, up := startMock(t, mockllm.Config{})
+	mock, up := testkit.StartMock(t, mockllm.Config{})
 	cfg := batchConfig(t, up.URL)
 	cfg.Batch.MaxFileBytes = 4096
 	s := serve(t, cfg)
@@ -241,7 +242,7 @@ func TestBatchBadInput(t *testing.T) {
 	if err != nil || b.Status != openai.BatchStatusValidating {
 		t.Fatalf("batch of a file with bad lines: %+v, %v", b, err)
 	}
-	eventually(t, "the batch to fail", func() bool {
+	testkit.Eventually(t, "the batch to fail", func() bool {
 		b, err = acme.Batches.Get(ctx, b.ID)
 		return err == nil && b.Status == openai.BatchStatusFailed
 	})
@@ -332,7 +333,7 @@ func TestBatchBadInput(t *testing.T) {
 // the queued items at once and ends the batch cancelled once the running
 // ones are done.
 func TestBatchExpiresAndCancels(t *testing.T) {
-	_, up := startMock(t, mockllm.Config{Slots: 1, Median: 400 * time.Millisecond, Sigma: 0.01})
+	_, up := testkit.StartMock(t, mockllm.Config{Slots: 1, Median: 400 * time.Millisecond, Sigma: 0.01})
 	cfg := batchConfig(t, up.URL)
 	cfg.Admission.Concurrency = 1
 	s := serve(t, cfg)
@@ -373,14 +374,14 @@ func TestBatchExpiresAndCancels(t *testing.T) {
 	if b, err = acme.Batches.New(ctx, openai.BatchNewParams{InputFileID: f.ID, Endpoint: openai.BatchNewParamsEndpointV1ChatCompletions, CompletionWindow: "24h"}, window("1h")); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "an item to run", func() bool { return s.g.Gate().Stats().InFlight > 0 })
+	testkit.Eventually(t, "an item to run", func() bool { return s.g.Gate().Stats().InFlight > 0 })
 	if b, err = acme.Batches.Cancel(ctx, b.ID); err != nil {
 		t.Fatal(err)
 	}
 	if b.Status != openai.BatchStatusCancelling && b.Status != openai.BatchStatusCancelled {
 		t.Fatalf("after cancel: %s", b.Status)
 	}
-	eventually(t, "the batch to be cancelled", func() bool {
+	testkit.Eventually(t, "the batch to be cancelled", func() bool {
 		b, err = acme.Batches.Get(ctx, b.ID)
 		return err == nil && b.Status == openai.BatchStatusCancelled
 	})
@@ -405,7 +406,7 @@ func terminal(s openai.BatchStatus) bool {
 // the backlog and itself is refused at submission with 429, Retry-After
 // and the estimate; one with room is accepted.
 func TestBatchRefusedWhenItCannotFinish(t *testing.T) {
-	_, up := startMock(t, mockllm.Config{Slots: 1, Median: 50 * time.Millisecond, Sigma: 0.01})
+	_, up := testkit.StartMock(t, mockllm.Config{Slots: 1, Median: 50 * time.Millisecond, Sigma: 0.01})
 	cfg := batchConfig(t, up.URL)
 	cfg.Admission.Concurrency = 1
 	s := serve(t, cfg)
@@ -426,7 +427,7 @@ func TestBatchRefusedWhenItCannotFinish(t *testing.T) {
 	// at least (batch.Executor.Rate): 10 completed, and a second past the
 	// first seen completed.
 	var seen time.Time
-	eventually(t, "a rate to be observed", func() bool {
+	testkit.Eventually(t, "a rate to be observed", func() bool {
 		n := metric(t, s.g, "sluice_batch_items_total", "completed")
 		if n > 0 && seen.IsZero() {
 			seen = time.Now()
@@ -464,7 +465,7 @@ func TestBatchRefusedWhenItCannotFinish(t *testing.T) {
 // others' (429 with Retry-After past it), and a batch larger than the
 // bound alone is a 400.
 func TestBatchBacklogBounds(t *testing.T) {
-	_, up := startMock(t, mockllm.Config{Slots: 1, Median: 500 * time.Millisecond, Sigma: 0.01})
+	_, up := testkit.StartMock(t, mockllm.Config{Slots: 1, Median: 500 * time.Millisecond, Sigma: 0.01})
 	cfg := batchConfig(t, up.URL)
 	cfg.Admission.Concurrency = 1
 	cfg.Batch.MaxTenantBacklog = 30

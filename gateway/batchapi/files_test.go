@@ -15,6 +15,7 @@ import (
 
 	"github.com/sluicehq/sluice/batch"
 	"github.com/sluicehq/sluice/config"
+	"github.com/sluicehq/sluice/internal/testkit"
 	"github.com/sluicehq/sluice/mockllm"
 	"github.com/sluicehq/sluice/spend"
 	"github.com/sluicehq/sluice/store/redistest"
@@ -47,7 +48,7 @@ func TestFileStreamedRoundTrip(t *testing.T) {
 	}
 	for _, st := range []string{"bolt", "redis"} {
 		t.Run(st, func(t *testing.T) {
-			_, up := startMock(t, mockllm.Config{Slots: 8, Median: time.Millisecond})
+			_, up := testkit.StartMock(t, mockllm.Config{Slots: 8, Median: time.Millisecond})
 			cfg := batchConfig(t, up.URL)
 			cfg.Limits.MaxTimeout = config.Duration(5 * time.Second)
 			if st == "redis" {
@@ -81,7 +82,7 @@ func TestFileStreamedRoundTrip(t *testing.T) {
 			// It validates (its lines read one at a time) and starts with
 			// every line queued; cancelled, its output and error files hold
 			// a line each, written a chunk at a time.
-			eventually(t, "the batch to start", func() bool {
+			testkit.Eventually(t, "the batch to start", func() bool {
 				b, err = acme.Batches.Get(t.Context(), b.ID)
 				return err == nil && b.Status != openai.BatchStatusValidating
 			})
@@ -91,7 +92,7 @@ func TestFileStreamedRoundTrip(t *testing.T) {
 			if _, err := acme.Batches.Cancel(t.Context(), b.ID); err != nil {
 				t.Fatal(err)
 			}
-			eventually(t, "the batch to be cancelled", func() bool {
+			testkit.Eventually(t, "the batch to be cancelled", func() bool {
 				b, err = acme.Batches.Get(t.Context(), b.ID)
 				return err == nil && b.Status == openai.BatchStatusCancelled
 			})
@@ -122,7 +123,7 @@ func TestFileStreamedRoundTrip(t *testing.T) {
 // is refused when the bytes show it, and nothing of it stays: the tenant's
 // usage and listing are as before.
 func TestFileRefusedMidway(t *testing.T) {
-	_, up := startMock(t, mockllm.Config{Slots: 1})
+	_, up := testkit.StartMock(t, mockllm.Config{Slots: 1})
 	cfg := batchConfig(t, up.URL)
 	cfg.Batch.MaxFileBytes = 5 << 19 // 2.5 MiB
 	s := serve(t, cfg)
@@ -155,7 +156,7 @@ func TestFileRefusedMidway(t *testing.T) {
 // lists its files a page at a time (newest first, or oldest with order
 // asc), and a delete gives its share of the quota back.
 func TestFileQuotaListDelete(t *testing.T) {
-	_, up := startMock(t, mockllm.Config{Slots: 1})
+	_, up := testkit.StartMock(t, mockllm.Config{Slots: 1})
 	cfg := batchConfig(t, up.URL)
 	cfg.Batch.MaxTenantFiles = 3
 	cfg.Batch.MaxTenantFileBytes = 64 << 10
@@ -246,7 +247,7 @@ func TestFileQuotaListDelete(t *testing.T) {
 // its number, before any item reaches the provider — as a live call with
 // that body would be refused.
 func TestLinesCheckedAsALiveCall(t *testing.T) {
-	mock, up := startMock(t, mockllm.Config{Slots: 1})
+	mock, up := testkit.StartMock(t, mockllm.Config{Slots: 1})
 	cfg := batchConfig(t, up.URL)
 	cfg.Limits.MaxBodyBytes = 4096
 	cfg.Spend = &spend.Config{Prices: map[string]spend.Price{"gpt-4o-mini": {InputPerMTok: 0.15, OutputPerMTok: 0.6}}}
@@ -263,7 +264,7 @@ func TestLinesCheckedAsALiveCall(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		eventually(t, "the batch to validate", func() bool {
+		testkit.Eventually(t, "the batch to validate", func() bool {
 			b, err = acme.Batches.Get(t.Context(), b.ID)
 			return err == nil && b.Status != openai.BatchStatusValidating
 		})

@@ -19,26 +19,10 @@ import (
 	"github.com/sluicehq/sluice/chain"
 	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/gateway"
-	"github.com/sluicehq/sluice/mockllm"
 )
 
 // window is sluice's own completion window, beside OpenAI's 24h.
 func window(w string) option.RequestOption { return option.WithJSONSet("sluice_completion_window", w) }
-
-// startMock runs a mock provider on loopback until the end of the test.
-func startMock(t *testing.T, cfg mockllm.Config) (*mockllm.Server, *httptest.Server) {
-	t.Helper()
-	m, err := mockllm.New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewServer(m)
-	t.Cleanup(func() {
-		m.Close()
-		srv.Close()
-	})
-	return m, srv
-}
 
 // served is a gateway on loopback, running its batches' items, until the
 // end of the test.
@@ -113,20 +97,6 @@ func readAll(t *testing.T, resp *http.Response) []byte {
 		t.Fatal(err)
 	}
 	return b
-}
-
-// eventually waits for cond, polling: for conditions that another process
-// (the provider, over real HTTP) makes true at a moment the test cannot
-// observe directly.
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
 }
 
 // metric is the value of the gateway's metric name — with outcome, of

@@ -17,6 +17,7 @@ import (
 
 	"github.com/sluicehq/sluice/admission"
 	"github.com/sluicehq/sluice/config"
+	"github.com/sluicehq/sluice/internal/testkit"
 	"github.com/sluicehq/sluice/store"
 	"github.com/sluicehq/sluice/store/redistest"
 )
@@ -49,15 +50,6 @@ func (p *fakePools) get() (int, []int) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.slots, slices.Clone(p.shares)
-}
-
-func eventually(t *testing.T, what string, ok func() bool) {
-	t.Helper()
-	for deadline := time.Now().Add(10 * time.Second); !ok(); time.Sleep(10 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-	}
 }
 
 func redisStore(t *testing.T, url string) *config.StoreConfig {
@@ -181,7 +173,7 @@ func TestLeaseStartsOnOneSlotAndFallsBack(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	b.Register(reg)
 	run(t, b)
-	eventually(t, "the local share", func() bool {
+	testkit.Eventually(t, "the local share", func() bool {
 		slots, _ := p.get()
 		c := b.Lease().State()
 		return slots == 8 && c.Mode == "local" && c.Slots == 8
@@ -221,7 +213,7 @@ func TestLeasesShareTheConcurrency(t *testing.T) {
 	ctx, stopB := context.WithCancel(context.Background())
 	doneB := make(chan error, 1)
 	go func() { doneB <- b.Run(ctx) }()
-	eventually(t, "two leases of 8", func() bool {
+	testkit.Eventually(t, "two leases of 8", func() bool {
 		sa, _ := pa.get()
 		sb, _ := pb.get()
 		ca, cb := a.Lease().State(), b.Lease().State()
@@ -234,7 +226,7 @@ func TestLeasesShareTheConcurrency(t *testing.T) {
 	if err := <-doneB; err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "the one left takes all 16", func() bool { sa, _ := pa.get(); return sa == 16 })
+	testkit.Eventually(t, "the one left takes all 16", func() bool { sa, _ := pa.get(); return sa == 16 })
 }
 
 // TestLeaseDividesSeveralPools: with several pools nothing is leased slot
@@ -255,7 +247,7 @@ func TestLeaseDividesSeveralPools(t *testing.T) {
 		t.Errorf("replicas before the first renewal: %d, want the default 2", n)
 	}
 	run(t, b)
-	eventually(t, "the pools divided by the one live replica", func() bool {
+	testkit.Eventually(t, "the pools divided by the one live replica", func() bool {
 		_, shares := p.get()
 		return len(shares) > 0 && shares[len(shares)-1] == 1 && b.Lease().Replicas() == 1
 	})

@@ -10,7 +10,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"net/http/httptest"
 	"net/http/httptrace"
 	"strings"
 	"testing"
@@ -21,27 +20,13 @@ import (
 	"github.com/sluicehq/sluice/contract"
 	"github.com/sluicehq/sluice/gateway"
 	"github.com/sluicehq/sluice/gateway/guard"
+	"github.com/sluicehq/sluice/internal/testkit"
 	"github.com/sluicehq/sluice/mockllm"
 )
 
 // The tests of this file run the guard as the gateway runs it: a real
 // gateway served by gateway.Listen and Serve, the real mock provider
 // behind it, and raw connections in front.
-
-// startMock runs the real mock provider on loopback.
-func startMock(t *testing.T, cfg mockllm.Config) *httptest.Server {
-	t.Helper()
-	m, err := mockllm.New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewServer(m)
-	t.Cleanup(func() {
-		m.Close()
-		srv.Close()
-	})
-	return srv
-}
 
 // startServer runs a gateway.Server (both listeners, the connection
 // policy) on loopback until the test ends and returns the API address.
@@ -188,7 +173,7 @@ func readAll(t *testing.T, resp *http.Response) []byte {
 // read_body_timeout has passed since its headers, however steadily it
 // sends.
 func TestSlowBodyIsCutAtTheReadBodyTimeout(t *testing.T) {
-	up := startMock(t, mockllm.Config{})
+	_, up := testkit.StartMock(t, mockllm.Config{})
 	const timeout = 300 * time.Millisecond
 	addr := startServer(t, connServer(up.URL, guard.Config{ReadBodyTimeout: guard.Duration(timeout)}))
 	c := dialFrom(t, "127.0.0.1", addr)
@@ -227,7 +212,7 @@ func TestSlowBodyIsCutAtTheReadBodyTimeout(t *testing.T) {
 // read_header_timeout; one that goes quiet after an answer, a 401
 // included, at idle_timeout.
 func TestIdleConnectionsAreClosed(t *testing.T) {
-	up := startMock(t, mockllm.Config{})
+	_, up := testkit.StartMock(t, mockllm.Config{})
 	const timeout = 300 * time.Millisecond
 	addr := startServer(t, withTenant(connServer(up.URL, guard.Config{
 		ReadHeaderTimeout: guard.Duration(timeout), IdleTimeout: guard.Duration(timeout)})))
@@ -261,7 +246,7 @@ func TestIdleConnectionsAreClosed(t *testing.T) {
 // closed at once,
 // while a client already connected goes on being served.
 func TestConnectionCapRefusesTheNextOne(t *testing.T) {
-	up := startMock(t, mockllm.Config{})
+	_, up := testkit.StartMock(t, mockllm.Config{})
 	const max = 4
 	addr := startServer(t, connServer(up.URL, guard.Config{MaxConnections: max, MaxUnauthenticatedPerIP: max}))
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 1}}
@@ -310,7 +295,7 @@ func TestConnectionCapRefusesTheNextOne(t *testing.T) {
 // not, a 401 does not count as authenticated, and a valid request frees
 // its connection's place.
 func TestUnauthenticatedConnectionsPerAddress(t *testing.T) {
-	up := startMock(t, mockllm.Config{})
+	_, up := testkit.StartMock(t, mockllm.Config{})
 	addr := startServer(t, withTenant(connServer(up.URL, guard.Config{MaxConnections: 16, MaxUnauthenticatedPerIP: 2})))
 	refused := func(c net.Conn) {
 		t.Helper()
@@ -347,7 +332,7 @@ func TestUnauthenticatedConnectionsPerAddress(t *testing.T) {
 // received on idle HTTP channel" rather than as a 429. The same holds at
 // max_connections.
 func TestRefusalWaitsForTheRequest(t *testing.T) {
-	up := startMock(t, mockllm.Config{})
+	_, up := testkit.StartMock(t, mockllm.Config{})
 	for _, tc := range []struct {
 		name   string
 		server guard.Config
@@ -384,7 +369,7 @@ func TestRefusalWaitsForTheRequest(t *testing.T) {
 // open together before any request, then each sending one, every one is
 // answered 200; and a Go client's burst of new connections sees no error.
 func TestAnonymousBurstIsNotCapped(t *testing.T) {
-	up := startMock(t, mockllm.Config{})
+	_, up := testkit.StartMock(t, mockllm.Config{})
 	cfg := connServer(up.URL, guard.Config{MaxConnections: 256, MaxUnauthenticatedPerIP: 2})
 	cfg.Admission.Concurrency = 128 // admission refuses none of the burst
 	addr := startServer(t, cfg)
@@ -425,7 +410,7 @@ func TestAnonymousBurstIsNotCapped(t *testing.T) {
 // or header timeouts, nor the per-write stall timeout cuts it.
 func TestLongStreamOutlivesEveryTimeout(t *testing.T) {
 	const service = 1200 * time.Millisecond
-	up := startMock(t, mockllm.Config{Median: service, Models: map[string]mockllm.ModelSpec{mockllm.DefaultModelKey: {LatencyFactor: 1}}})
+	_, up := testkit.StartMock(t, mockllm.Config{Median: service, Models: map[string]mockllm.ModelSpec{mockllm.DefaultModelKey: {LatencyFactor: 1}}})
 	const timeout = 200 * time.Millisecond
 	addr := startServer(t, connServer(up.URL, guard.Config{ReadHeaderTimeout: guard.Duration(timeout),
 		ReadBodyTimeout: guard.Duration(timeout), IdleTimeout: guard.Duration(timeout), WriteTimeout: guard.Duration(timeout)}))

@@ -14,6 +14,7 @@ import (
 	"github.com/openai/openai-go/v3/option"
 
 	"github.com/sluicehq/sluice/gateway/guard"
+	"github.com/sluicehq/sluice/internal/testkit"
 	"github.com/sluicehq/sluice/mockllm"
 )
 
@@ -25,7 +26,7 @@ import (
 // place of the flood's oldest pending one (pending.go), and its requests,
 // meanwhile, all answer 200, at a p99 within 100ms. The flood's
 // connections beyond are refused max_connections or closed. Under the
-// race detector the latency bound is not checked (race_test.go).
+// race detector the latency bound is not checked (otherClientDuringFlood).
 func TestAnonymousSlowBodyFloodDoesNotCrowdOutOthers(t *testing.T) {
 	const (
 		maxConns   = 256
@@ -34,7 +35,7 @@ func TestAnonymousSlowBodyFloodDoesNotCrowdOutOthers(t *testing.T) {
 		client     = "127.0.0.3"
 	)
 	needDescriptors(t, 2*floodConns+512)
-	up := startMock(t, mockllm.Config{})
+	_, up := testkit.StartMock(t, mockllm.Config{})
 	// Default max_unauthenticated_per_ip (max_connections/8); a body
 	// timeout long enough that the flood holds for the whole test.
 	cfg := connServer(up.URL, guard.Config{MaxConnections: maxConns, ReadBodyTimeout: guard.Duration(time.Minute)})
@@ -109,8 +110,8 @@ func TestAnonymousSlowBodyFloodDoesNotCrowdOutOthers(t *testing.T) {
 		}, floodConns)
 	// The gateway ended every flood connection beyond those it holds:
 	// refused at max_connections, or evicted for the other client's.
-	eventually(t, "the flood's connections ended", func() bool { return ended.Load() >= floodConns-maxConns })
-	eventually(t, "the flood's eviction lines", func() bool { return refusedAt(t, logs, "evicted", flooder) })
+	testkit.EventuallyWithin(t, settleLimit, "the flood's connections ended", func() bool { return ended.Load() >= floodConns-maxConns })
+	testkit.EventuallyWithin(t, settleLimit, "the flood's eviction lines", func() bool { return refusedAt(t, logs, "evicted", flooder) })
 	if refusedAt(t, logs, "evicted", client) || refusedAt(t, logs, "max_connections", client) {
 		t.Error("a connection of the other client was evicted or refused")
 	}
@@ -123,11 +124,11 @@ func TestAnonymousSlowBodyFloodDoesNotCrowdOutOthers(t *testing.T) {
 // gateway is not at max_connections, so none is refused or closed.
 func TestAnonymousBusyHostIsNotThrottled(t *testing.T) {
 	n := 4000
-	if raceEnabled {
+	if testkit.Race {
 		n = 500
 	}
 	needDescriptors(t, uint64(2*n+512))
-	up := startMock(t, mockllm.Config{})
+	_, up := testkit.StartMock(t, mockllm.Config{})
 	cfg := connServer(up.URL, guard.Config{MaxConnections: n + 256})
 	cfg.Admission.Concurrency = 256
 	cfg.Admission.MaxQueue = new(2 * n)

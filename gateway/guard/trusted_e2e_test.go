@@ -24,6 +24,7 @@ import (
 	"github.com/sluicehq/sluice/gateway"
 	"github.com/sluicehq/sluice/gateway/guard"
 	"github.com/sluicehq/sluice/gateway/observe"
+	"github.com/sluicehq/sluice/internal/testkit"
 	"github.com/sluicehq/sluice/mockllm"
 )
 
@@ -63,25 +64,17 @@ func (l *logBuffer) lines(t *testing.T, msg string) []map[string]any {
 	return out
 }
 
-// eventually waits, up to 5s, for cond: a log line is written when its
-// request's handler returns, or its refusals' window ends, which may be
-// after the client has its answer.
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within 5s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
+// settleLimit is how long these tests wait for what the gateway does after
+// the client has its answer: a log line or a span is written when its
+// request's handler returns, or its refusals' window ends; a flood's
+// connections end as the gateway reaches them.
+const settleLimit = 5 * time.Second
 
 // accessClient is the client field of request id's access-log line.
 func accessClient(t *testing.T, logs *logBuffer, id string) string {
 	t.Helper()
 	var client any
-	eventually(t, "the access-log line of "+id, func() bool {
+	testkit.EventuallyWithin(t, settleLimit, "the access-log line of "+id, func() bool {
 		for _, l := range logs.lines(t, "request") {
 			if l["request_id"] == id {
 				client = l["client"]
@@ -121,7 +114,7 @@ func loggedServer(t *testing.T, cfg config.Config) (string, *logBuffer, *tracete
 func spanClient(t *testing.T, exp *tracetest.InMemoryExporter, id string) string {
 	t.Helper()
 	var got string
-	eventually(t, "the span of "+id, func() bool {
+	testkit.EventuallyWithin(t, settleLimit, "the span of "+id, func() bool {
 		for _, s := range exp.GetSpans() {
 			attrs := map[attribute.Key]attribute.Value{}
 			for _, a := range s.Attributes {
@@ -205,7 +198,7 @@ func proxyV2(src string) string {
 // (a canned 429 for a PROXY connection, a 429 in the same shape for an
 // X-Forwarded-For request), and the proxy's own address is never capped.
 func TestTrustedProxyNamesTheClient(t *testing.T) {
-	up := startMock(t, mockllm.Config{})
+	_, up := testkit.StartMock(t, mockllm.Config{})
 	const proxy = "127.0.0.10"
 	cfg := withTenant(connServer(up.URL, guard.Config{MaxConnections: 64, MaxUnauthenticatedPerIP: 2, TrustedProxies: []string{proxy}}))
 	addr, logs, spans := loggedServer(t, cfg)
@@ -295,7 +288,7 @@ func TestTrustedProxyNamesTheClient(t *testing.T) {
 		t.Errorf("malformed PROXY header: answered %q, want a close", got)
 	}
 
-	eventually(t, "the refusals' log lines", func() bool {
+	testkit.EventuallyWithin(t, settleLimit, "the refusals' log lines", func() bool {
 		return refusedAt(t, logs, "unauthenticated_per_ip", "203.0.113.50") && refusedAt(t, logs, "unauthenticated_per_ip", "198.51.100.60") &&
 			refusedAt(t, logs, "proxy_header", proxy)
 	})
@@ -308,7 +301,7 @@ func TestTrustedProxyNamesTheClient(t *testing.T) {
 func TestUntrustedPeerHeadersChangeNothing(t *testing.T) {
 	for _, trusted := range [][]string{nil, {"10.0.0.0/8", "127.0.0.99"}} {
 		t.Run(fmt.Sprint(trusted), func(t *testing.T) {
-			up := startMock(t, mockllm.Config{})
+			_, up := testkit.StartMock(t, mockllm.Config{})
 			const peer = "127.0.0.5"
 			cfg := withTenant(connServer(up.URL, guard.Config{MaxConnections: 64, MaxUnauthenticatedPerIP: 2, TrustedProxies: trusted}))
 			addr, logs, spans := loggedServer(t, cfg)
@@ -337,7 +330,7 @@ func TestUntrustedPeerHeadersChangeNothing(t *testing.T) {
 					t.Errorf("a PROXY header from the peer at its cap: %q, want the canned 429 at accept", got)
 				}
 			}
-			eventually(t, "the refusal's log line", func() bool { return refusedAt(t, logs, "unauthenticated_per_ip", peer) })
+			testkit.EventuallyWithin(t, settleLimit, "the refusal's log line", func() bool { return refusedAt(t, logs, "unauthenticated_per_ip", peer) })
 
 			// From another address, under its cap: the PROXY header is
 			// HTTP's to reject.

@@ -70,6 +70,10 @@ var layers = [][]string{
 	{"gateway/cluster"},
 	// The shells and the tools around them: none imports another.
 	{"gateway", "sim", "loadgen", "mockllm"},
+	// internal/testkit, what the tests share: above mockllm, whose mock
+	// provider it serves on loopback. Only tests import it, and tests are
+	// left out of the graph, so that a test of any layer may.
+	{"internal/testkit"},
 	// Programs that assemble the shells: the binary's commands (demo,
 	// the simulator's report and calibration, promise) and the replicas'
 	// test harness (fleet). None imports another, and Go's internal rule

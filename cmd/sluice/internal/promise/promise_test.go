@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/sluicehq/sluice/internal/testkit"
 	"github.com/sluicehq/sluice/store/redistest"
 )
 
@@ -35,7 +36,7 @@ func quick(i int, sc Scenario, v Variant, conc int) bool {
 // fails on any floor it falls below.
 func TestSuiteInTheSimulator(t *testing.T) {
 	seconds := 60.0
-	if raceEnabled {
+	if testkit.Race {
 		seconds = 40 // the race detector slows the simulator tenfold
 	}
 	for _, sc := range Suite() {
@@ -112,7 +113,7 @@ func TestSuiteOverHTTP(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs real load for minutes")
 	}
-	if raceEnabled {
+	if testkit.Race {
 		t.Skip("under -race the load measures the detector: .ci/run runs this test without it")
 	}
 	bin := filepath.Join(t.TempDir(), "sluice")

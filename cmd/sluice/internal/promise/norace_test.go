@@ -1,5 +1,0 @@
-//go:build !race
-
-package promise
-
-const raceEnabled = false

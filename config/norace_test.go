@@ -1,5 +1,0 @@
-//go:build !race
-
-package config
-
-const raceBuild = false

@@ -1,5 +1,0 @@
-//go:build !race
-
-package guard_test
-
-const raceEnabled = false
