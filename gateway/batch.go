@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"strings"
 	"time"
 
 	"github.com/sluicehq/sluice/admission"
@@ -15,7 +14,6 @@ import (
 	"github.com/sluicehq/sluice/contract"
 	"github.com/sluicehq/sluice/gateway/batchapi"
 	"github.com/sluicehq/sluice/gateway/wire"
-	"github.com/sluicehq/sluice/spend"
 	"github.com/sluicehq/sluice/store"
 )
 
@@ -111,17 +109,10 @@ func (g *Gateway) batchModel(class string) func(tenant, path, model string) (str
 		rt := g.routes.exact[path]
 		req := chain.Request{Tenant: tenant, Tier: info.Tier, Class: class, Model: model, Deadline: time.Now().Add(time.Hour),
 			Unpriced: rt == nil || !rt.billed, Flavour: config.FlavourOpenAI}
-		_, err := g.chain.Estimate(req)
-		var classErr *chain.ClassError
-		var unknownModel *chain.UnknownModelError
-		switch {
-		case errors.As(err, &unknownModel):
-			return "model_not_found", "model: " + unknownModel.Error()
-		case errors.As(err, &classErr):
-			return "class_not_allowed", fmt.Sprintf("tenant %s may not use class %s, which batch items run at (allowed: %s)",
-				tenant, contract.Echo(classErr.Class), strings.Join(classErr.Allowed, ", "))
-		case errors.Is(err, spend.ErrUnknownModel):
-			return "model_not_priced", fmt.Sprintf("model: %s has no price in spend.prices (and spend.unknown_model is reject)", contract.Echo(model))
+		if _, err := g.chain.Estimate(req); err != nil {
+			if br := chainBadInput(err, tenant, model, "batch.class"); br != nil {
+				return br.Code, br.Msg
+			}
 		}
 		return "", ""
 	}

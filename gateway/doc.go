@@ -29,7 +29,9 @@
 //     (package idempotency), and the chain asked (package chain, its
 //     stages in the order chain/stage.go lists): a refusal is answered at
 //     once (package wire writes it, 429 or 503 with Retry-After, the
-//     reason and the estimated wait);
+//     reason and the estimated wait), and an error about the call itself
+//     (a class the tenant may not use, a model nobody serves or prices)
+//     gets the one answer every entrance gives it (chainerr.go);
 //  6. an admitted call gets a *call, which forwards itself (call.forward)
 //     through a ReverseProxy of its own whose hooks are the call's
 //     methods — rewrite to the deployment (upstreams.go, pools.go), the

@@ -2,8 +2,6 @@ package gateway
 
 import (
 	"encoding/json"
-	"errors"
-	"fmt"
 	"net/http"
 	"strconv"
 	"strings"
@@ -13,7 +11,6 @@ import (
 	"github.com/sluicehq/sluice/chain"
 	"github.com/sluicehq/sluice/contract"
 	"github.com/sluicehq/sluice/gateway/wire"
-	"github.com/sluicehq/sluice/spend"
 )
 
 // estimateHeaders are the estimate's query parameters that stand for
@@ -122,20 +119,11 @@ func (g *Gateway) serveEstimate(w http.ResponseWriter, r *http.Request, global b
 	}
 	e, err := g.chain.Estimate(req)
 	if err != nil {
-		var classErr *chain.ClassError
-		var unknownModel *chain.UnknownModelError
-		switch {
-		case errors.As(err, &unknownModel):
-			g.badInput(w, &wire.BadRequest{Status: http.StatusNotFound, Code: "model_not_found", Msg: "model: " + unknownModel.Error()})
-		case errors.As(err, &classErr):
-			g.badInput(w, &wire.BadRequest{Status: http.StatusForbidden, Code: "class_not_allowed",
-				Msg: fmt.Sprintf("priority: tenant %s may not use class %s (allowed: %s)", tenant, contract.Echo(classErr.Class), strings.Join(classErr.Allowed, ", "))})
-		case errors.Is(err, spend.ErrUnknownModel):
-			g.badInput(w, &wire.BadRequest{Status: http.StatusBadRequest, Code: "model_not_priced",
-				Msg: fmt.Sprintf("model: %q has no price in spend.prices (and spend.unknown_model is reject)", model)})
-		default:
-			g.badInput(w, &wire.BadRequest{Status: http.StatusBadRequest, Code: "invalid_parameter", Msg: err.Error()})
+		if br := chainBadInput(err, tenant, model, "priority"); br != nil {
+			g.badInput(w, br)
+			return
 		}
+		g.badInput(w, &wire.BadRequest{Status: http.StatusBadRequest, Code: "invalid_parameter", Msg: err.Error()})
 		return
 	}
 	d := e.Decision

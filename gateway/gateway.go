@@ -391,8 +391,6 @@ func (g *Gateway) serveCall(w http.ResponseWriter, r *http.Request, rt *route, t
 	permit, err := g.acquire(ctx, req)
 	if err != nil {
 		var rej *admission.Rejection
-		var classErr *chain.ClassError
-		var unknownModel *chain.UnknownModelError
 		switch {
 		case errors.As(err, &rej):
 			if r.Context().Err() != nil {
@@ -402,16 +400,11 @@ func (g *Gateway) serveCall(w http.ResponseWriter, r *http.Request, rt *route, t
 			g.refuse(w, rej, hdr.class, tenant)
 		case r.Context().Err() != nil:
 			// The caller left while queued; nothing to write.
-		case errors.As(err, &classErr):
-			g.badInput(w, &wire.BadRequest{Status: http.StatusForbidden, Code: "class_not_allowed",
-				Msg: fmt.Sprintf("%s: tenant %s may not use class %s (allowed: %s)", contract.HeaderPriority, tenant, contract.Echo(classErr.Class), strings.Join(classErr.Allowed, ", "))})
-		case errors.As(err, &unknownModel):
-			g.metrics.badInput.WithLabelValues("model_not_found").Inc()
-			wire.WriteError(w, http.StatusNotFound, "invalid_request_error", "model_not_found", unknownModel.Error())
-		case errors.Is(err, spend.ErrUnknownModel):
-			g.badInput(w, &wire.BadRequest{Status: http.StatusBadRequest, Code: "model_not_priced",
-				Msg: fmt.Sprintf("model: %q has no price in spend.prices (and spend.unknown_model is reject)", body.model)})
 		default:
+			if br := chainBadInput(err, tenant, body.model, contract.HeaderPriority); br != nil {
+				g.badInput(w, br)
+				return
+			}
 			g.badInput(w, &wire.BadRequest{Status: http.StatusBadRequest, Code: "invalid_request", Msg: err.Error()})
 		}
 		return
